@@ -1,0 +1,81 @@
+"""Minimal pytrees: nested tuples, lists and dicts whose leaves are arrays or scalars.
+
+This is deliberately small: polygrad only needs to flatten the arguments a user
+passes to a function into a list of leaves, and to rebuild the same structure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TreeDef", "flatten", "unflatten"]
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    """Structure of a pytree: ``kind`` is 'leaf', 'tuple', 'list' or 'dict'."""
+
+    kind: str
+    children: tuple[TreeDef, ...] = ()
+    keys: tuple[Any, ...] = ()
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+
+def flatten(tree: Any, path: str = "") -> tuple[list[Any], list[str], TreeDef]:
+    """Flatten ``tree`` into ``(leaves, paths, treedef)``.
+
+    ``paths`` are human-readable names of the leaves such as ``"[1]['w']"``.
+    Tuples (but not namedtuples' field names), lists and dicts are containers;
+    anything else is a leaf.
+    """
+    if isinstance(tree, (tuple, list)):
+        leaves: list[Any] = []
+        paths: list[str] = []
+        children = []
+        for i, item in enumerate(tree):
+            lv, ps, td = flatten(item, f"{path}[{i}]")
+            leaves += lv
+            paths += ps
+            children.append(td)
+        kind = "tuple" if isinstance(tree, tuple) else "list"
+        return leaves, paths, TreeDef(kind, tuple(children))
+    if isinstance(tree, dict):
+        leaves, paths, children = [], [], []
+        keys = tuple(tree.keys())
+        for k in keys:
+            lv, ps, td = flatten(tree[k], f"{path}[{k!r}]")
+            leaves += lv
+            paths += ps
+            children.append(td)
+        return leaves, paths, TreeDef("dict", tuple(children), keys)
+    return [tree], [path], TreeDef("leaf")
+
+
+def unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
+    """Inverse of :func:`flatten`."""
+    it = iter(leaves)
+
+    def build(td: TreeDef) -> Any:
+        if td.kind == "leaf":
+            return next(it)
+        items = [build(c) for c in td.children]
+        if td.kind == "tuple":
+            return tuple(items)
+        if td.kind == "list":
+            return items
+        return dict(zip(td.keys, items, strict=True))
+
+    return build(treedef)
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """Apply ``fn`` to every leaf of ``tree``."""
+    leaves, _, td = flatten(tree)
+    return unflatten(td, [fn(leaf) for leaf in leaves])

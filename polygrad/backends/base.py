@@ -1,0 +1,359 @@
+"""The backend interface: what a framework must provide to the numerical core.
+
+A backend turns a user's function and arguments into a :class:`Target`: a set
+of plain callables on NumPy ``float64`` arrays (and, where possible, on
+mpmath numbers). The numerical core (:mod:`polygrad.reference`,
+:mod:`polygrad.check`) only ever sees a :class:`Target`; it never imports a
+framework and branches on capabilities (``Target.evaluate64 is None``,
+``Backend.supports_autodiff``...), never on a backend's name.
+
+Shapes used throughout (``n`` = number of checked input scalars, ``m`` =
+number of output scalars, ``B``/``k`` = batch sizes):
+
+* ``evaluate(X)``: ``X`` is ``(B, n)`` float64 → ``(B, m)`` float64, the
+  function evaluated in the working dtype (rows of ``X`` are rounded to it).
+* ``evaluate64(X)``: the same with inputs and, where possible, parameters
+  promoted to float64.
+* ``vjp(U)``: cotangents ``U`` ``(k, m)`` → ``(k, n)`` = ``U @ J``.
+* ``jvp(V)``: tangents ``V`` ``(k, n)`` → ``(k, m)`` = ``V @ J.T``.
+* ``evaluate_mp(x, dps)``: one point as an object array of mpmath numbers
+  ``(n,)`` → ``(m,)`` object array, evaluated at ``dps`` decimal digits.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InputTypeError, InputValueError, MissingBackendError
+
+__all__ = [
+    "Backend",
+    "Leaf",
+    "Layout",
+    "Supplied",
+    "Target",
+    "BatchFn",
+    "chunked",
+    "dtype_eps",
+    "validate_float_array",
+]
+
+BatchFn = Callable[[np.ndarray], np.ndarray]
+"""A callable mapping a ``(B, a)`` float64 array to a ``(B, b)`` float64 array."""
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One checked input array inside the flat vector ``x``.
+
+    Attributes
+    ----------
+    name : str
+        Human-readable name, e.g. ``"x"`` or ``"arg1['w']"``.
+    shape : tuple of int
+        The array's shape.
+    offset : int
+        Position of its first element in the flat vector.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How checked inputs (or outputs) map onto a flat vector."""
+
+    leaves: tuple[Leaf, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(leaf.size for leaf in self.leaves)
+
+    @classmethod
+    def from_shapes(cls, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Layout:
+        leaves, off = [], 0
+        for name, shape in zip(names, shapes, strict=True):
+            leaf = Leaf(name, tuple(int(s) for s in shape), off)
+            leaves.append(leaf)
+            off += leaf.size
+        return cls(tuple(leaves))
+
+    def name_of(self, flat_index: int) -> str:
+        """Name of the scalar at ``flat_index``, e.g. ``"x[3, 1]"``."""
+        for leaf in self.leaves:
+            if leaf.offset <= flat_index < leaf.offset + leaf.size:
+                if leaf.shape == ():
+                    return leaf.name
+                idx = np.unravel_index(flat_index - leaf.offset, leaf.shape)
+                return f"{leaf.name}[{', '.join(str(int(i)) for i in idx)}]"
+        raise IndexError(flat_index)
+
+    def split(self, flat: np.ndarray) -> list[np.ndarray]:
+        """Split a flat ``(..., n)`` array into arrays of the leaves' shapes."""
+        lead = flat.shape[:-1]
+        return [
+            flat[..., leaf.offset : leaf.offset + leaf.size].reshape(lead + leaf.shape)
+            for leaf in self.leaves
+        ]
+
+
+@dataclass
+class Supplied:
+    """Derivatives supplied by the user (for functions without autodiff).
+
+    Exactly one may be given. Each is called with the function's full
+    argument list (NumPy arrays, in the dtype being checked):
+
+    * ``grad(*args)``: gradient of a scalar function; an array shaped like the
+      checked argument, or a tuple of them when several are checked;
+    * ``jac(*args)``: Jacobian shaped ``out.shape + in.shape`` (tuple for
+      several checked arguments);
+    * ``vjp(cotangent, *args)``: ``uᵀJ``, shaped like the checked argument(s);
+    * ``jvp(tangents, *args)``: ``J v`` shaped like the output; ``tangents`` is
+      a tuple with one array per checked argument.
+    """
+
+    grad: Callable[..., Any] | None = None
+    jac: Callable[..., Any] | None = None
+    vjp: Callable[..., Any] | None = None
+    jvp: Callable[..., Any] | None = None
+
+    def given(self) -> list[str]:
+        return [k for k in ("grad", "jac", "vjp", "jvp") if getattr(self, k) is not None]
+
+
+@dataclass
+class Target:
+    """A function reduced to flat float64 NumPy callables for the numerical core.
+
+    Attributes
+    ----------
+    x0 : ndarray, shape (n,), float64
+        The checked inputs, flattened; exactly the user's working-dtype values.
+    y0 : ndarray, shape (m,), float64
+        The output at ``x0`` evaluated in the working dtype.
+    working_dtype : str
+        Name of the user's floating dtype (``"float32"``, ``"bfloat16"``...).
+    eps : float
+        Machine epsilon of the working dtype (spacing of numbers near 1).
+    evaluate : BatchFn
+        ``(B, n) → (B, m)``, in the working dtype.
+    evaluate64 : BatchFn or None
+        ``(B, n) → (B, m)``, promoted to float64; None when impossible.
+    vjp, vjp64 : BatchFn or None
+        ``(k, m) → (k, n)``: ``U @ J`` in the working dtype / in float64.
+    jvp, jvp64 : BatchFn or None
+        ``(k, n) → (k, m)``: ``V @ J.T`` in the working dtype / in float64.
+    evaluate_mp : callable or None
+        ``(x: object ndarray (n,), dps: int) → object ndarray (m,)`` of
+        mpmath numbers, or None.
+    input_layout, output_layout : Layout
+        Names and shapes of the checked inputs and of the outputs.
+    backend : str
+        Name of the backend that built the target.
+    notes : list of str
+        Facts the report should mention (why float64 or mp is unavailable...).
+    """
+
+    x0: np.ndarray
+    y0: np.ndarray
+    working_dtype: str
+    eps: float
+    evaluate: BatchFn
+    input_layout: Layout
+    output_layout: Layout
+    backend: str
+    evaluate64: BatchFn | None = None
+    vjp: BatchFn | None = None
+    vjp64: BatchFn | None = None
+    jvp: BatchFn | None = None
+    jvp64: BatchFn | None = None
+    evaluate_mp: Callable[[np.ndarray, int], np.ndarray] | None = None
+    notes: list[str] = field(default_factory=list)
+    mp_unavailable_reason: str | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.x0.size)
+
+    @property
+    def m(self) -> int:
+        return int(self.y0.size)
+
+
+def dtype_eps(dtype: Any) -> float:
+    """Machine epsilon of a NumPy (or ml_dtypes) floating dtype."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        dt = np.dtype(dt.char.lower()) if dt.char in "FDG" else np.dtype("float64")
+    try:
+        return float(np.finfo(dt).eps)
+    except ValueError:
+        import ml_dtypes  # bfloat16 and friends come from ml_dtypes
+
+        return float(ml_dtypes.finfo(dt).eps)
+
+
+def validate_float_array(a: np.ndarray, name: str) -> None:
+    """Raise a clear error for integer, bool, complex, non-numeric or non-finite input.
+
+    Raises
+    ------
+    InputTypeError
+        ``a`` is integer, bool, complex or not numeric.
+    InputValueError
+        ``a`` contains NaN or Inf.
+    """
+    kind = a.dtype.kind
+    if kind == "b":
+        raise InputTypeError(
+            f"{name} has dtype bool; gradients are defined only for floating inputs. "
+            "Leave it out of argnums, or cast it to a float dtype."
+        )
+    if kind in "iu":
+        raise InputTypeError(
+            f"{name} has integer dtype {a.dtype}; gradients are defined only for floating "
+            "inputs. Cast it (e.g. x.astype(np.float32)), or leave it out of argnums."
+        )
+    if kind == "c":
+        raise InputTypeError(f"{name} is complex ({a.dtype}); complex inputs are not supported yet.")
+    if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
+    if a.size and not np.all(np.isfinite(a.astype(np.float64))):
+        bad = np.argwhere(~np.isfinite(a.astype(np.float64)))[:3].tolist()
+        raise InputValueError(
+            f"{name} contains NaN or Inf (first at index {bad}); a derivative at a "
+            "non-finite point cannot be checked."
+        )
+
+
+def chunked(fn: BatchFn, X: np.ndarray, max_rows: int) -> np.ndarray:
+    """Apply a batch function to ``X`` in chunks of at most ``max_rows`` rows."""
+    if X.shape[0] <= max_rows:
+        return fn(X)
+    return np.concatenate([fn(X[i : i + max_rows]) for i in range(0, X.shape[0], max_rows)])
+
+
+class Backend(ABC):
+    """A framework seen by polygrad.
+
+    Subclasses set the capability flags and implement :meth:`owns`,
+    :meth:`to_numpy` and :meth:`make_target`. A backend module must not
+    import its framework at module import time; it imports it when a
+    backend instance is created.
+
+    Attributes
+    ----------
+    name : str
+        Short name used with ``backend=`` (``"numpy"``, ``"torch"``...).
+    extra : str
+        The pip extra that installs the framework (``polygrad[torch]``).
+    supports_autodiff, supports_float64, supports_vmap, arbitrary_precision : bool
+        Capability flags the core branches on.
+    """
+
+    name: ClassVar[str]
+    module: ClassVar[str] = ""
+    extra: ClassVar[str] = ""
+    supports_autodiff: ClassVar[bool] = False
+    supports_float64: ClassVar[bool] = True
+    supports_vmap: ClassVar[bool] = False
+    arbitrary_precision: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        if self.module:
+            try:
+                importlib.import_module(self.module)
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise MissingBackendError(
+                    f"the {self.name} backend needs {self.module!r}, which is not installed; "
+                    f"install it with: pip install 'polygrad[{self.extra}]'"
+                ) from exc
+
+    @classmethod
+    def is_installed(cls) -> bool:
+        """Whether the framework can be imported (without importing it)."""
+        if not cls.module:
+            return True
+        return importlib.util.find_spec(cls.module) is not None
+
+    @classmethod
+    def is_loaded(cls) -> bool:
+        """Whether the framework is already imported by the user's program."""
+        return not cls.module or cls.module in sys.modules
+
+    @classmethod
+    @abstractmethod
+    def owns(cls, x: Any) -> bool:
+        """Whether ``x`` is an array of this framework. Must not import the framework."""
+
+    @abstractmethod
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """Convert an array of this framework to NumPy (a copy, on the host)."""
+
+    @abstractmethod
+    def make_target(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        supplied: Supplied,
+        batch_size: int,
+        wrt: str = "inputs",
+    ) -> Target:
+        """Build the :class:`Target` of ``f`` at ``args``.
+
+        Parameters
+        ----------
+        f : callable
+            The user's function (or model).
+        args : tuple
+            Its arguments; pytrees (tuple/list/dict) of this framework's arrays.
+        argnums : tuple of int
+            The arguments checked when ``wrt == "inputs"``.
+        supplied : Supplied
+            User-supplied derivatives (only for backends without autodiff).
+        batch_size : int
+            Largest number of points to evaluate in one batched call.
+        wrt : {"inputs", "parameters"}
+            Check with respect to ``args[argnums]`` or to the trainable
+            parameters of ``f`` (a model, or a function closing over them).
+
+        Raises
+        ------
+        InputTypeError, InputValueError, InputMutationError, ShapeMismatchError
+            Bad input, described in the message.
+        """
+
+    def gradient_function(
+        self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
+    ) -> Callable[..., Any]:
+        """A function of the same arguments that returns the gradient of ``f``.
+
+        Used by ``check(order=2)``: the returned function (written in this
+        framework, differentiable again) is checked like any other. For a
+        non-scalar ``f`` it returns the VJP with a fixed pseudo-random
+        cotangent. Backends without autodiff raise ``NotImplementedError``.
+        """
+        raise NotImplementedError(f"order=2 needs autodiff; the {self.name} backend has none")
+
+    def version(self) -> str:
+        """Version string of the framework."""
+        if not self.module:
+            return np.__version__
+        mod = sys.modules[self.module]
+        return str(getattr(mod, "__version__", "?"))

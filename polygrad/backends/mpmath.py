@@ -1,0 +1,187 @@
+"""Run plain NumPy code on mpmath numbers at a chosen precision.
+
+NumPy applies a ufunc to an object array by calling the method of the same
+name on each element (``np.exp(a)`` calls ``a[i].exp()``). A private
+``mpmath.MPContext`` (so the user's global ``mpmath.mp`` is untouched) gets a
+number type with those methods, so ``np.exp``, ``np.sum``, ``@``,
+broadcasting, indexing, ``np.where`` and ``np.maximum`` run unchanged on
+object arrays of high-precision numbers.
+
+What cannot run this way (the function then falls back to a float64
+reference, and the report says why):
+
+* anything that converts to a machine float: ``astype(np.float32)``,
+  ``float(x)``, ``np.asarray(x, dtype=float)``, writing into a preallocated
+  float array (``out = np.empty(n); out[:] = ...``);
+* compiled routines: ``np.linalg``, ``np.fft``, SciPy, Numba, C extensions;
+* ufuncs NumPy has no object loop for: ``np.logaddexp``, ``np.copysign``,
+  ``np.isfinite``/``np.isnan``, ``np.heaviside``, ``np.float_power``,
+  ``np.spacing``, ``np.nextafter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MP_UFUNC_METHODS", "make_context", "mp_array", "mp_evaluator", "MpmathBackend"]
+
+# ufunc name -> mpmath function name (unary unless listed in _BINARY)
+MP_UFUNC_METHODS: dict[str, str] = {
+    "exp": "exp",
+    "exp2": "_exp2",
+    "expm1": "expm1",
+    "log": "log",
+    "log2": "_log2",
+    "log10": "log10",
+    "log1p": "log1p",
+    "sqrt": "sqrt",
+    "cbrt": "cbrt",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "arcsin": "asin",
+    "arccos": "acos",
+    "arctan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
+    "rint": "nint",
+    "fabs": "fabs",
+    "deg2rad": "radians",
+    "rad2deg": "degrees",
+    "radians": "radians",
+    "degrees": "degrees",
+    "arctan2": "atan2",
+    "hypot": "hypot",
+    "fmod": "fmod",
+    "conjugate": "conj",
+}
+_BINARY = {"arctan2", "hypot", "fmod"}
+
+
+def make_context(dps: int) -> Any:
+    """A private ``mpmath.MPContext`` at ``dps`` digits whose numbers answer NumPy's ufuncs."""
+    import mpmath
+
+    ctx = mpmath.MPContext()
+    ctx.dps = dps
+
+    def _exp2(x: Any) -> Any:
+        return ctx.power(2, x)
+
+    def _log2(x: Any) -> Any:
+        return ctx.log(x, 2)
+
+    def _fmod(x: Any, y: Any) -> Any:
+        return x - y * ctx.floor(x / y) if x * y >= 0 else x - y * ctx.ceil(x / y)
+
+    extra = {"_exp2": _exp2, "_log2": _log2, "fmod": _fmod}
+    for ufunc_name, fname in MP_UFUNC_METHODS.items():
+        impl = extra.get(fname) or getattr(ctx, fname)
+        if ufunc_name in _BINARY:
+            setattr(ctx.mpf, ufunc_name, (lambda g: lambda self, other: g(self, other))(impl))
+        else:
+            setattr(ctx.mpf, ufunc_name, (lambda g: lambda self: g(self))(impl))
+    ctx.mpf.__trunc__ = lambda self: int(self)
+    return ctx
+
+
+def mp_array(ctx: Any, values: np.ndarray) -> np.ndarray:
+    """Object array of ``ctx.mpf`` holding ``values`` exactly (floats convert exactly)."""
+    flat = [ctx.mpf(float(v)) if not isinstance(v, ctx.mpf) else v for v in values.ravel()]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(values.shape)
+
+
+def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
+    """Flatten a function's output to an object array; raise if precision was lost."""
+    from .._pytree import flatten
+
+    leaves, _, _ = flatten(out)
+    parts = []
+    for leaf in leaves:
+        arr = np.asarray(leaf, dtype=object) if not isinstance(leaf, np.ndarray) else leaf
+        if arr.dtype != object:
+            raise TypeError(
+                f"the function returned a {arr.dtype} array on mpmath input: it converts to "
+                "machine floats somewhere (astype, float(), a preallocated float array...)"
+            )
+        for v in arr.ravel():
+            if not isinstance(v, ctx.mpf):
+                if isinstance(v, (int, np.integer)) or (
+                    hasattr(v, "is_integer") and not isinstance(v, float)
+                ):
+                    continue
+                raise TypeError(
+                    f"the function produced a {type(v).__name__} value on mpmath input "
+                    "(a conversion to machine precision)"
+                )
+        parts.append(arr.ravel())
+    return np.concatenate(parts) if parts else np.empty(0, dtype=object)
+
+
+def mp_evaluator(
+    call: Callable[[list[np.ndarray]], Any],
+    shapes: list[tuple[int, ...]],
+) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Wrap ``call(leaves)`` so that it evaluates on mpmath numbers.
+
+    Parameters
+    ----------
+    call : callable
+        Takes the checked input leaves (object arrays of mpmath numbers, in
+        the given shapes) and returns the function's output.
+    shapes : list of tuple
+        Shapes of the checked leaves.
+
+    Returns
+    -------
+    callable
+        ``(x, dps) -> y``: ``x`` an object array ``(n,)`` of numbers (mpmath
+        or float), ``y`` an object array ``(m,)`` of mpmath numbers.
+    """
+    contexts: dict[int, Any] = {}
+
+    def evaluate(x: np.ndarray, dps: int) -> np.ndarray:
+        ctx = contexts.get(dps)
+        if ctx is None:
+            ctx = contexts[dps] = make_context(dps)
+        flat = np.empty(x.size, dtype=object)
+        flat[:] = [v if isinstance(v, ctx.mpf) else ctx.mpf(v) for v in x.ravel()]
+        leaves, off = [], 0
+        for shape in shapes:
+            size = int(np.prod(shape, dtype=np.int64))
+            leaf = flat[off : off + size].reshape(shape)
+            leaves.append(leaf if shape != () else leaf.reshape(()))
+            off += size
+        with np.errstate(all="ignore"):
+            out = call(leaves)
+        return _collect_mp_outputs(ctx, out)
+
+    return evaluate
+
+
+def mp_to_float(values: np.ndarray) -> np.ndarray:
+    """Round an object array of mpmath numbers to float64."""
+    return np.array([float(v) for v in values.ravel()], dtype=np.float64).reshape(values.shape)
+
+
+class MpmathBackend:
+    """Capability record of the mpmath evaluator (used by the NumPy backend).
+
+    ``arbitrary_precision`` is its defining flag: functions written against
+    NumPy run on it unchanged, which gives references far beyond float64.
+    """
+
+    name = "mpmath"
+    supports_autodiff = False
+    supports_float64 = True
+    supports_vmap = False
+    arbitrary_precision = True
