@@ -16,8 +16,9 @@ number of output scalars, ``B``/``k`` = batch sizes):
   promoted to float64.
 * ``vjp(U)``: cotangents ``U`` ``(k, m)`` → ``(k, n)`` = ``U @ J``.
 * ``jvp(V)``: tangents ``V`` ``(k, n)`` → ``(k, m)`` = ``V @ J.T``.
-* ``evaluate_mp(x, dps)``: one point as an object array of mpmath numbers
-  ``(n,)`` → ``(m,)`` object array, evaluated at ``dps`` decimal digits.
+* ``evaluate_mp(x0, dx, dps)``: the function at the one point ``x0 + dx``
+  (float64 ``(n,)`` each; the sum is formed exactly) evaluated on mpmath
+  numbers at ``dps`` decimal digits → ``(m,)`` object array.
 """
 
 from __future__ import annotations
@@ -159,8 +160,8 @@ class Target:
     jvp, jvp64 : BatchFn or None
         ``(k, n) → (k, m)``: ``V @ J.T`` in the working dtype / in float64.
     evaluate_mp : callable or None
-        ``(x: object ndarray (n,), dps: int) → object ndarray (m,)`` of
-        mpmath numbers, or None.
+        ``(x0: ndarray (n,), dx: ndarray (n,), dps: int) → object ndarray (m,)``
+        of mpmath numbers: the function at ``x0 + dx``, or None.
     input_layout, output_layout : Layout
         Names and shapes of the checked inputs and of the outputs.
     backend : str
@@ -182,7 +183,7 @@ class Target:
     vjp64: BatchFn | None = None
     jvp: BatchFn | None = None
     jvp64: BatchFn | None = None
-    evaluate_mp: Callable[[np.ndarray, int], np.ndarray] | None = None
+    evaluate_mp: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
     mp_unavailable_reason: str | None = None
 

@@ -144,17 +144,18 @@ def mp_evaluator(
     Returns
     -------
     callable
-        ``(x, dps) -> y``: ``x`` an object array ``(n,)`` of numbers (mpmath
-        or float), ``y`` an object array ``(m,)`` of mpmath numbers.
+        ``(x0, dx, dps) -> y``: the function at ``x0 + dx`` (both float64
+        arrays ``(n,)``; the sum is formed exactly at ``dps`` digits), ``y`` an
+        object array ``(m,)`` of mpmath numbers.
     """
     contexts: dict[int, Any] = {}
 
-    def evaluate(x: np.ndarray, dps: int) -> np.ndarray:
+    def evaluate(x0: np.ndarray, dx: np.ndarray, dps: int) -> np.ndarray:
         ctx = contexts.get(dps)
         if ctx is None:
             ctx = contexts[dps] = make_context(dps)
-        flat = np.empty(x.size, dtype=object)
-        flat[:] = [v if isinstance(v, ctx.mpf) else ctx.mpf(v) for v in x.ravel()]
+        flat = np.empty(x0.size, dtype=object)
+        flat[:] = [ctx.mpf(float(a)) + ctx.mpf(float(b)) for a, b in zip(x0.ravel(), dx.ravel())]
         leaves, off = [], 0
         for shape in shapes:
             size = int(np.prod(shape, dtype=np.int64))

@@ -310,7 +310,7 @@ class NumpyBackend(Backend):
         mp_reason = None
         try:
             evaluate_mp = mp_evaluator(lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves])
-            y_mp = evaluate_mp(pf.x0.astype(object), 30)
+            y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
             if y_mp.size != m:
                 raise TypeError("the output size changed on mpmath input")
         except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference

@@ -1,0 +1,43 @@
+"""polygrad: is this autodiff gradient right, or is the disagreement only round-off?
+
+Public API::
+
+    import polygrad as pg
+    report = pg.check(f, *args, argnums=0, **options)
+    report.ok, report.verdict, print(report), report.to_dict()
+    pg.assert_gradients(f, *args, **options)   # raises pg.GradientCheckError
+
+No ML framework is imported by ``import polygrad``; a backend is chosen from
+the arrays passed to :func:`check` and its framework imported only then.
+"""
+
+from .check import assert_gradients, check
+from .errors import (
+    GradientCheckError,
+    InputMutationError,
+    InputTypeError,
+    InputValueError,
+    MissingBackendError,
+    NondeterministicFunctionError,
+    PolygradError,
+    ShapeMismatchError,
+)
+from .report import Report, Verdict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GradientCheckError",
+    "InputMutationError",
+    "InputTypeError",
+    "InputValueError",
+    "MissingBackendError",
+    "NondeterministicFunctionError",
+    "PolygradError",
+    "Report",
+    "ShapeMismatchError",
+    "Verdict",
+    "__version__",
+    "assert_gradients",
+    "check",
+]

@@ -1,0 +1,584 @@
+"""The JAX backend: autodiff through ``jax.vjp``/``jax.jvp``, batched with ``jax.vmap``.
+
+JAX is imported only when a :class:`JaxBackend` is created. float64 work runs
+inside the ``jax.enable_x64`` context manager, so the user's global
+``jax_enable_x64`` setting is never changed; working-dtype work runs under the
+user's own setting, exactly as their code runs.
+
+Promotion to float64 is tried in two ways:
+
+1. call ``f`` on float64 inputs (and float64 copies of the arguments that are
+   not checked); JAX's type promotion usually lifts float32 constants the
+   function closes over;
+2. when ``f`` still returns a narrow float (it casts explicitly, or uses
+   ``preferred_element_type``), re-execute its jaxpr with every floating
+   constant, literal and dtype parameter promoted to float64. Custom
+   derivative rules (``jax.custom_jvp``/``custom_vjp``) cannot be promoted this
+   way, so float64 autodiff is then unavailable and the report says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputTypeError
+from .base import Backend, Layout, Supplied, Target, chunked, dtype_eps, validate_float_array
+from .numpy import as_float_output, output_layout
+
+__all__ = ["JaxBackend"]
+
+MP_UNAVAILABLE = (
+    "re-executing a JAX function on mpmath numbers (through its jaxpr) is not implemented yet"
+)
+# Primitives whose sub-jaxpr is simply called: the promoter inlines them.
+_CALL_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"}
+_CUSTOM_PRIMITIVES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"}
+# Rows per vmapped call (see _Batched): bounded so that padding a small request stays cheap.
+_MAX_ROWS = 128
+
+
+class _CannotPromote(Exception):
+    """The jaxpr contains something the float64 promoter does not handle."""
+
+
+def _x64() -> contextlib.AbstractContextManager[Any]:
+    import jax
+
+    return jax.enable_x64(True)
+
+
+def _is_narrow_float(dtype: Any) -> bool:
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(dtype, jnp.floating)) and np.dtype(dtype).itemsize < 8
+
+
+def _promote_value(v: Any) -> Any:
+    """A float64 copy of a narrow floating array/scalar; anything else unchanged."""
+    import jax.numpy as jnp
+
+    dtype = getattr(v, "dtype", None)
+    if dtype is None and isinstance(v, float):
+        return jnp.asarray(v, dtype=jnp.float64)
+    if dtype is not None and _is_narrow_float(dtype):
+        return jnp.asarray(v, dtype=jnp.float64)
+    return v
+
+
+def _promote_arg(v: Any) -> Any:
+    """Promote a non-checked argument leaf: floating arrays become float64, the rest stays."""
+    dtype = getattr(v, "dtype", None)
+    return _promote_value(v) if dtype is not None else v
+
+
+class _Promoter:
+    """Evaluate a closed jaxpr with every floating type promoted to float64.
+
+    Attributes
+    ----------
+    dropped_rules : list of str
+        Names of custom-derivative primitives whose primal was inlined (their
+        rule is lost, so the promoted function must not be differentiated).
+    """
+
+    def __init__(self) -> None:
+        self.dropped_rules: list[str] = []
+
+    def run(self, closed: Any, *args: Any) -> list[Any]:
+        from jax.extend.core import ClosedJaxpr, DropVar, Literal
+
+        if not isinstance(closed, ClosedJaxpr):  # an open jaxpr (remat)
+            closed = ClosedJaxpr(closed, [])
+        jaxpr = closed.jaxpr
+        env: dict[Any, Any] = {}
+
+        def read(v: Any) -> Any:
+            return _promote_value(v.val) if isinstance(v, Literal) else env[v]
+
+        for var, const in zip(jaxpr.constvars, closed.consts, strict=True):
+            env[var] = _promote_value(const)
+        for var, arg in zip(jaxpr.invars, args, strict=True):
+            env[var] = arg
+        for eqn in jaxpr.eqns:
+            invals = [read(v) for v in eqn.invars]
+            name = eqn.primitive.name
+            if name in _CALL_PRIMITIVES or name in _CUSTOM_PRIMITIVES:
+                sub = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+                if name in _CUSTOM_PRIMITIVES:
+                    info = getattr(getattr(sub, "jaxpr", sub), "debug_info", None)
+                    self.dropped_rules.append(str(getattr(info, "func_name", None) or name))
+                outs = self.run(sub, *invals)
+            else:
+                params = {k: self._param(v) for k, v in eqn.params.items()}
+                outs = eqn.primitive.bind(*invals, **params)
+                if not eqn.primitive.multiple_results:
+                    outs = [outs]
+            for var, out in zip(eqn.outvars, outs, strict=True):
+                if not isinstance(var, DropVar):
+                    env[var] = out
+        return [read(v) for v in jaxpr.outvars]
+
+    def _param(self, v: Any) -> Any:
+        import jax
+        from jax.extend.core import ClosedJaxpr, Jaxpr
+
+        if isinstance(v, Jaxpr):
+            raise _CannotPromote("an open sub-jaxpr")
+        if isinstance(v, ClosedJaxpr):
+            avals = [
+                jax.ShapeDtypeStruct(a.shape, np.float64 if _is_narrow_float(a.dtype) else a.dtype)
+                for a in v.in_avals
+            ]
+            return jax.make_jaxpr(lambda *a: self.run(v, *a))(*avals)
+        if isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
+            return tuple(self._param(e) for e in v)
+        if isinstance(v, np.dtype) and _is_narrow_float(v):
+            return np.dtype(np.float64)
+        return v
+
+
+class _FlatFunction:
+    """``f`` seen as a function of the list of its checked leaves.
+
+    Parameters
+    ----------
+    f : callable
+        The user's JAX function.
+    args : tuple
+        Its arguments; pytrees (any JAX pytree) of arrays and Python values.
+    argnums : tuple of int
+        The checked arguments.
+
+    Raises
+    ------
+    InputTypeError, InputValueError
+        A checked leaf is not a finite floating array.
+    """
+
+    def __init__(self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]):
+        import jax
+        import jax.numpy as jnp
+
+        self.f, self.args, self.argnums = f, args, argnums
+        self.treedefs: dict[int, Any] = {}
+        self.leaves: list[Any] = []
+        names: list[str] = []
+        for i in argnums:
+            if not -len(args) <= i < len(args):
+                raise InputTypeError(f"argnums contains {i}, but f was given {len(args)} arguments")
+            with_path, td = jax.tree_util.tree_flatten_with_path(args[i])
+            self.treedefs[i] = td
+            for path, leaf in with_path:
+                key = jax.tree_util.keystr(path)
+                name = f"arg{i}{key}" if len(argnums) > 1 or key else "x"
+                validate_float_array(np.asarray(leaf), name)
+                self.leaves.append(leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf))
+                names.append(name)
+        self.layout = Layout.from_shapes(names, [tuple(a.shape) for a in self.leaves])
+        self.dtypes = [np.dtype(a.dtype) for a in self.leaves]
+        host = [np.asarray(a).astype(np.float64).ravel() for a in self.leaves]
+        self.x0 = np.concatenate(host) if host else np.empty(0)
+        self.device = next(
+            (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
+        )
+
+    def __call__(self, *leaves: Any, args: Sequence[Any] | None = None) -> list[Any]:
+        """Output leaves of ``f`` with the checked leaves replaced by ``leaves``."""
+        import jax
+        import jax.numpy as jnp
+
+        full = list(self.args if args is None else args)
+        off = 0
+        for i in self.argnums:
+            td = self.treedefs[i]
+            full[i] = td.unflatten(list(leaves[off : off + td.num_leaves]))
+            off += td.num_leaves
+        return [jnp.asarray(o) for o in jax.tree_util.tree_leaves(self.f(*full))]
+
+    def promoted_args(self) -> list[Any]:
+        """The arguments with every floating array promoted to float64 (call under x64)."""
+        import jax
+
+        return [jax.tree_util.tree_map(_promote_arg, a) for a in self.args]
+
+    def to_leaves(self, X: np.ndarray, dtypes: Sequence[Any]) -> list[Any]:
+        """Rows ``(B, n)`` → one device array ``(B, *shape)`` per checked leaf, in ``dtypes``."""
+        import jax
+
+        return [
+            jax.device_put(np.ascontiguousarray(part).astype(dt), self.device)
+            for part, dt in zip(self.layout.split(X), dtypes, strict=True)
+        ]
+
+
+def _rows(arrays: Sequence[Any], B: int) -> np.ndarray:
+    """Batched leaves ``(B, ...)`` → one float64 ``(B, total)`` array."""
+    parts = [np.asarray(a).astype(np.float64).reshape(B, -1) for a in arrays]
+    return np.concatenate(parts, axis=1) if parts else np.empty((B, 0))
+
+
+class _Batched:
+    """A batch function with a one-row-at-a-time fallback when ``vmap`` fails.
+
+    Parameters
+    ----------
+    batch : callable
+        ``(B, a) → (B, b)`` float64, vmapped.
+    row : callable
+        The same for one row ``(a,) → (b,)``, without vmap.
+    batch_size : int
+        Most rows per batched call. Every call runs exactly
+        ``min(batch_size, _MAX_ROWS)`` rows (the last chunk is padded): XLA
+        may round differently for different batch shapes, and a point's value
+        must not depend on which points share its batch. It also means one
+        compilation per callable.
+    ctx : callable
+        Returns the context manager the calls run in (x64 or nothing).
+    notes : list of str
+        Gets a note the first time the fallback is taken.
+    """
+
+    def __init__(
+        self,
+        batch: Callable[[np.ndarray], np.ndarray],
+        row: Callable[[np.ndarray], np.ndarray],
+        batch_size: int,
+        ctx: Callable[[], contextlib.AbstractContextManager[Any]],
+        notes: list[str],
+        what: str,
+    ):
+        self.batch, self.row = batch, row
+        self.batch_size = max(1, min(int(batch_size), _MAX_ROWS))
+        self.ctx, self.notes, self.what = ctx, notes, what
+        self.vmap_ok = True
+
+    def _padded(self, X: np.ndarray) -> np.ndarray:
+        """Run exactly ``batch_size`` rows (repeating the last), so results never depend on B."""
+        B = X.shape[0]
+        last = X[-1:] if B else np.zeros((1, X.shape[1]))
+        X = np.concatenate([X, np.repeat(last, self.batch_size - B, axis=0)])
+        return self.batch(X)[:B]
+
+    def __call__(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float64)
+        with self.ctx():
+            if self.vmap_ok:
+                try:
+                    return chunked(self._padded, X, self.batch_size)
+                except Exception as exc:  # noqa: BLE001 - any vmap failure: go row by row
+                    self.vmap_ok = False
+                    self.notes.append(
+                        f"jax.vmap failed for the {self.what} ({type(exc).__name__}); it was "
+                        "computed one row at a time"
+                    )
+            return np.stack([self.row(x) for x in X])
+
+
+class _Derivatives:
+    """Batched evaluate/VJP/JVP of ``g`` at fixed primal leaves, in one precision."""
+
+    def __init__(
+        self,
+        g: Callable[..., list[Any]],
+        flat: _FlatFunction,
+        dtypes: Sequence[Any],
+        batch_size: int,
+        ctx: Callable[[], contextlib.AbstractContextManager[Any]],
+        notes: list[str],
+        label: str,
+    ):
+        import jax
+
+        self.g, self.flat, self.dtypes = g, flat, list(dtypes)
+        with ctx():
+            self.primals = [p[0] for p in flat.to_leaves(flat.x0[None], self.dtypes)]
+            # a concrete call, not eval_shape: f may be untraceable (then vmap falls back)
+            self.cot_specs = [(o.shape, o.dtype) for o in self._float_g(*self.primals)]
+        self._eval_jit = jax.jit(jax.vmap(g))
+        self._vjp_jit = jax.jit(self._vjp_batch)
+        self._jvp_jit = jax.jit(self._jvp_batch)
+
+        def make(batch: Callable, row: Callable, what: str) -> _Batched:
+            return _Batched(batch, row, batch_size, ctx, notes, f"{what} ({label})")
+
+        self.evaluate = make(self._evaluate, self._evaluate_row, "evaluation")
+        self.vjp = make(self._vjp, self._vjp_row, "VJP")
+        self.jvp = make(self._jvp, self._jvp_row, "JVP")
+
+    # -- helpers -----------------------------------------------------------------
+    def _float_g(self, *leaves: Any) -> list[Any]:
+        """``g`` with integer outputs cast to float, so every output has a cotangent."""
+        import jax.numpy as jnp
+
+        return [
+            o if jnp.issubdtype(o.dtype, jnp.inexact) else o.astype(self.dtypes[0])
+            for o in self.g(*leaves)
+        ]
+
+    def _cotangents(self, U: np.ndarray) -> list[Any]:
+        import jax
+
+        specs = self.cot_specs
+        layout = Layout.from_shapes([str(i) for i in range(len(specs))], [s for s, _ in specs])
+        return [
+            jax.device_put(np.ascontiguousarray(u).astype(dt), self.flat.device)
+            for u, (_, dt) in zip(layout.split(U), specs, strict=True)
+        ]
+
+    def _vjp_batch(self, primals: list[Any], cots: list[Any]) -> Any:
+        import jax
+
+        _, pull = jax.vjp(self._float_g, *primals)
+        return jax.vmap(pull)(cots)
+
+    def _jvp_batch(self, primals: list[Any], tangents: list[Any]) -> Any:
+        import jax
+
+        def one(*t: Any) -> list[Any]:
+            return jax.jvp(self._float_g, tuple(primals), tuple(t))[1]
+
+        return jax.vmap(one)(*tangents)
+
+    # -- batched (vmap) and single-row versions -------------------------------------
+    def _evaluate(self, X: np.ndarray) -> np.ndarray:
+        return _rows(self._eval_jit(*self.flat.to_leaves(X, self.dtypes)), X.shape[0])
+
+    def _evaluate_row(self, x: np.ndarray) -> np.ndarray:
+        leaves = [a[0] for a in self.flat.to_leaves(x[None], self.dtypes)]
+        return _rows([o[None] for o in self.g(*leaves)], 1)[0]
+
+    def _vjp(self, U: np.ndarray) -> np.ndarray:
+        return _rows(self._vjp_jit(self.primals, self._cotangents(U)), U.shape[0])
+
+    def _vjp_row(self, u: np.ndarray) -> np.ndarray:
+        import jax
+
+        _, pull = jax.vjp(self._float_g, *self.primals)
+        cots = [c[0] for c in self._cotangents(u[None])]
+        return _rows([c[None] for c in pull(cots)], 1)[0]
+
+    def _jvp(self, V: np.ndarray) -> np.ndarray:
+        tangents = self.flat.to_leaves(V, self.dtypes)
+        return _rows(self._jvp_jit(self.primals, tangents), V.shape[0])
+
+    def _jvp_row(self, v: np.ndarray) -> np.ndarray:
+        import jax
+
+        tangents = tuple(t[0] for t in self.flat.to_leaves(v[None], self.dtypes))
+        out = jax.jvp(self._float_g, tuple(self.primals), tangents)[1]
+        return _rows([o[None] for o in out], 1)[0]
+
+
+class JaxBackend(Backend):
+    """JAX arrays (``jax.Array``); gradients by ``jax.vjp``/``jax.jvp``, batched by ``jax.vmap``."""
+
+    name = "jax"
+    module = "jax"
+    extra = "jax"
+    supports_autodiff = True
+    supports_float64 = True
+    supports_vmap = True
+    arbitrary_precision = False
+
+    @classmethod
+    def owns(cls, x: Any) -> bool:
+        jax = sys.modules.get("jax")
+        return jax is not None and isinstance(x, jax.Array)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A host copy of ``x`` (any device), in its own dtype."""
+        return np.array(x, copy=True)
+
+    def make_target(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        supplied: Supplied,
+        batch_size: int,
+        wrt: str = "inputs",
+    ) -> Target:
+        """Build the :class:`~polygrad.backends.base.Target` of a JAX function.
+
+        Parameters
+        ----------
+        f : callable
+            A JAX function of ``args`` (may be jitted; may use custom rules).
+        args : tuple
+            Its arguments: pytrees of ``jax.Array`` (NumPy arrays and Python
+            floats are converted with ``jnp.asarray`` under the current x64
+            setting) and any non-array values.
+        argnums : tuple of int
+            The checked arguments; their floating leaves are the flat inputs.
+        supplied : Supplied
+            Must be empty: JAX differentiates ``f`` itself.
+        batch_size : int
+            Most rows per vmapped call.
+        wrt : {"inputs"}
+            ``"parameters"`` is rejected: a JAX function has no model object.
+
+        Returns
+        -------
+        Target
+            Callables on float64 NumPy arrays (shapes in :mod:`.base`); the
+            working dtype is the JAX promotion of the checked leaves' dtypes.
+
+        Raises
+        ------
+        ValueError
+            ``wrt="parameters"``, or derivatives were supplied.
+        InputTypeError, InputValueError
+            A checked leaf is integer, bool, complex or non-finite.
+        """
+        import jax.numpy as jnp
+
+        if wrt != "inputs":
+            raise ValueError(
+                "wrt='parameters' needs a model object, and a JAX function has none: pass the "
+                "parameters (a pytree of arrays, e.g. a dict) as an argument of f and select it "
+                "with argnums, e.g. check(loss, params, x, argnums=0)"
+            )
+        if supplied.given():
+            raise ValueError(
+                f"JAX differentiates f itself; {', '.join(supplied.given())}= is only for NumPy "
+                "functions. Wrap a hand-written rule in jax.custom_vjp/custom_jvp to check it."
+            )
+        flat = _FlatFunction(f, args, argnums)
+        with _x64():  # promote as JAX does, without truncating float64 leaves to float32
+            wd = np.dtype(jnp.result_type(*flat.dtypes)) if flat.dtypes else np.dtype(np.float32)
+        is64 = any(np.dtype(d).itemsize >= 8 for d in flat.dtypes)
+
+        def working_ctx() -> contextlib.AbstractContextManager[Any]:
+            return _x64() if is64 else contextlib.nullcontext()
+
+        with working_ctx():
+            _, out_leaves = as_float_output([np.asarray(o) for o in flat(*flat.leaves)])
+        notes: list[str] = []
+        work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
+        y0 = work.evaluate(flat.x0[None])[0]
+        ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
+        if not is64:
+            ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
+        return Target(
+            x0=flat.x0,
+            y0=y0,
+            working_dtype=wd.name,
+            eps=dtype_eps(wd),
+            evaluate=work.evaluate,
+            evaluate64=ev64,
+            vjp=work.vjp,
+            vjp64=vjp64,
+            jvp=work.jvp,
+            jvp64=jvp64,
+            evaluate_mp=None,
+            input_layout=flat.layout,
+            output_layout=output_layout(out_leaves),
+            backend=self.name,
+            notes=notes,
+            mp_unavailable_reason=MP_UNAVAILABLE,
+        )
+
+    def _promote(
+        self, flat: _FlatFunction, wd: np.dtype, batch_size: int, notes: list[str]
+    ) -> tuple[Any, Any, Any]:
+        """float64 evaluate/VJP/JVP, or None where ``f`` cannot be promoted."""
+        import jax
+
+        dtypes64 = [np.float64] * len(flat.dtypes)
+        with _x64():
+            args64 = flat.promoted_args()
+
+            def direct(*leaves: Any) -> list[Any]:
+                return flat(*leaves, args=args64)
+
+            if _all_float64(direct, flat):
+                d = _Derivatives(direct, flat, dtypes64, batch_size, _x64, notes, "float64")
+                return d.evaluate, d.vjp, d.jvp
+        # f keeps a narrow dtype for float64 input: promote its jaxpr instead.
+        try:
+            closed = jax.make_jaxpr(flat)(*flat.leaves)
+            promoter = _Promoter()
+
+            def promoted(*leaves: Any) -> list[Any]:
+                return promoter.run(closed, *leaves)
+
+            with _x64():
+                ok = _all_float64(promoted, flat)
+        except Exception as exc:  # noqa: BLE001 - any failure means: no float64 version
+            ok, why = False, f"{type(exc).__name__}: {exc}"
+        else:
+            why = "it still returns a narrower float"
+        if not ok:
+            notes.append(
+                f"f computes in {wd.name} even for float64 input and its jaxpr could not be "
+                f"promoted ({why}); the reference is computed in the working dtype"
+            )
+            return None, None, None
+        d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64")
+        notes.append(
+            "f casts to a narrower float internally; its jaxpr was re-executed with every "
+            "floating constant and dtype promoted to float64 for the reference"
+        )
+        if promoter.dropped_rules:
+            notes.append(
+                "the custom derivative rules of "
+                + ", ".join(sorted(set(promoter.dropped_rules)))
+                + " cannot be promoted to float64, so autodiff is checked in the working "
+                "dtype only (a wrong rule cannot be told apart from an unstable one)"
+            )
+            return d.evaluate, None, None
+        return d.evaluate, d.vjp, d.jvp
+
+    def gradient_function(
+        self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
+    ) -> Callable[..., Any]:
+        """A JAX function of the same arguments returning the gradient of ``f``.
+
+        For a scalar ``f`` this is ``jax.grad(f, argnums)``; otherwise the VJP
+        with a fixed pseudo-random (seed 0) standard-normal cotangent, cast to
+        the output's dtype at each call. One checked argument gives its
+        gradient; several give a tuple.
+        """
+        import jax
+        import jax.numpy as jnp
+
+        argnums = tuple(argnums)
+        outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
+        which = argnums[0] if len(argnums) == 1 else argnums
+        if len(outs) == 1 and outs[0].shape == ():
+            return jax.grad(f, argnums=which)
+        rng = np.random.default_rng(0)
+        cot_np = [rng.standard_normal(o.shape) for o in outs]
+
+        def vjp_with_fixed_cotangent(*a: Any) -> Any:
+            def of_checked(*checked: Any) -> Any:
+                full = list(a)
+                for i, c in zip(argnums, checked, strict=True):
+                    full[i] = c
+                return f(*full)
+
+            out, pull = jax.vjp(of_checked, *[a[i] for i in argnums])
+            leaves, td = jax.tree_util.tree_flatten(out)
+            cot = [jnp.asarray(c, dtype=o.dtype) for c, o in zip(cot_np, leaves, strict=True)]
+            grads = pull(td.unflatten(cot))
+            return grads[0] if len(argnums) == 1 else grads
+
+        return vjp_with_fixed_cotangent
+
+
+def _all_float64(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:
+    """Whether ``g`` (called under x64 on float64 leaves) returns only float64 floats."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = [jax.device_put(np.asarray(a).astype(np.float64), flat.device) for a in flat.leaves]
+    try:
+        outs = g(*leaves)
+    except Exception:  # noqa: BLE001 - f does not accept float64 input
+        return False
+    return all(o.dtype == np.float64 for o in outs if jnp.issubdtype(o.dtype, jnp.inexact))

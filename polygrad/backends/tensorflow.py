@@ -1,0 +1,675 @@
+"""The TensorFlow 2 / Keras backend: reverse mode through ``tf.GradientTape``.
+
+TensorFlow is imported only when a :class:`TensorflowBackend` is created.
+
+Evaluation
+    Perturbed points are evaluated in batches with ``tf.vectorized_map``
+    (traced once per function in a ``tf.function``), at most ``batch_size``
+    rows per call. When vectorization fails (Python control flow on tensor
+    values, ops without a vectorized rule) or gives values that disagree with
+    a plain call, the points are evaluated one call at a time instead.
+    ``tf.vectorized_map`` turns a per-example Keras model into one call on a
+    stacked batch already, so no separate "stack along the batch axis" path is
+    needed.
+
+Derivatives
+    * VJP: a ``tf.GradientTape`` records one forward pass at the point; the
+      cotangent rows are pulled back with ``tape.gradient(...,
+      output_gradients=u)``, vectorized over rows. (Differentiating *through*
+      a vectorized forward pass would silently bypass ``tf.custom_gradient``
+      rules, which is why the tape is kept outside.)
+    * JVP: ``tf.autodiff.ForwardAccumulator``. TensorFlow's forward mode does
+      not use ``tf.custom_gradient`` rules; for a function that contains one,
+      ``Target.jvp`` is None and the notes say why.
+
+Float64 reference
+    ``evaluate64``/``vjp64``/``jvp64`` call the function with float64 inputs and
+    with every other floating argument (tensors, NumPy arrays, Keras models)
+    promoted to float64. Give a Keras model to polygrad in one of two ways:
+
+    * as the function: ``check(model, x)``;
+    * as an argument of the function: ``check(lambda model, x: loss(model(x)),
+      model, x, argnums=1)``.
+
+    polygrad then promotes a *copy* of the model (rebuilt from its config with
+    a float64 dtype policy, weights cast to float64); the user's model is never
+    modified. A function that closes over float32 variables, tensors or models
+    cannot be promoted: it then has no float64 evaluation
+    (``Target.evaluate64 is None``) and the notes say how to pass the model.
+
+Parameters
+    ``wrt="parameters"`` checks the derivative with respect to the trainable
+    weights of the Keras 3 model given as above (layout names are the weights'
+    paths). The weights are substituted functionally with
+    ``keras.StatelessScope``, so the model is not modified either.
+
+Errors
+    Integer, bool and non-finite inputs raise :class:`InputTypeError` /
+    :class:`InputValueError`; a function that changes a ``tf.Variable`` input or
+    a model's state raises :class:`InputMutationError`; one that returns
+    different values for the same input (dropout with ``training=True``)
+    raises :class:`NondeterministicFunctionError`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._pytree import flatten, tree_map, unflatten
+from ..errors import InputMutationError, NondeterministicFunctionError
+from .base import Backend, BatchFn, Layout, Supplied, Target, chunked, dtype_eps
+from .numpy import PointFunction, check_not_mutated, output_layout
+
+__all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
+
+# (leaves) -> flat output tensors, one per output leaf
+_FlatCall = Callable[[list[Any]], list[Any]]
+
+
+def is_keras_model(x: Any) -> bool:
+    """Whether ``x`` is a Keras 3 or tf-keras layer or model (imports nothing)."""
+    for mod_name in ("keras", "tf_keras"):
+        mod = sys.modules.get(mod_name)
+        layers = getattr(mod, "layers", None) if mod is not None else None
+        if layers is not None and isinstance(x, layers.Layer):
+            return True
+    return False
+
+
+def _is_keras_loss(x: Any) -> bool:
+    for mod_name in ("keras", "tf_keras"):
+        losses = getattr(sys.modules.get(mod_name), "losses", None)
+        if losses is not None and isinstance(x, losses.Loss):
+            return True
+    return False
+
+
+def _is_keras3(model: Any) -> bool:
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(model, keras.layers.Layer)
+
+
+def _promote_config(cfg: Any) -> Any:
+    """Replace every floating ``dtype`` entry of a Keras config by ``"float64"``."""
+    if isinstance(cfg, list):
+        return [_promote_config(c) for c in cfg]
+    if not isinstance(cfg, dict):
+        return cfg
+    out = {}
+    for key, value in cfg.items():
+        if key == "dtype" and _is_float_dtype_spec(value):
+            out[key] = "float64"
+        else:
+            out[key] = _promote_config(value)
+    return out
+
+
+def _is_float_dtype_spec(value: Any) -> bool:
+    if isinstance(value, dict):  # a serialized dtype policy
+        value = value.get("config", {}).get("name", "")
+    if not isinstance(value, str):
+        return False
+    return any(s in value for s in ("float", "bfloat"))
+
+
+def float64_model_copy(model: Any) -> Any:
+    """A float64 copy of a Keras 3 or tf-keras model; ``model`` is left unchanged.
+
+    The copy is rebuilt from ``model.get_config()`` with every floating dtype
+    (policy) replaced by float64, and gets the model's weights cast to float64.
+
+    Raises
+    ------
+    TypeError
+        The model cannot be rebuilt from its config (e.g. a subclassed model
+        without ``get_config``) or the copy does not compute in float64.
+    """
+    try:
+        copy = type(model).from_config(_promote_config(model.get_config()))
+        if not copy.built and getattr(model, "built", False):
+            copy.build(model.input_shape)
+        copy.set_weights([np.asarray(w, dtype=np.float64) for w in model.get_weights()])
+    except Exception as exc:  # noqa: BLE001 - any failure means: cannot be promoted
+        raise TypeError(
+            f"the Keras model {getattr(model, 'name', '?')!r} could not be rebuilt in float64 "
+            f"from its config ({type(exc).__name__}: {exc})"
+        ) from exc
+    bad = [w.name for w in copy.weights if np.asarray(w).dtype != np.float64]
+    if bad:
+        raise TypeError(f"the float64 copy of the model still has non-float64 weights {bad}")
+    return copy
+
+
+class _Program:
+    """The function as batched NumPy callables, in one set of dtypes.
+
+    Parameters
+    ----------
+    call : callable
+        ``list of tensors (one per checked leaf) -> list of 1-D output tensors``.
+    leaves : list of tf.Tensor
+        The checked leaves at the point, in the dtypes to evaluate in.
+    layout : Layout
+        Layout of the checked leaves.
+    out_sizes : list of int
+        Sizes of the output leaves.
+    batch_size : int
+        Largest number of rows per batched call.
+    """
+
+    def __init__(
+        self,
+        tf: Any,
+        call: _FlatCall,
+        leaves: list[Any],
+        layout: Layout,
+        out_sizes: list[int],
+        batch_size: int,
+    ) -> None:
+        self.tf = tf
+        self.call = call
+        self.leaves = leaves
+        self.layout = layout
+        self.out_sizes = out_sizes
+        self.batch_size = max(1, int(batch_size))
+        self.np_dtypes = [np.dtype(leaf.dtype.as_numpy_dtype) for leaf in leaves]
+        self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
+        self._compiled: dict[str, Any] = {}
+
+    # -- helpers --------------------------------------------------------------------------
+    def _parts(self, X: np.ndarray) -> list[Any]:
+        """``(B, n)`` float64 → one ``(B, *shape)`` tensor per leaf, in the leaf's dtype."""
+        return [
+            self.tf.constant(part.astype(dt))
+            for part, dt in zip(self.layout.split(X), self.np_dtypes, strict=True)
+        ]
+
+    def _flat64(self, tensors: Sequence[Any], sources: Sequence[Any]) -> Any:
+        """Concatenate tensors (None → zeros shaped like ``sources``) as flat float64."""
+        tf = self.tf
+        flat = [
+            tf.reshape(tf.cast(tf.zeros_like(s) if t is None else t, tf.float64), [-1])
+            for t, s in zip(tensors, sources, strict=True)
+        ]
+        return tf.concat(flat, 0)
+
+    def _cotangents(self, u: Any, outs: Sequence[Any]) -> list[Any]:
+        parts, off = [], 0
+        for o, size in zip(outs, self.out_sizes, strict=True):
+            parts.append(self.tf.cast(u[off : off + size], o.dtype))
+            off += size
+        return parts
+
+    def _run(
+        self, kind: str, batched: Callable[[Any], Any], rowwise: BatchFn, A: np.ndarray
+    ) -> np.ndarray:
+        """Try the vectorized path once; fall back to row-by-row for good on failure."""
+        if self.vectorized[kind]:
+            try:
+                return chunked(batched, A, self.batch_size)
+            except Exception:  # noqa: BLE001 - pfor cannot convert this function
+                self.vectorized[kind] = False
+        return np.stack([rowwise(a) for a in A]) if len(A) else np.empty((0, 0))
+
+    def _compile(self, kind: str, fn: Callable[..., Any]) -> Any:
+        """``fn`` as a ``tf.function`` traced once for any batch size."""
+        if kind not in self._compiled:
+            tf = self.tf
+            point = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in self.leaves]
+            batch = [tf.TensorSpec([None, *leaf.shape], leaf.dtype) for leaf in self.leaves]
+            cotangents = tf.TensorSpec([None, sum(self.out_sizes)], tf.float64)
+            signature = {"evaluate": [batch], "vjp": [point, cotangents], "jvp": [point, batch]}
+            self._compiled[kind] = tf.function(fn, input_signature=signature[kind])
+        return self._compiled[kind]
+
+    # -- evaluate ---------------------------------------------------------------------------
+    def evaluate_one(self, x: np.ndarray) -> np.ndarray:
+        """One point ``(n,)`` → ``(m,)``, one plain (eager) call."""
+        parts = [p[0] for p in self._parts(x[None, :])]
+        return self._concat64(self.call(parts))
+
+    def _concat64(self, outs: Sequence[Any]) -> np.ndarray:
+        return self.tf.concat([self.tf.cast(o, self.tf.float64) for o in outs], 0).numpy()
+
+    def evaluate(self, X: np.ndarray) -> np.ndarray:
+        tf = self.tf
+        call = self.call
+
+        def vec(parts: list[Any]) -> Any:
+            return tf.vectorized_map(
+                lambda ls: tf.concat([tf.cast(o, tf.float64) for o in call(list(ls))], 0), parts
+            )
+
+        compiled = self._compile("evaluate", vec)
+        return self._run(
+            "evaluate", lambda A: compiled(self._parts(A)).numpy(), self.evaluate_one, X
+        )
+
+    # -- reverse mode -----------------------------------------------------------------------
+    def vjp(self, U: np.ndarray) -> np.ndarray:
+        tf = self.tf
+        call = self.call
+        zero = tf.UnconnectedGradients.ZERO
+
+        def vec(leaves: list[Any], U_t: Any) -> Any:
+            with tf.GradientTape(persistent=True) as tape:
+                for leaf in leaves:
+                    tape.watch(leaf)
+                outs = call(leaves)
+
+            def one(u: Any) -> Any:
+                g = tape.gradient(
+                    outs,
+                    leaves,
+                    output_gradients=self._cotangents(u, outs),
+                    unconnected_gradients=zero,
+                )
+                return self._flat64(g, leaves)
+
+            return tf.vectorized_map(one, U_t)
+
+        compiled = self._compile("vjp", vec)
+        state: dict[str, Any] = {}
+
+        def rowwise(u: np.ndarray) -> np.ndarray:
+            return self.vjp_one(u, state)
+
+        return self._run("vjp", lambda A: compiled(self.leaves, tf.constant(A)).numpy(), rowwise, U)
+
+    def vjp_one(self, u: np.ndarray, state: dict[str, Any] | None = None) -> np.ndarray:
+        """One cotangent ``(m,)`` → ``(n,)``, eagerly; ``state`` keeps the tape between rows."""
+        tf = self.tf
+        state = {} if state is None else state
+        if "tape" not in state:  # one recorded forward pass serves every row
+            with tf.GradientTape(persistent=True) as tape:
+                for leaf in self.leaves:
+                    tape.watch(leaf)
+                state["outs"] = self.call(self.leaves)
+            state["tape"] = tape
+        outs = state["outs"]
+        g = state["tape"].gradient(
+            outs,
+            self.leaves,
+            output_gradients=self._cotangents(tf.constant(u), outs),
+            unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        )
+        return self._flat64(g, self.leaves).numpy()
+
+    # -- forward mode -----------------------------------------------------------------------
+    def _jvp_tensor(self, leaves: list[Any], tangents: list[Any]) -> Any:
+        tf = self.tf
+        with tf.autodiff.ForwardAccumulator(leaves, tangents) as acc:
+            outs = self.call(leaves)
+        return self._flat64(
+            [acc.jvp(o, unconnected_gradients=tf.UnconnectedGradients.ZERO) for o in outs], outs
+        )
+
+    def jvp_one(self, v: np.ndarray) -> np.ndarray:
+        tangents = [p[0] for p in self._parts(v[None, :])]
+        return self._jvp_tensor(self.leaves, tangents).numpy()
+
+    def jvp(self, V: np.ndarray) -> np.ndarray:
+        tf = self.tf
+
+        def vec(leaves: list[Any], parts: list[Any]) -> Any:
+            return tf.vectorized_map(lambda ts: self._jvp_tensor(leaves, list(ts)), parts)
+
+        compiled = self._compile("jvp", vec)
+        return self._run(
+            "jvp", lambda A: compiled(self.leaves, self._parts(A)).numpy(), self.jvp_one, V
+        )
+
+
+class TensorflowBackend(Backend):
+    """TensorFlow tensors and variables; Keras 3 and tf-keras models."""
+
+    name = "tensorflow"
+    module = "tensorflow"
+    extra = "tensorflow"
+    supports_autodiff = True
+    supports_float64 = True
+    supports_vmap = True
+    arbitrary_precision = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tensorflow as tf
+
+        self.tf = tf
+
+    @classmethod
+    def owns(cls, x: Any) -> bool:
+        tf = sys.modules.get("tensorflow")
+        return tf is not None and isinstance(x, (tf.Tensor, tf.Variable))
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        if isinstance(x, (self.tf.Tensor, self.tf.Variable)):
+            return np.array(x.numpy(), copy=True)
+        return np.array(x, copy=True)
+
+    def version(self) -> str:
+        return str(self.tf.__version__)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _flat_outputs(self, out: Any) -> list[Any]:
+        """The output pytree as a list of 1-D tensors."""
+        return [self.tf.reshape(self.tf.convert_to_tensor(o), [-1]) for o in flatten(out)[0]]
+
+    def _promote(self, x: Any, copies: dict[int, Any]) -> Any:
+        """``x`` with floating values promoted to float64 (Keras models: a float64 copy)."""
+        tf = self.tf
+        if is_keras_model(x):
+            if id(x) not in copies:
+                copies[id(x)] = float64_model_copy(x)
+            return copies[id(x)]
+        if _is_keras_loss(x):
+            return type(x).from_config({**x.get_config(), "dtype": "float64"})
+        if isinstance(x, tf.Variable) and x.dtype.is_floating:
+            return tf.Variable(tf.cast(x, tf.float64), trainable=x.trainable)
+        if isinstance(x, tf.Tensor) and x.dtype.is_floating:
+            return tf.cast(x, tf.float64)
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            return x.astype(np.float64)
+        return x
+
+    def _has_custom_gradient(self, call: _FlatCall, leaves: list[Any]) -> bool:
+        """Whether the traced function contains a ``tf.custom_gradient`` (or gradient override)."""
+        tf = self.tf
+        specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
+        try:
+            graph = tf.function(lambda *ls: call(list(ls))).get_concrete_function(*specs).graph
+        except Exception:  # noqa: BLE001 - cannot be traced: cannot tell
+            return False
+        graphs = [graph] + [
+            fn.graph for fn in getattr(graph, "_functions", {}).values() if hasattr(fn, "graph")
+        ]
+        for g in graphs:
+            for op in g.get_operations():
+                if op.type == "IdentityN" and "_gradient_op_type" in op.node_def.attr:
+                    return True
+        return False
+
+    @staticmethod
+    def _models_in(f: Any, args: tuple[Any, ...]) -> list[Any]:
+        found = [f] if is_keras_model(f) else []
+        found += [leaf for leaf in flatten(list(args))[0] if is_keras_model(leaf)]
+        return list({id(m): m for m in found}.values())
+
+    def _check_state(self, models: list[Any], before: list[list[np.ndarray]]) -> None:
+        """Restore and complain if a call changed a model's variables."""
+        for model, old in zip(models, before, strict=True):
+            for var, value in zip(model.weights, old, strict=True):
+                if not np.array_equal(np.asarray(var), value, equal_nan=True):
+                    for v, val in zip(model.weights, old, strict=True):
+                        v.assign(val)
+                    raise InputMutationError(
+                        f"calling the function changed the variable {var.name!r} of the model "
+                        f"{model.name!r} (e.g. BatchNormalization statistics with training=True); "
+                        "a gradient check needs a function without side effects. Call the model "
+                        "with training=False. The model's variables have been restored."
+                    )
+
+    # -- the target ---------------------------------------------------------------------------
+    def make_target(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        supplied: Supplied,
+        batch_size: int,
+        wrt: str = "inputs",
+    ) -> Target:
+        tf = self.tf
+        if supplied.given():
+            raise TypeError(
+                "TensorFlow functions are differentiated with tf.GradientTape; grad=, jac=, "
+                "vjp= and jvp= are for NumPy functions. Use tf.custom_gradient to supply a rule."
+            )
+        if wrt not in ("inputs", "parameters"):
+            raise ValueError(f"wrt must be 'inputs' or 'parameters', got {wrt!r}")
+        notes: list[str] = []
+        models = self._models_in(f, args)
+        if wrt == "inputs":
+            spec = self._input_spec(f, args, argnums)
+        else:
+            spec = self._parameter_spec(f, args, models)
+        layout, originals, is_var, raw, raw64_factory = spec
+        wd = np.dtype(np.result_type(*[a.dtype for a in originals]))
+        eps = dtype_eps(wd)
+        x0 = np.concatenate([a.astype(np.float64).ravel() for a in originals])
+
+        def call(leaves: list[Any]) -> list[Any]:
+            return self._flat_outputs(raw(leaves))
+
+        # Two plain calls at x0: side effects, determinism, output layout.
+        state = [[np.array(w) for w in m.weights] for m in models]
+        first = [
+            tf.Variable(a) if v else tf.constant(a) for a, v in zip(originals, is_var, strict=True)
+        ]
+        out_tree = raw(first)
+        check_not_mutated([np.asarray(v) for v in first], originals)
+        self._check_state(models, state)
+        out_layout = output_layout([np.asarray(o) for o in flatten(out_tree)[0]])
+        leaves = [tf.constant(a) for a in originals]
+        y1 = np.concatenate([np.asarray(o, np.float64) for o in self._flat_outputs(out_tree)])
+        y2 = np.concatenate([np.asarray(o, np.float64) for o in call(leaves)])
+        self._check_state(models, state)
+        scale = float(np.max(np.abs(y1), initial=0.0)) or 1.0
+        if y1.shape != y2.shape or np.max(np.abs(y1 - y2), initial=0.0) > 64 * eps * scale:
+            raise NondeterministicFunctionError(
+                "the function returned different values for the same input (largest change "
+                f"{np.max(np.abs(y1 - y2)):.3g}); a gradient check needs a deterministic "
+                "function. Call Keras models with training=False (dropout and other random "
+                "layers), or fix the randomness inside the function."
+            )
+        out_sizes = [leaf.size for leaf in out_layout.leaves]
+        program = _Program(tf, call, leaves, layout, out_sizes, batch_size)
+        y0 = program.evaluate(x0[None, :])[0]
+        if np.max(np.abs(y0 - y1), initial=0.0) > np.sqrt(eps) * scale:
+            program.vectorized["evaluate"] = False
+            notes.append(
+                "tf.vectorized_map changed the function's values; points are evaluated one "
+                "call at a time"
+            )
+            y0 = y1
+
+        programs: dict[str, _Program | None] = {"": program, "64": program}
+        if wd != np.float64:
+            programs["64"] = self._float64_program(
+                raw64_factory, originals, layout, out_sizes, batch_size, notes
+            )
+        custom = self._has_custom_gradient(call, leaves)
+        if custom:
+            notes.append(
+                "the function uses tf.custom_gradient, which TensorFlow's forward mode "
+                "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked"
+            )
+        fns: dict[str, BatchFn | None] = {}
+        rng = np.random.default_rng(0)
+        for suffix, prog in programs.items():
+            fns["evaluate" + suffix] = prog.evaluate if prog is not None else None
+            fns["vjp" + suffix] = fns["jvp" + suffix] = None
+            if prog is None:
+                continue
+            try:
+                prog.vjp_one(rng.standard_normal(y0.size))
+                fns["vjp" + suffix] = prog.vjp
+            except Exception as exc:  # noqa: BLE001 - reported in the notes
+                notes.append(f"reverse mode failed: {type(exc).__name__}: {_first_line(exc)}")
+            if custom:
+                continue
+            try:
+                prog.jvp_one(rng.standard_normal(x0.size))
+                fns["jvp" + suffix] = prog.jvp
+            except Exception as exc:  # noqa: BLE001 - reported in the notes
+                notes.append(f"forward mode failed: {type(exc).__name__}: {_first_line(exc)}")
+
+        return Target(
+            x0=x0,
+            y0=y0,
+            working_dtype=wd.name,
+            eps=eps,
+            evaluate=program.evaluate,
+            evaluate64=fns["evaluate64"],
+            vjp=fns["vjp"],
+            vjp64=fns["vjp64"],
+            jvp=fns["jvp"],
+            jvp64=fns["jvp64"],
+            evaluate_mp=None,
+            input_layout=layout,
+            output_layout=out_layout,
+            backend=self.name,
+            notes=list(dict.fromkeys(notes)),
+            mp_unavailable_reason="TensorFlow functions cannot be evaluated on mpmath numbers",
+        )
+
+    def _input_spec(self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]):
+        """Layout, values and callables for ``wrt="inputs"``."""
+        tf = self.tf
+        pf = PointFunction(f, args, argnums)  # validates dtypes and finiteness
+        originals = [np.array(self.to_numpy(leaf)) for i in argnums for leaf in flatten(args[i])[0]]
+        is_var = [isinstance(leaf, tf.Variable) for i in argnums for leaf in flatten(args[i])[0]]
+
+        def raw(leaves: list[Any]) -> Any:
+            return f(*pf.args_with(leaves))
+
+        def raw64_factory() -> Callable[[list[Any]], Any]:
+            copies: dict[int, Any] = {}
+            f64 = self._promote(f, copies)
+            args64 = tuple(
+                a if i in argnums else tree_map(lambda x: self._promote(x, copies), a)
+                for i, a in enumerate(args)
+            )
+            pf64 = PointFunction(f64, args64, argnums)
+            return lambda leaves: f64(*pf64.args_with(leaves))
+
+        return pf.layout, originals, is_var, raw, raw64_factory
+
+    def _parameter_spec(self, f: Callable[..., Any], args: tuple[Any, ...], models: list[Any]):
+        """Layout, values and callables for ``wrt="parameters"`` (Keras 3 models)."""
+        if len(models) != 1 or not _is_keras3(models[0]):
+            raise TypeError(
+                "wrt='parameters' needs exactly one Keras 3 model, given as the function "
+                "(check(model, x, wrt='parameters')) or as an argument (check(lambda model, x: "
+                f"loss(model(x)), model, x, wrt='parameters')); found {len(models)} Keras 3 "
+                "model(s)"
+            )
+        import keras
+
+        model = models[0]
+        variables = list(model.trainable_variables)
+        if not variables:
+            raise ValueError(f"the model {model.name!r} has no trainable weights")
+        originals = [np.array(v.numpy()) for v in variables]
+        layout = Layout.from_shapes([v.path for v in variables], [a.shape for a in originals])
+
+        def stateless(fn: Callable[..., Any], fn_args: tuple[Any, ...], vs: list[Any]):
+            def raw(leaves: list[Any]) -> Any:
+                with keras.StatelessScope(state_mapping=list(zip(vs, leaves, strict=True))):
+                    return fn(*fn_args)
+
+            return raw
+
+        def raw64_factory() -> Callable[[list[Any]], Any]:
+            copies: dict[int, Any] = {}
+            f64 = self._promote(f, copies)
+            args64 = tree_map(lambda x: self._promote(x, copies), tuple(args))
+            return stateless(f64, args64, list(copies[id(model)].trainable_variables))
+
+        raw = stateless(f, args, variables)
+        return layout, originals, [False] * len(variables), raw, raw64_factory
+
+    def _float64_program(
+        self,
+        raw64_factory: Callable[[], Callable[[list[Any]], Any]],
+        originals: list[np.ndarray],
+        layout: Layout,
+        out_sizes: list[int],
+        batch_size: int,
+        notes: list[str],
+    ) -> _Program | None:
+        """The float64-promoted program, or None (with a note) when it cannot be had."""
+        tf = self.tf
+        hint = (
+            "; to get a float64 reference, pass float32 tensors, variables or Keras models "
+            "the function closes over as arguments, e.g. check(lambda model, x: "
+            "loss(model(x)), model, x, argnums=1)"
+        )
+        leaves64 = [tf.constant(a.astype(np.float64)) for a in originals]
+        try:
+            raw64 = raw64_factory()
+            outs = self._flat_outputs(raw64(leaves64))
+        except Exception as exc:  # noqa: BLE001 - any failure means: no float64 evaluation
+            notes.append(
+                "the function cannot be evaluated in float64 "
+                f"({type(exc).__name__}: {_first_line(exc)}), so the reference is computed in "
+                "the working dtype" + hint
+            )
+            return None
+        narrow = sorted({o.dtype.name for o in outs if o.dtype != tf.float64})
+        if narrow or [int(o.shape[0]) for o in outs] != out_sizes:
+            notes.append(
+                f"the function returns {', '.join(narrow) or 'other shapes'} for float64 "
+                "input, so it cannot be promoted; the reference is computed in the working "
+                "dtype" + hint
+            )
+            return None
+
+        def call64(leaves: list[Any]) -> list[Any]:
+            return self._flat_outputs(raw64(leaves))
+
+        return _Program(tf, call64, leaves64, layout, out_sizes, batch_size)
+
+    # -- order 2 ------------------------------------------------------------------------------
+    def gradient_function(
+        self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
+    ) -> Callable[..., Any]:
+        """A TF function of the same arguments returning the gradient of ``f``.
+
+        The result is shaped like ``args[argnums[0]]`` (a tuple for several
+        argnums). For a non-scalar ``f`` it is the VJP with a fixed
+        pseudo-random normal cotangent (seed 0). The function is
+        differentiable again (nested ``tf.GradientTape``).
+        """
+        tf = self.tf
+
+        def grad_f(*a: Any) -> Any:
+            treedefs, leaves = [], []
+            for i in argnums:
+                lv, _, td = flatten(a[i])
+                treedefs.append(td)
+                leaves += [tf.convert_to_tensor(leaf) for leaf in lv]
+            new, off = list(a), 0
+            with tf.GradientTape() as tape:
+                for leaf in leaves:
+                    tape.watch(leaf)
+                for i, td in zip(argnums, treedefs, strict=True):
+                    new[i] = unflatten(td, leaves[off : off + td.num_leaves])
+                    off += td.num_leaves
+                outs = self._flat_outputs(f(*new))
+            cots = None
+            if sum(int(o.shape[0]) for o in outs) != 1:
+                rng = np.random.default_rng(0)
+                cots = [tf.constant(rng.standard_normal(o.shape), o.dtype) for o in outs]
+            grads = tape.gradient(
+                outs,
+                leaves,
+                output_gradients=cots,
+                unconnected_gradients=tf.UnconnectedGradients.ZERO,
+            )
+            result, off = [], 0
+            for td in treedefs:
+                result.append(unflatten(td, grads[off : off + td.num_leaves]))
+                off += td.num_leaves
+            return result[0] if len(result) == 1 else tuple(result)
+
+        return grad_f
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,700 @@
+"""The PyTorch backend: ``torch.func`` transforms, batched with ``vmap``.
+
+torch is imported only when a :class:`TorchBackend` is created, never when
+``polygrad`` is imported.
+
+How a user's function is seen
+-----------------------------
+* ``wrt="inputs"``: ``f(*args)`` as a function of the tensors in
+  ``args[argnums]`` (pytrees of tensors are allowed).
+* ``wrt="parameters"``: ``f(*args)`` as a function of the trainable
+  parameters (``requires_grad=True``) of the ``torch.nn.Module`` objects
+  involved: ``f`` itself when it is a module, the module of a bound method
+  such as ``model.loss``, and every module passed as a top-level argument
+  (``check(lambda m, x: loss(m(x)), model, x, wrt="parameters")``). The
+  parameters are substituted with :func:`torch.func.functional_call`, so the
+  model is never modified. With one module, entries are named like
+  ``"conv1.weight[0, 0, 1, 2]"``; with several, a module passed as argument
+  ``i`` is prefixed ``"arg{i}."``.
+
+Evaluation is batched with :func:`torch.func.vmap` in chunks of at most
+``batch_size`` points; a function that vmap cannot batch (data-dependent
+Python control flow, ``.item()``, an ``autograd.Function`` without a vmap
+rule...) is evaluated one point at a time, and the report says so. VJPs use
+:func:`torch.func.vjp` vmapped over the cotangents, falling back to
+:func:`torch.autograd.grad` one row at a time; JVPs use :func:`torch.func.jvp`,
+falling back to ``torch.autograd.forward_ad``, and are left out (with a note)
+when forward mode is not supported.
+
+The float64 reference promotes the checked tensors to float64, and so the
+models (deep copies converted with ``.double()``, the user's model is never
+touched) and the floating tensors among the other arguments. A function that
+closes over float32 tensors cannot be promoted this way; when it does not
+return float64 for float64 input, ``evaluate64`` is None and the notes say
+that the reference is computed in the working dtype. To make such a function
+promotable, pass its model (or tensors) as arguments instead of closing over
+them.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._pytree import flatten, tree_map, unflatten
+from ..errors import InputTypeError, NondeterministicFunctionError
+from .base import Backend, Layout, Supplied, Target, chunked, validate_float_array
+from .numpy import check_not_mutated, output_layout
+
+__all__ = ["TorchBackend"]
+
+MP_UNAVAILABLE = "high-precision (mpmath) evaluation of torch functions is not implemented"
+
+
+def _first_line(exc: BaseException) -> str:
+    """``"TypeName: first sentence of the message"``, at most about 160 characters."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0].split(". ")[0] if lines else ""
+    return f"{type(exc).__name__}: {text[:160]}"
+
+
+def _add_note(notes: list[str], note: str) -> None:
+    if note not in notes:
+        notes.append(note)
+
+
+def _flat_output(torch: Any, out: Any) -> Any:
+    """Concatenate a function's output pytree into one 1-D floating tensor.
+
+    Raises
+    ------
+    InputTypeError
+        An output is not a floating tensor (integer, bool, complex, other object).
+    """
+    leaves, _, _ = flatten(out)
+    tensors = []
+    for leaf in leaves:
+        t = leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf)
+        if not t.is_floating_point():
+            raise InputTypeError(
+                f"the function returned a value of dtype {t.dtype}; a gradient check needs "
+                "floating outputs"
+            )
+        tensors.append(t)
+    if not tensors:
+        raise InputTypeError("the function returned no tensor")
+    dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
+    return torch.cat([t.reshape(-1).to(dtype) for t in tensors])
+
+
+def _to_float64_numpy(torch: Any, t: Any) -> np.ndarray:
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+@functools.lru_cache(maxsize=1)
+def _module_classes(torch: Any) -> tuple[type, type]:
+    """Two small ``nn.Module`` classes, defined once torch is imported."""
+
+    class Holder(torch.nn.Module):
+        """Calls ``fn(*args)``; registers the modules whose parameters are checked."""
+
+        def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], modules: list[Any]):
+            super().__init__()
+            object.__setattr__(self, "_fn", fn)  # not registered: only ``modules`` are
+            object.__setattr__(self, "_args", args)
+            for j, mod in enumerate(modules):
+                self.add_module(f"m{j}", mod)
+
+        def forward(self) -> Any:
+            return self._fn(*self._args)
+
+    class Gradient(torch.nn.Module):
+        """The gradient (or VJP with a fixed cotangent) of ``f`` w.r.t. ``args[argnums]``.
+
+        A module, so that promoting it to float64 (``deepcopy(...).double()``)
+        promotes the model inside it too.
+        """
+
+        def __init__(self, f: Callable[..., Any], argnums: tuple[int, ...], cot: np.ndarray):
+            super().__init__()
+            self.argnums = argnums
+            self.cot = cot
+            owner = getattr(f, "__self__", None)
+            if isinstance(f, torch.nn.Module):
+                self.model = f
+                self.method = None
+            elif isinstance(owner, torch.nn.Module):
+                self.model = owner
+                self.method = f.__func__
+            else:
+                object.__setattr__(self, "plain", f)
+                self.method = None
+
+        def _fn(self) -> Callable[..., Any]:
+            if "model" not in self._modules:
+                return self.plain
+            if self.method is not None:
+                return types.MethodType(self.method, self.model)
+            return self.model
+
+        def forward(self, *args: Any) -> Any:
+            fn, argnums = self._fn(), self.argnums
+
+            def h(*checked: Any) -> Any:
+                new = list(args)
+                for i, c in zip(argnums, checked, strict=True):
+                    new[i] = c
+                return _flat_output(torch, fn(*new))
+
+            checked = tuple(args[i] for i in argnums)
+            try:
+                out, vjp_fn = torch.func.vjp(h, *checked)
+                grads = vjp_fn(torch.as_tensor(self.cot, dtype=out.dtype, device=out.device))
+            except Exception:  # noqa: BLE001 - e.g. an autograd.Function without setup_context
+                grads = self._autograd(h, checked)
+            return grads[0] if len(argnums) == 1 else tuple(grads)
+
+        def _autograd(self, h: Callable[..., Any], checked: tuple[Any, ...]) -> list[Any]:
+            with torch.enable_grad():
+                leaves, _, td = flatten(list(checked))
+                req = [t if t.requires_grad else t.detach().requires_grad_() for t in leaves]
+                out = h(*unflatten(td, req))
+                cot = torch.as_tensor(self.cot, dtype=out.dtype, device=out.device)
+                grads = torch.autograd.grad(out, req, cot, create_graph=True, allow_unused=True)
+            grads = [
+                torch.zeros_like(t) if g is None else g for g, t in zip(grads, req, strict=True)
+            ]
+            return unflatten(td, grads)
+
+    return Holder, Gradient
+
+
+class _Program:
+    """The user's function at one precision, as a function of its checked leaves.
+
+    Parameters
+    ----------
+    torch : module
+    raw : callable
+        ``raw(*leaves) -> output pytree`` for the given checked tensors (each
+        shaped like the corresponding primal); ``call`` flattens it to 1-D.
+    primals : list of Tensor
+        The checked tensors at ``x0``, in this program's dtypes and devices.
+    batch_size : int
+        Largest number of rows passed to one vmapped call.
+    notes : list of str
+        The target's notes, appended to when a fallback is taken.
+    """
+
+    def __init__(
+        self,
+        torch: Any,
+        raw: Callable[..., Any],
+        primals: list[Any],
+        batch_size: int,
+        notes: list[str],
+    ):
+        self.torch = torch
+        self.raw = raw
+        self.out_leaves: list[Any] = []
+        self.primals = primals
+        self.batch_size = max(1, int(batch_size))
+        self.notes = notes
+        self.sizes = [p.numel() for p in primals]
+        self.out_dtype = None
+        self.out_device = None
+        self._vmap_eval = True
+        self._vmap_vjp = True
+        self._vjp_fn: Callable[..., Any] | None = None
+        self._graph: tuple[list[Any], Any] | None = None
+        self._jvp_mode = "vmap"
+
+    # ----------------------------------------------------------------- helpers
+    def leaves_from(self, X: np.ndarray) -> list[Any]:
+        """Split ``(B, n)`` float64 rows into batched leaves ``(B, *shape)``."""
+        torch = self.torch
+        T = torch.tensor(np.asarray(X, dtype=np.float64))
+        parts, off = [], 0
+        for p, size in zip(self.primals, self.sizes, strict=True):
+            part = T[:, off : off + size].reshape((T.shape[0], *p.shape))
+            parts.append(part.to(device=p.device, dtype=p.dtype))
+            off += size
+        return parts
+
+    def _rows(self, grads: Sequence[Any], k: int) -> np.ndarray:
+        """Flatten per-leaf batched results ``(k, *shape)`` into ``(k, n)`` float64."""
+        flat = [_to_float64_numpy(self.torch, g).reshape(k, -1) for g in grads]
+        return np.concatenate(flat, axis=1) if flat else np.zeros((k, 0))
+
+    def _note_fallback(self, what: str, exc: BaseException) -> None:
+        _add_note(
+            self.notes,
+            f"torch.func.vmap could not batch the {what} ({_first_line(exc)}); "
+            "it is computed one point at a time",
+        )
+
+    def call(self, *leaves: Any) -> Any:
+        """The output for the checked tensors ``leaves``, flattened to one 1-D tensor."""
+        return _flat_output(self.torch, self.raw(*leaves))
+
+    def first_call(self) -> Any:
+        """Call once on copies of the primals; raise if they were modified in place.
+
+        Returns the flattened output and records the output leaves in ``out_leaves``.
+        """
+        torch = self.torch
+        leaves = [p.clone() for p in self.primals]
+        raw_out = self.raw(*leaves)
+        self.out_leaves = flatten(raw_out)[0]
+        out = _flat_output(torch, raw_out)
+        check_not_mutated(
+            [_to_float64_numpy(torch, t) for t in leaves],
+            [_to_float64_numpy(torch, t) for t in self.primals],
+        )
+        self.out_dtype, self.out_device = out.dtype, out.device
+        return out
+
+    # -------------------------------------------------------------- evaluate
+    def evaluate(self, X: np.ndarray) -> np.ndarray:
+        """``(B, n) -> (B, m)`` float64."""
+        return chunked(self._evaluate_chunk, X, self.batch_size)
+
+    def _evaluate_chunk(self, X: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        leaves = self.leaves_from(X)
+        if self._vmap_eval:
+            try:
+                with torch.no_grad():
+                    return _to_float64_numpy(torch, torch.func.vmap(self.call)(*leaves))
+            except Exception as exc:  # noqa: BLE001 - anything vmap cannot batch
+                self._vmap_eval = False
+                self._note_fallback("function", exc)
+        rows = [self.call(*(leaf[b] for leaf in leaves)) for b in range(X.shape[0])]
+        return np.stack([_to_float64_numpy(torch, r) for r in rows])
+
+    # ------------------------------------------------------------------- vjp
+    def vjp(self, U: np.ndarray) -> np.ndarray:
+        """``(k, m) -> (k, n)`` = ``U @ J``."""
+        return chunked(self._vjp_chunk, U, self.batch_size)
+
+    def _vjp_chunk(self, U: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        k = U.shape[0]
+        Ut = torch.tensor(np.asarray(U, dtype=np.float64)).to(self.out_device, self.out_dtype)
+        if self._vmap_vjp:
+            try:
+                if self._vjp_fn is None:
+                    _, self._vjp_fn = torch.func.vjp(self.call, *self.primals)
+                return self._rows(torch.func.vmap(self._vjp_fn)(Ut), k)
+            except Exception as exc:  # noqa: BLE001 - e.g. autograd.Function without vmap
+                self._vmap_vjp = False
+                self._vjp_fn = None
+                self._note_fallback("VJP", exc)
+        if self._graph is None:
+            with torch.enable_grad():
+                req = [p.detach().clone().requires_grad_() for p in self.primals]
+                self._graph = (req, self.call(*req))
+        req, out = self._graph
+        rows = []
+        for u in Ut:
+            grads = torch.autograd.grad(out, req, u, retain_graph=True, allow_unused=True)
+            rows.append(
+                [torch.zeros_like(r) if g is None else g for g, r in zip(grads, req, strict=True)]
+            )
+        per_leaf = [torch.stack([row[j] for row in rows]) for j in range(len(req))]
+        return self._rows(per_leaf, k)
+
+    # ------------------------------------------------------------------- jvp
+    def jvp(self, V: np.ndarray) -> np.ndarray:
+        """``(k, n) -> (k, m)`` = ``V @ J.T``."""
+        return chunked(self._jvp_chunk, V, self.batch_size)
+
+    def _jvp_chunk(self, V: np.ndarray) -> np.ndarray:
+        torch = self.torch
+        tangents = self.leaves_from(V)
+        primals = tuple(self.primals)
+        if self._jvp_mode == "vmap":
+            try:
+
+                def push(*t: Any) -> Any:
+                    return torch.func.jvp(self.call, primals, t)[1]
+
+                return _to_float64_numpy(torch, torch.func.vmap(push)(*tangents))
+            except Exception as exc:  # noqa: BLE001
+                self._jvp_mode = "forward_ad"
+                self._note_fallback("JVP", exc)
+        fwad = torch.autograd.forward_ad
+        rows = []
+        for b in range(V.shape[0]):
+            with fwad.dual_level():
+                duals = [fwad.make_dual(p, t[b]) for p, t in zip(primals, tangents, strict=True)]
+                out = self.call(*duals)
+                tangent = fwad.unpack_dual(out).tangent
+                rows.append(torch.zeros_like(out) if tangent is None else tangent)
+        return np.stack([_to_float64_numpy(torch, r) for r in rows])
+
+    def jvp_or_none(self, rng: np.random.Generator, label: str) -> Callable | None:
+        """The JVP if forward mode works for this function, else None (with a note)."""
+        n = sum(self.sizes)
+        try:
+            self.jvp(rng.standard_normal((1, n)))
+        except Exception as exc:  # noqa: BLE001 - forward mode unsupported
+            self.notes[:] = [n for n in self.notes if "batch the JVP" not in n]
+            if any("(JVP) is not available" in n for n in self.notes):
+                return None
+            _add_note(
+                self.notes,
+                f"forward-mode AD (JVP) is not available{label} ({_first_line(exc)}); "
+                "only reverse mode (VJP) is checked",
+            )
+            return None
+        return self.jvp
+
+
+class TorchBackend(Backend):
+    """PyTorch tensors and ``torch.nn.Module`` models, differentiated with ``torch.func``."""
+
+    name = "torch"
+    module = "torch"
+    extra = "torch"
+    supports_autodiff = True
+    supports_float64 = True
+    supports_vmap = True
+    arbitrary_precision = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        import torch
+
+        self.torch = torch
+
+    @classmethod
+    def owns(cls, x: Any) -> bool:
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(x, (torch.Tensor, torch.nn.Module))
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        """A host copy of a tensor; bfloat16 becomes ``ml_dtypes.bfloat16`` (float32 without it)."""
+        t = x.detach().cpu() if isinstance(x, self.torch.Tensor) else self.torch.as_tensor(x)
+        if t.dtype == self.torch.bfloat16:
+            try:
+                import ml_dtypes
+
+                return t.float().numpy().astype(ml_dtypes.bfloat16)
+            except ImportError:  # pragma: no cover - ml_dtypes ships with most installs
+                return t.float().numpy()
+        return t.resolve_conj().resolve_neg().numpy().copy()
+
+    def version(self) -> str:
+        return str(self.torch.__version__)
+
+    # ---------------------------------------------------------------- targets
+    def make_target(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        supplied: Supplied,
+        batch_size: int,
+        wrt: str = "inputs",
+    ) -> Target:
+        """Build the :class:`~polygrad.backends.base.Target` of a torch function.
+
+        Parameters
+        ----------
+        f : callable or torch.nn.Module
+            The function or model.
+        args : tuple
+            Its arguments: pytrees of tensors, models, other Python objects.
+        argnums : tuple of int
+            The checked arguments when ``wrt="inputs"`` (ignored otherwise).
+        supplied : Supplied
+            Must be empty: torch functions are differentiated by autograd.
+        batch_size : int
+            Largest number of points per vmapped call.
+        wrt : {"inputs", "parameters"}
+            Check w.r.t. ``args[argnums]``, or w.r.t. the trainable parameters
+            of the modules involved (see the module docstring).
+
+        Returns
+        -------
+        Target
+            Callables on float64 NumPy arrays; ``evaluate_mp`` is None.
+
+        Raises
+        ------
+        InputTypeError
+            A checked input is integer, bool, complex or a module; an output is
+            not floating; derivatives were supplied.
+        InputValueError
+            A checked input contains NaN or Inf.
+        InputMutationError
+            The function modified a checked input in place.
+        NondeterministicFunctionError
+            Two calls at the same point returned different values (dropout in
+            training mode, unseeded noise).
+        ValueError
+            Unknown ``wrt``.
+        """
+        torch = self.torch
+        if supplied.given():
+            raise InputTypeError(
+                "torch functions are differentiated by autograd; grad=/jac=/vjp=/jvp= are for "
+                "NumPy functions. To check a hand-written gradient, put it in a "
+                "torch.autograd.Function."
+            )
+        if wrt == "inputs":
+            names, primals, raw, build64 = self._inputs(f, args, argnums)
+        elif wrt == "parameters":
+            names, primals, raw, build64 = self._parameters(f, args)
+        else:
+            raise ValueError(f"wrt must be 'inputs' or 'parameters', got {wrt!r}")
+
+        notes: list[str] = []
+        work = _Program(torch, raw, primals, batch_size, notes)
+        out_a = work.first_call()
+        out_b = work.call(*[p.clone() for p in primals])
+        in_dtype = functools.reduce(torch.promote_types, [p.dtype for p in primals])
+        wd = max((in_dtype, out_a.dtype), key=lambda d: torch.finfo(d).eps)
+        eps = float(torch.finfo(wd).eps)
+        self._check_deterministic(out_a, out_b, eps, notes)
+
+        x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
+        y0 = work.evaluate(x0[None, :])[0]
+        out_layout = output_layout([np.empty(tuple(t.shape)) for t in work.out_leaves])
+
+        rng = np.random.default_rng(0)
+        wide: _Program | None = work
+        if wd != torch.float64:
+            wide = self._promoted(build64, batch_size, notes)
+        jvp = work.jvp_or_none(rng, "")
+        if wide is work:
+            jvp64 = jvp
+        else:
+            jvp64 = wide.jvp_or_none(rng, " in float64") if wide is not None else None
+
+        return Target(
+            x0=x0,
+            y0=y0,
+            working_dtype=str(wd).removeprefix("torch."),
+            eps=eps,
+            evaluate=work.evaluate,
+            evaluate64=wide.evaluate if wide is not None else None,
+            vjp=work.vjp,
+            vjp64=wide.vjp if wide is not None else None,
+            jvp=jvp,
+            jvp64=jvp64,
+            evaluate_mp=None,
+            input_layout=Layout.from_shapes(names, [tuple(p.shape) for p in primals]),
+            output_layout=out_layout,
+            backend=self.name,
+            notes=notes,
+            mp_unavailable_reason=MP_UNAVAILABLE,
+        )
+
+    def gradient_function(
+        self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
+    ) -> Callable[..., Any]:
+        """A differentiable torch function returning the gradient of ``f`` w.r.t. ``args[argnums]``.
+
+        Returns
+        -------
+        torch.nn.Module
+            Called with the same arguments as ``f``; returns a tensor shaped
+            like the checked argument (a tuple for several). It is a module
+            (holding ``f`` when ``f`` is one) so that the float64 reference can
+            promote it. For a non-scalar ``f`` it returns the VJP with a fixed
+            pseudo-random cotangent (standard normal, seed 0). It is built on
+            :func:`torch.func.vjp` (composable with vmap and with further
+            differentiation), falling back to ``torch.autograd.grad`` with
+            ``create_graph=True``.
+        """
+        torch = self.torch
+        _, gradient_cls = _module_classes(torch)
+        m = _flat_output(torch, f(*args)).numel()
+        cot = np.ones(1) if m == 1 else np.random.default_rng(0).standard_normal(m)
+        return gradient_cls(f, tuple(argnums), cot)
+
+    # ---------------------------------------------------------------- helpers
+    def _checked_tensor(self, leaf: Any, name: str) -> Any:
+        """Validate one checked input and return a detached copy of it as a tensor."""
+        torch = self.torch
+        if isinstance(leaf, torch.nn.Module):
+            raise InputTypeError(
+                f"{name} is a torch.nn.Module; to check the gradient with respect to its "
+                "parameters, use wrt='parameters'"
+            )
+        if not isinstance(leaf, torch.Tensor):
+            arr = np.asarray(leaf)
+            validate_float_array(arr, name)
+            leaf = torch.as_tensor(arr)
+        if leaf.is_floating_point():
+            validate_float_array(_to_float64_numpy(torch, leaf), name)
+        else:
+            validate_float_array(leaf.detach().cpu().resolve_conj().numpy(), name)
+        return leaf.detach().clone()
+
+    def _promote(
+        self, f: Callable[..., Any], args: tuple[Any, ...]
+    ) -> tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any], Any]]:
+        """``f`` and ``args`` with models deep-copied to float64 and floating tensors promoted.
+
+        Returns ``(f64, args64, copy64)``; ``copy64(module)`` gives the float64
+        copy of a module (the same copy for the same module).
+        """
+        torch = self.torch
+        memo: dict[int, Any] = {}
+
+        def copy64(mod: Any) -> Any:
+            return copy.deepcopy(mod, memo).double()
+
+        def leaf64(a: Any) -> Any:
+            if isinstance(a, torch.nn.Module):
+                return copy64(a)
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                return a.detach().to(torch.float64)
+            return a
+
+        owner = getattr(f, "__self__", None)
+        if isinstance(f, torch.nn.Module):
+            f64: Callable[..., Any] = copy64(f)
+        elif isinstance(owner, torch.nn.Module):
+            f64 = types.MethodType(f.__func__, copy64(owner))
+        else:
+            f64 = f
+        return f64, tuple(tree_map(leaf64, a) for a in args), copy64
+
+    def _inputs(
+        self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
+    ) -> tuple[list[str], list[Any], Callable[..., Any], Callable[[], tuple]]:
+        """Names, primals, ``raw(*leaves)`` and the float64 builder for ``wrt="inputs"``."""
+        torch = self.torch
+        treedefs, names, primals = {}, [], []
+        for i in argnums:
+            leaves, paths, td = flatten(args[i])
+            treedefs[i] = td
+            for leaf, path in zip(leaves, paths, strict=True):
+                name = f"arg{i}{path}" if len(argnums) > 1 or path else "x"
+                primals.append(self._checked_tensor(leaf, name))
+                names.append(name)
+
+        def bind(fn: Callable[..., Any], base: tuple[Any, ...]) -> Callable[..., Any]:
+            def raw(*leaves: Any) -> Any:
+                new, off = list(base), 0
+                for i in argnums:
+                    k = treedefs[i].num_leaves
+                    new[i] = unflatten(treedefs[i], list(leaves[off : off + k]))
+                    off += k
+                return fn(*new)
+
+            return raw
+
+        def build64() -> tuple[Callable[..., Any], list[Any]]:
+            f64, args64, _ = self._promote(f, args)
+            return bind(f64, args64), [p.to(torch.float64) for p in primals]
+
+        return names, primals, bind(f, args), build64
+
+    def _parameters(
+        self, f: Callable[..., Any], args: tuple[Any, ...]
+    ) -> tuple[list[str], list[Any], Callable[..., Any], Callable[[], tuple]]:
+        """Names, primals, ``raw(*leaves)`` and the float64 builder for ``wrt="parameters"``."""
+        torch = self.torch
+        holder_cls, _ = _module_classes(torch)
+        owners: list[tuple[str, Any]] = []
+        owner = getattr(f, "__self__", None)
+        if isinstance(f, torch.nn.Module):
+            owners.append(("", f))
+        elif isinstance(owner, torch.nn.Module):
+            owners.append(("", owner))
+        for i, a in enumerate(args):
+            if isinstance(a, torch.nn.Module) and all(a is not m for _, m in owners):
+                owners.append((f"arg{i}", a))
+        if not owners:
+            raise InputTypeError(
+                "wrt='parameters' needs a torch.nn.Module: pass the model as the function "
+                "(or a bound method such as model.loss), or pass it as an argument of the function"
+            )
+        holder = holder_cls(f, tuple(args), [m for _, m in owners])
+        keys, names, primals = [], [], []
+        for key, p in holder.named_parameters():
+            if not p.requires_grad:
+                continue
+            j, rest = key.split(".", 1)
+            label = owners[int(j[1:])][0]
+            name = f"{label}.{rest}" if len(owners) > 1 and label else rest
+            keys.append(key)
+            names.append(name)
+            primals.append(self._checked_tensor(p, name))
+        if not keys:
+            raise InputTypeError("the model has no trainable parameters (requires_grad=True)")
+
+        def bind(h: Any) -> Callable[..., Any]:
+            def raw(*leaves: Any) -> Any:
+                return torch.func.functional_call(h, dict(zip(keys, leaves, strict=True)), ())
+
+            return raw
+
+        def build64() -> tuple[Callable[..., Any], list[Any]]:
+            f64, args64, copy64 = self._promote(f, args)
+            h64 = holder_cls(f64, args64, [copy64(m) for _, m in owners])
+            return bind(h64), [p.to(torch.float64) for p in primals]
+
+        return names, primals, bind(holder), build64
+
+    def _promoted(
+        self, build64: Callable[[], tuple], batch_size: int, notes: list[str]
+    ) -> _Program | None:
+        """The float64 program, or None (with a note) when the function cannot be promoted."""
+        torch = self.torch
+        try:
+            raw64, primals64 = build64()
+            prog = _Program(torch, raw64, primals64, batch_size, notes)
+            out = prog.first_call()
+        except Exception as exc:  # noqa: BLE001 - any failure means: no float64 reference
+            _add_note(
+                notes,
+                f"the function could not be evaluated in float64 ({_first_line(exc)}); the "
+                "reference is computed in the working dtype",
+            )
+            return None
+        if out.dtype != torch.float64:
+            _add_note(
+                notes,
+                f"the function returns {str(out.dtype).removeprefix('torch.')} for float64 "
+                "input (it closes over tensors or a model it cannot promote), so the reference "
+                "is computed in the working dtype; pass the model or tensors as arguments to "
+                "allow float64 promotion",
+            )
+            return None
+        return prog
+
+    def _check_deterministic(self, out_a: Any, out_b: Any, eps: float, notes: list[str]) -> None:
+        """Raise if two calls at the same point differ by more than a few ULPs."""
+        torch = self.torch
+        a, b = _to_float64_numpy(torch, out_a), _to_float64_numpy(torch, out_b)
+        if np.array_equal(a, b, equal_nan=True):
+            return
+        same_nan = np.array_equal(np.isnan(a), np.isnan(b))
+        diff = np.where(np.isnan(a) | np.isnan(b), 0.0, np.abs(a - b))
+        worst = float(diff.max())
+        scale = max(float(np.nanmax(np.abs(a), initial=0.0)), np.finfo(np.float64).tiny)
+        if not same_nan or worst > 16 * eps * scale:
+            i = int(np.argmax(diff))
+            raise NondeterministicFunctionError(
+                f"the function returned different values for the same input (output {i}: "
+                f"{a[i]!r} then {b[i]!r}); a gradient check needs a deterministic function. "
+                "Put the model in eval mode (model.eval()) to disable dropout, or seed the "
+                "randomness inside the function."
+            )
+        _add_note(
+            notes,
+            f"the function is not bitwise reproducible (differences up to {worst:.3g}); "
+            "this is treated as noise",
+        )

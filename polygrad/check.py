@@ -1,0 +1,690 @@
+"""check(): autodiff against a reference derivative with a known error → verdicts.
+
+The decision rule (all quantities per compared entry):
+
+* the reference ``r ± e`` comes from :mod:`polygrad.reference` (mp, float64
+  or working-dtype differences, with Richardson extrapolation and an error
+  bar that is the larger of the truncation estimate and the propagated noise);
+* the autodiff value is allowed the round-off of its own dtype,
+  ``C_AD · eps · scale``, where ``scale`` is the size of the quantity (the
+  entry plus the RMS of its row for Jacobian entries; the entry plus the
+  2-norm of its terms for projections);
+* ``tolerance = 2 e + C_AD · eps · scale``: MISMATCH when the float64
+  evaluation of the rule (or, without one, the working-dtype evaluation) is
+  further than that from the reference; UNSTABLE when only the working-dtype
+  value is; NONSMOOTH when the left and right derivatives differ beyond their
+  error bars (or a side jumps); NONFINITE when only one side is finite;
+  INCONCLUSIVE when the reference error bar is wider than ``sqrt(eps)·scale``
+  of the working dtype.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .backends import select_backend
+from .backends.base import Supplied, Target
+from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
+from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
+from .reference.differences import DirectionalDerivatives
+from .report import SEVERITY, Entries, Report, Verdict
+
+__all__ = ["check", "assert_gradients", "C_AD", "TOLERANCE_FACTOR"]
+
+C_AD = 64.0
+"""Round-off allowed to an autodiff value, in units of ``eps * scale``."""
+TOLERANCE_FACTOR = 2.0
+"""Multiple of the reference error bar allowed in the difference."""
+F64_EPS = float(np.finfo(np.float64).eps)
+
+
+def _pow2_scales(x0: np.ndarray) -> np.ndarray:
+    """Per-coordinate direction scales: powers of two near ``|x_i|``.
+
+    Zeros get the scale of the typical nonzero entry (or 1), so a step
+    ``h s_i`` is relative to the input's own size and exact in binary.
+    """
+    ax = np.abs(x0)
+    nz = ax[ax > 0]
+    typical = float(np.sqrt(np.mean(nz**2))) if nz.size else 1.0
+    base = np.where(ax > 0, ax, typical)
+    return 2.0 ** np.round(np.log2(base))
+
+
+def _ecnoise_step(eps: float) -> float:
+    return float(2.0 ** (np.round(np.log2(eps ** (1.0 / 3.0))) - 2))
+
+
+def _ladder(eps: float) -> tuple[float, int]:
+    """(largest step, number of levels) for differences in arithmetic with ``eps``."""
+    h_min = max(2.0**-11, 2.0 ** (np.floor(np.log2(eps ** (1.0 / 3.0))) - 1))
+    h_max = 2.0**-2
+    levels = int(round(np.log2(h_max / h_min))) + 1
+    return h_max, max(levels, 4)
+
+
+def _rademacher(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
+    return rng.choice(np.array([-1.0, 1.0]), size=(k, n))
+
+
+def _check_deterministic(target: Target) -> dict[str, Any]:
+    """Evaluate twice more at x0; raise if the function is random."""
+    info: dict[str, Any] = {}
+    x = target.x0[None, :]
+    fns = [("working", target.evaluate, target.eps)]
+    if target.evaluate64 is not None and target.evaluate64 is not target.evaluate:
+        fns.append(("float64", target.evaluate64, F64_EPS))
+    for label, fn, eps in fns:
+        a = fn(np.repeat(x, 2, axis=0))
+        ref = target.y0 if label == "working" else a[0]
+        diffs = [np.max(np.abs(a[i] - ref)) if a[i].size else 0.0 for i in range(2)]
+        diffs.append(np.max(np.abs(a[0] - a[1])) if a[0].size else 0.0)
+        worst = float(max(diffs))
+        if worst > 0 or not np.array_equal(np.isnan(a[0]), np.isnan(a[1])):
+            size = float(np.max(np.abs(ref))) if ref.size else 0.0
+            if worst <= 64 * eps * size:
+                info.setdefault("notes", []).append(
+                    f"the function is not bitwise deterministic ({label} results differ by "
+                    f"{worst:.2g}, within round-off); the difference is treated as noise"
+                )
+            else:
+                raise NondeterministicFunctionError(
+                    f"the function is not deterministic: two evaluations at the same input "
+                    f"({label}) differ by {worst:.3g} (output size {size:.3g}). A gradient "
+                    "check needs a deterministic function: call the model in inference mode "
+                    "(dropout off, e.g. training=False / model.eval()) and fix random seeds."
+                )
+    return info
+
+
+def _reference(
+    target: Target,
+    W_chunks: Callable[[], Any],
+    method: str,
+    fn: Callable[[np.ndarray], np.ndarray],
+    eps: float,
+    f0: np.ndarray,
+    dps: int,
+    batch_size: int,
+    noise_info: dict[str, int],
+) -> DirectionalDerivatives:
+    """Reference derivatives along every direction yielded by ``W_chunks``.
+
+    In float64/working arithmetic the noise is measured along each direction
+    (ECnoise) before the differences, so that a kink or a noisy coordinate
+    widens only the error bars it affects.
+    """
+    parts = []
+    for W in W_chunks():
+        if method == "mp":
+            assert target.evaluate_mp is not None
+            parts.append(mp_directional_derivatives(target.evaluate_mp, target.x0, W, dps=dps))
+        else:
+            h_max, levels = _ladder(eps)
+            noise = estimate_noise(fn, target.x0, W, f0, eps, _ecnoise_step(eps))
+            noise_info["evaluations"] += noise.evaluations
+            noise_info["detected"] += int(np.sum(noise.inform == 1))
+            noise_info["total"] += int(noise.inform.size)
+            parts.append(
+                directional_derivatives(
+                    fn, target.x0, W, f0, noise.sigma, eps, method, h_max, levels,
+                    max_rows=batch_size,
+                )
+            )
+    if len(parts) == 1:
+        return parts[0]
+    from .reference.richardson import Estimate
+
+    def cat(name: str) -> Estimate:
+        es = [getattr(p, name) for p in parts]
+        return Estimate(
+            value=np.concatenate([e.value for e in es]),
+            error=np.concatenate([e.error for e in es]),
+            step=np.concatenate([e.step for e in es]),
+            noise=np.concatenate([e.noise for e in es]),
+            method=es[0].method,
+            evaluations=sum(e.evaluations for e in es),
+        )
+
+    return DirectionalDerivatives(
+        cat("central"),
+        cat("right"),
+        cat("left"),
+        np.concatenate([p.jump_right for p in parts]),
+        np.concatenate([p.jump_left for p in parts]),
+    )
+
+
+def _naive_roundoff(
+    target: Target, direction: np.ndarray, ref_fn: Callable[[np.ndarray], np.ndarray] | None
+) -> dict[str, Any] | None:
+    """Predict the error of a plain fixed-step central difference in the working dtype."""
+    try:
+        nz = estimate_noise(
+            target.evaluate, target.x0, direction[None], target.y0, target.eps,
+            _ecnoise_step(target.eps),
+        )
+    except Exception:  # noqa: BLE001 - only an explanation; never fail the check on it
+        return None
+    sig = nz.sigma[0]
+    i = int(np.argmax(sig))
+    sigma = float(sig[i])
+    out: dict[str, Any] = {"noise": sigma, "noise_ulps": sigma / max(target.eps * abs(target.y0[i]), 1e-300)}
+    if ref_fn is not None:
+        h = 2.0**-4
+        ts = np.array([2 * h, h, -h, -2 * h])
+        g = ref_fn(target.x0[None, :] + ts[:, None] * direction[None, :])[:, i]
+        third = abs((g[0] - 2 * g[1] + 2 * g[2] - g[3]) / (2 * h**3))
+        out["third_derivative"] = third
+        if third > 0 and sigma > 0:
+            h_opt = (3 * sigma / third) ** (1 / 3)
+            out["optimal_step"] = h_opt
+            out["optimal_error"] = third * h_opt**2 / 6 + sigma / h_opt
+    out["example_step"] = 2.0**-13
+    out["example_error"] = sigma / 2.0**-13
+    return out
+
+
+def check(
+    f: Callable[..., Any],
+    *args: Any,
+    argnums: int | tuple[int, ...] = 0,
+    backend: str | None = None,
+    grad: Callable[..., Any] | None = None,
+    jac: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
+    jvp: Callable[..., Any] | None = None,
+    mode: str = "auto",
+    reference: str = "auto",
+    strategy: str = "auto",
+    projections: int = 8,
+    wrt: str = "inputs",
+    order: int = 1,
+    dps: int = 50,
+    seed: int = 0,
+    batch_size: int = 4096,
+    budget: float = 20.0,
+) -> Report:
+    """Check the derivative of ``f`` at ``args`` against a reference with a known error.
+
+    Parameters
+    ----------
+    f : callable
+        The function (or model). Its output may be a scalar, an array, or a
+        tuple/list/dict of arrays.
+    *args
+        Arguments: arrays of one framework (NumPy, PyTorch, JAX, TensorFlow),
+        Python floats, or tuples/lists/dicts of them.
+    argnums : int or tuple of int
+        Which arguments to differentiate (as in ``jax.grad``).
+    backend : str, optional
+        ``"numpy"``, ``"torch"``, ``"jax"`` or ``"tensorflow"``; by default
+        chosen from the array types.
+    grad, jac, vjp, jvp : callable, optional
+        The derivative to check, for functions without autodiff (NumPy): see
+        :class:`polygrad.backends.base.Supplied` for the calling conventions.
+    mode : {"auto", "rev", "fwd", "both"}
+        Check reverse mode (VJP), forward mode (JVP) or both. ``"auto"``:
+        reverse when available.
+    reference : {"auto", "mp", "float64", "working"}
+        Source of the reference derivative. ``"auto"`` uses mp when the
+        function runs on mpmath numbers, the working dtype is float64 and the
+        problem is small; otherwise float64 differences; otherwise
+        working-dtype differences (with honestly wider error bars).
+    strategy : {"auto", "full", "projections"}
+        Compare every Jacobian entry, or random projections ``uᵀJw``.
+        ``"auto"``: full when its estimated cost is within ``budget`` seconds.
+    projections : int
+        Number of random directions in projection mode.
+    wrt : {"inputs", "parameters"}
+        Differentiate with respect to the arguments or the model's parameters.
+    order : {1, 2}
+        2 checks the gradient of the gradient (Hessian-vector products).
+    dps : int
+        Decimal digits for the mp reference.
+    seed : int
+        Seed of the random directions and cotangents.
+    batch_size : int
+        Largest number of points evaluated in one call.
+    budget : float
+        Seconds a full Jacobian check may take before projections are used.
+
+    Returns
+    -------
+    Report
+        ``report.verdict``, ``report.ok``, ``print(report)``, ``report.to_dict()``.
+
+    Raises
+    ------
+    InputTypeError
+        Integer, bool or complex inputs.
+    InputValueError
+        NaN/Inf in the inputs, or a non-finite function value at the point.
+    ShapeMismatchError
+        A supplied derivative has the wrong shape.
+    NondeterministicFunctionError
+        Two evaluations at the same input differ (e.g. dropout in training mode).
+    InputMutationError
+        The function modifies its input in place.
+    MissingBackendError
+        The framework for these arrays is not installed.
+    """
+    t_start = time.perf_counter()
+    if isinstance(argnums, int):
+        argnums_t: tuple[int, ...] = (argnums,)
+    else:
+        argnums_t = tuple(int(a) for a in argnums)
+    argnums_t = tuple(a % len(args) if len(args) else a for a in argnums_t)
+    if not args:
+        raise TypeError("check(f, *args): pass the point at which to check the derivative")
+    for a in argnums_t:
+        if a >= len(args):
+            raise ValueError(f"argnums={argnums} but only {len(args)} arguments were given")
+    for name, opts in (
+        ("mode", ("auto", "rev", "fwd", "both")),
+        ("reference", ("auto", "mp", "float64", "working")),
+        ("strategy", ("auto", "full", "projections")),
+        ("wrt", ("inputs", "parameters")),
+    ):
+        value = locals()[name]
+        if value not in opts:
+            raise ValueError(f"{name}={value!r}; choose one of {', '.join(opts)}")
+    if order not in (1, 2):
+        raise ValueError(f"order={order}; polygrad checks first (1) and second (2) derivatives")
+
+    be = select_backend(args, backend)
+    if order == 2:
+        f = be.gradient_function(f, args, argnums_t)
+    target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
+    n, m = target.n, target.m
+    details: dict[str, Any] = {"notes": list(target.notes)}
+    if n == 0 or m == 0:
+        raise InputValueError(f"nothing to check: {n} inputs and {m} outputs")
+    if not np.all(np.isfinite(target.y0)):
+        raise InputValueError(
+            "the function value at the point is not finite "
+            f"({int(np.sum(~np.isfinite(target.y0)))} of {m} outputs); its derivative cannot "
+            "be checked there"
+        )
+    det = _check_deterministic(target)
+    details["notes"] += det.get("notes", [])
+
+    # ---- which autodiff quantities -------------------------------------------------
+    has_rev = target.vjp is not None
+    has_fwd = target.jvp is not None
+    if mode == "auto":
+        modes = ["rev"] if has_rev else ["fwd"]
+    elif mode == "both":
+        modes = ["rev", "fwd"]
+    else:
+        modes = [mode]
+    for md in modes:
+        if (md == "rev" and not has_rev) or (md == "fwd" and not has_fwd):
+            raise ValueError(
+                f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
+                "function does not provide"
+                + (" (pass vjp=/grad=/jac= or jvp=/jac=)" if target.backend == "numpy" else "")
+            )
+
+    # ---- reference arithmetic ----------------------------------------------------
+    wd64 = target.working_dtype == "float64"
+    ref_fn, ref_eps, ref_method = target.evaluate, target.eps, "working"
+    if target.evaluate64 is not None and reference != "working":
+        ref_fn, ref_eps, ref_method = target.evaluate64, F64_EPS, "float64"
+    elif reference in ("float64", "mp") and target.evaluate64 is None:
+        details["notes"].append(
+            "a float64 evaluation is not available; the reference uses the working dtype"
+        )
+    if wd64:
+        ref_method = "float64"
+    f0_ref = ref_fn(target.x0[None, :])[0]
+
+    rng = np.random.default_rng(seed)
+    s = _pow2_scales(target.x0)
+
+    # ---- strategy: full Jacobian or projections ------------------------------------
+    h_max, levels = _ladder(ref_eps)
+    probe = min(n, 64)
+    t0 = time.perf_counter()
+    ref_fn(np.repeat(target.x0[None, :], probe, axis=0))
+    t_row = (time.perf_counter() - t0) / probe
+    full_cost = n * 2 * levels * t_row * 1.5
+    if strategy == "auto":
+        full = n <= 16 or full_cost <= budget
+    else:
+        full = strategy == "full"
+    d = n if full else projections
+
+    use_mp = False
+    if reference == "mp" or (reference == "auto" and wd64):
+        if target.evaluate_mp is None:
+            if reference == "mp":
+                details["notes"].append(
+                    "mp reference unavailable ("
+                    + (target.mp_unavailable_reason or "the function cannot run on mpmath numbers")
+                    + "); a float64 reference was used instead"
+                )
+        elif reference == "mp" or d * n <= 4096:
+            use_mp = True
+    if use_mp:
+        ref_method = "mp"
+
+    noise_dirs = _rademacher(rng, 1, n) * s[None, :]
+    if full:
+        chunk = max(1, min(n, (1 << 22) // max(n, 1)))
+
+        def W_chunks() -> Any:
+            for a in range(0, n, chunk):
+                b = min(n, a + chunk)
+                W = np.zeros((b - a, n))
+                W[np.arange(b - a), np.arange(a, b)] = s[a:b]
+                yield W
+
+        W_all = None
+    else:
+        W_all = _rademacher(rng, projections, n) * s[None, :]
+
+        def W_chunks() -> Any:
+            yield W_all
+
+    t_ref = time.perf_counter()
+    noise_info = {"evaluations": 0, "detected": 0, "total": 0}
+    try:
+        dd = _reference(
+            target, W_chunks, ref_method, ref_fn, ref_eps, f0_ref, dps, batch_size, noise_info
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation means: fall back
+        if ref_method != "mp":
+            raise
+        details["notes"].append(
+            f"the mp reference failed ({type(exc).__name__}: {exc}); float64 differences used"
+        )
+        ref_method = "float64" if target.evaluate64 is not None else "working"
+        dd = _reference(
+            target, W_chunks, ref_method, ref_fn, ref_eps, f0_ref, dps, batch_size, noise_info
+        )
+    t_ref = time.perf_counter() - t_ref
+
+    # ---- autodiff quantities and comparison ---------------------------------------
+    blocks = []
+    for md in modes:
+        blocks.append(_compare(target, dd, md, full, s, W_all, rng, ref_eps))
+    entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
+
+    worst = int(entries.status.max()) if entries.status.size else 0
+    verdict = {v: k for k, v in SEVERITY.items()}[worst]
+    nonsmooth = entries.status == SEVERITY[Verdict.NONSMOOTH]
+    ok = verdict == Verdict.PASS or (
+        verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[nonsmooth]))
+    )
+    details.update(
+        backend=target.backend,
+        working_dtype=target.working_dtype,
+        eps=target.eps,
+        inputs=n,
+        outputs=m,
+        input_names=[leaf.name for leaf in target.input_layout.leaves],
+        modes=modes,
+        strategy="full" if full else "projections",
+        reference={
+            "method": ref_method,
+            "dps": dps if ref_method == "mp" else None,
+            "noise": float(np.median(dd.central.noise)),
+            "noise_max": float(np.max(dd.central.noise)),
+            "noise_detected_fraction": noise_info["detected"] / max(noise_info["total"], 1),
+            "noise_relative": float(
+                np.median(np.max(dd.central.noise, axis=1) / max(np.max(np.abs(f0_ref)), 1e-300))
+            ),
+            "median_step": float(np.median(dd.central.step)),
+            "median_relative_error": _median_relative(dd.central.value, dd.central.error),
+            "evaluations": int(dd.central.evaluations + noise_info["evaluations"]),
+            "seconds": t_ref,
+        },
+        rules={
+            "tolerance": f"2 x reference error bar + {C_AD:g} x eps x scale",
+            "has_float64_autodiff": bool(
+                (target.vjp64 is not None) if "rev" in modes else (target.jvp64 is not None)
+            ),
+        },
+    )
+    if not full:
+        details["projections"] = _detection_power(entries, projections, W_all, s)
+    if target.working_dtype != "float64":
+        rnd = _naive_roundoff(target, noise_dirs[0], target.evaluate64)
+        if rnd is not None:
+            details["naive_central_difference"] = rnd
+    details["seconds"] = time.perf_counter() - t_start
+    quantity = "Jacobian entries" if full else "projections uᵀJw"
+    return Report(verdict=verdict, ok=ok, entries=entries, quantity=quantity, details=details)
+
+
+def _compare(
+    target: Target,
+    dd: DirectionalDerivatives,
+    md: str,
+    full: bool,
+    s: np.ndarray,
+    W: np.ndarray | None,
+    rng: np.random.Generator,
+    ref_eps: float,
+) -> Entries:
+    n, m = target.n, target.m
+    ref, ref_err = dd.central.value, dd.central.error  # (d, m)
+    right, right_err = dd.right.value, dd.right.error
+    left, left_err = dd.left.value, dd.left.error
+    jumps = dd.jump_left | dd.jump_right
+    out_names = _output_names(target)
+    ad64 = None
+    if full:
+        if md == "rev":
+            I = np.eye(m)
+            A = _rows(target.vjp, I)  # (m, n)
+            ad = (A * s[None, :]).T  # (n, m): column j scaled
+            if target.vjp64 is not None:
+                ad64 = (_rows(target.vjp64, I) * s[None, :]).T
+        else:
+            Wd = np.diag(s)
+            ad = _rows(target.jvp, Wd)  # (n, m)
+            if target.jvp64 is not None:
+                ad64 = _rows(target.jvp64, Wd)
+        # back to the user's units: divide column j by s_j
+        unscale = 1.0 / s[:, None]
+        ad, ref, ref_err = ad * unscale, ref * unscale, ref_err * unscale
+        right, right_err = right * unscale, right_err * unscale
+        left, left_err = left * unscale, left_err * unscale
+        if ad64 is not None:
+            ad64 = ad64 * unscale
+        rms = np.sqrt(np.nanmean(np.where(np.isfinite(ref), ref, np.nan) ** 2, axis=0))
+        rms = np.where(np.isfinite(rms), rms, 0.0)
+        scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
+        names = [
+            (f"{out_names[i]} / " if m > 1 else "") + target.input_layout.name_of(j)
+            for j in range(n)
+            for i in range(m)
+        ]
+        flat = (lambda a: a.reshape(-1)) if True else None
+    else:
+        assert W is not None
+        k = W.shape[0]
+        if md == "rev":
+            U = np.ones((k, m)) if m == 1 else rng.choice([-1.0, 1.0], size=(k, m))
+            A = _rows(target.vjp, U)  # (k, n)
+            ad = np.sum(A * W, axis=1, keepdims=True)
+            terms = A * W
+            if target.vjp64 is not None:
+                A64 = _rows(target.vjp64, U)
+                ad64 = np.sum(A64 * W, axis=1, keepdims=True)
+                terms = A64 * W
+            ref = np.sum(U * ref, axis=1, keepdims=True)
+            ref_err = np.sum(np.abs(U) * ref_err, axis=1, keepdims=True)
+            right = np.sum(U * right, axis=1, keepdims=True)
+            right_err = np.sum(np.abs(U) * right_err, axis=1, keepdims=True)
+            left = np.sum(U * left, axis=1, keepdims=True)
+            left_err = np.sum(np.abs(U) * left_err, axis=1, keepdims=True)
+            jumps = np.any(jumps, axis=1, keepdims=True)
+            scale = np.abs(ad64 if ad64 is not None else ad) + np.sqrt(
+                np.sum(terms**2, axis=1, keepdims=True)
+            )
+            names = [f"uᵀJw[{i}]" for i in range(k)]
+        else:
+            ad = _rows(target.jvp, W)  # (k, m)
+            if target.jvp64 is not None:
+                ad64 = _rows(target.jvp64, W)
+            rms = np.sqrt(np.mean(np.where(np.isfinite(ref), ref, 0.0) ** 2, axis=0))
+            scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
+            names = [
+                f"Jw[{i}]" + (f" {out_names[o]}" if m > 1 else "") for i in range(k) for o in range(m)
+            ]
+        flat = lambda a: a.reshape(-1)  # noqa: E731
+    ad = flat(ad)
+    ad64_f = flat(ad64) if ad64 is not None else np.full(ad.shape, np.nan)
+    ref, ref_err = flat(ref), flat(ref_err)
+    right, right_err, left, left_err = flat(right), flat(right_err), flat(left), flat(left_err)
+    scale = flat(np.broadcast_to(scale, np.shape(ref) if np.ndim(scale) == 1 else scale.shape))
+    jumps = flat(np.broadcast_to(jumps, jumps.shape))
+    return _decide(
+        names, ad, ad64_f, ad64 is not None, ref, ref_err, left, left_err, right, right_err,
+        jumps, scale, target.eps, ref_eps,
+    )
+
+
+def _decide(
+    names: list[str],
+    ad: np.ndarray,
+    ad64: np.ndarray,
+    have64: bool,
+    ref: np.ndarray,
+    ref_err: np.ndarray,
+    left: np.ndarray,
+    left_err: np.ndarray,
+    right: np.ndarray,
+    right_err: np.ndarray,
+    jumps: np.ndarray,
+    scale: np.ndarray,
+    eps_w: float,
+    ref_eps: float,
+) -> Entries:
+    """Apply the decision rule of the module docstring to every entry."""
+    with np.errstate(all="ignore"):
+        # central reference missing (function not finite on one side): use the other side
+        central_ok = np.isfinite(ref) & np.isfinite(ref_err)
+        use_r = ~central_ok & np.isfinite(right) & np.isfinite(right_err) & ~jumps
+        use_l = ~central_ok & ~use_r & np.isfinite(left) & np.isfinite(left_err) & ~jumps
+        ref = np.where(use_r, right, np.where(use_l, left, ref))
+        ref_err = np.where(use_r, right_err, np.where(use_l, left_err, ref_err))
+        ref_finite = np.isfinite(ref) & np.isfinite(ref_err)
+        scale = np.where(np.isfinite(scale), scale, 0.0)
+        tol_w = TOLERANCE_FACTOR * ref_err + C_AD * eps_w * scale
+        tol_64 = TOLERANCE_FACTOR * ref_err + C_AD * F64_EPS * scale
+        sides_finite = np.isfinite(left) & np.isfinite(right)
+        kink = sides_finite & (
+            np.abs(right - left)
+            > TOLERANCE_FACTOR * (left_err + right_err) + C_AD * ref_eps * scale
+        )
+        nonsmooth = kink | jumps
+        lo, hi = np.fmin(left, right), np.fmax(left, right)
+        within = (ad >= lo - tol_w) & (ad <= hi + tol_w)
+        ad_finite = np.isfinite(ad) & (np.isfinite(ad64) | ~have64)
+        diff_w = np.abs(ad - ref)
+        diff_64 = np.abs(ad64 - ref)
+        bad_w = ~(diff_w <= tol_w)
+        bad_64 = ~(diff_64 <= tol_64) if have64 else bad_w
+        coarse = ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
+    status = np.full(ad.shape, SEVERITY[Verdict.PASS], dtype=np.int64)
+    status = np.where(coarse & ~bad_64, SEVERITY[Verdict.INCONCLUSIVE], status)
+    status = np.where(~bad_64 & bad_w & have64, SEVERITY[Verdict.UNSTABLE], status)
+    status = np.where(bad_64, SEVERITY[Verdict.MISMATCH], status)
+    status = np.where(nonsmooth, SEVERITY[Verdict.NONSMOOTH], status)
+    status = np.where(ref_finite != ad_finite, SEVERITY[Verdict.NONFINITE], status)
+    status = np.where(
+        ~ref_finite & ~ad_finite & ~nonsmooth, SEVERITY[Verdict.INCONCLUSIVE], status
+    )
+    within = np.where(nonsmooth, within, True)
+    return Entries(
+        names=names,
+        autodiff=ad,
+        autodiff64=ad64,
+        reference=ref,
+        reference_error=ref_err,
+        left=left,
+        left_error=left_err,
+        right=right,
+        right_error=right_err,
+        tolerance=tol_w,
+        tolerance64=np.where(have64, tol_64, np.nan),
+        status=status,
+        within_one_sided=within,
+    )
+
+
+def _median_relative(value: np.ndarray, error: np.ndarray) -> float:
+    """Median of error / (|value| + RMS of the values): relative error bars robust to zeros."""
+    v = np.where(np.isfinite(value), value, 0.0)
+    scale = np.abs(v) + np.sqrt(np.mean(v**2, axis=0, keepdims=True))
+    with np.errstate(all="ignore"):
+        rel = error / scale
+    rel = rel[np.isfinite(rel)]
+    return float(np.median(rel)) if rel.size else float("nan")
+
+
+def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256) -> np.ndarray:
+    assert fn is not None
+    return np.concatenate([np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)])
+
+
+def _output_names(target: Target) -> list[str]:
+    return [target.output_layout.name_of(i) for i in range(target.m)]
+
+
+def _concat_entries(blocks: list[Entries], prefix: bool, modes: list[str]) -> Entries:
+    if len(blocks) == 1:
+        return blocks[0]
+    names = []
+    for md, b in zip(modes, blocks, strict=True):
+        tag = "VJP" if md == "rev" else "JVP"
+        names += [f"{tag} {nm}" for nm in b.names]
+    fields = {}
+    for name in (
+        "autodiff", "autodiff64", "reference", "reference_error", "left", "left_error",
+        "right", "right_error", "tolerance", "tolerance64", "status", "within_one_sided",
+    ):
+        fields[name] = np.concatenate([getattr(b, name) for b in blocks])
+    return Entries(names=names, **fields)
+
+
+def _detection_power(entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray) -> dict[str, Any]:
+    """What size of gradient error the projections would have caught."""
+    tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
+    tau = float(np.nanmin(tol)) if tol.size else float("nan")
+    # one wrong entry j shifts every Rademacher projection by |delta_j| s_j
+    single = tau / s
+    # an error spread over many entries: delta·w is about N(0, |delta ⊙ s|²); all k
+    # projections miss with probability (sqrt(2/pi) tau / |delta ⊙ s|)^k
+    spread = float(np.sqrt(2 / np.pi) * tau / 0.01 ** (1.0 / k))
+    return {
+        "count": k,
+        "threshold": tau,
+        "single_entry_error_caught": float(np.median(single)),
+        "spread_error_norm_caught_99": spread,
+    }
+
+
+def assert_gradients(f: Callable[..., Any], *args: Any, **options: Any) -> Report:
+    """Run :func:`check` and raise :class:`GradientCheckError` unless ``report.ok``.
+
+    Takes the same arguments as :func:`check`. Returns the report when it
+    passes, so it can be inspected further.
+
+    Raises
+    ------
+    GradientCheckError
+        An ``AssertionError`` whose message is the full text report.
+    """
+    report = check(f, *args, **options)
+    if not report.ok:
+        raise GradientCheckError(report)
+    return report

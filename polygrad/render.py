@@ -1,0 +1,119 @@
+"""Plain-text rendering of a :class:`~polygrad.report.Report`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .report import Report
+
+__all__ = ["render_text"]
+
+_EXPLAIN = {
+    "PASS": "autodiff agrees with the reference within the combined error bars.",
+    "MISMATCH": "the gradient rule is wrong: the difference is far outside what round-off "
+    "and the reference's error bar allow.",
+    "UNSTABLE": "the rule is right (its float64 evaluation agrees with the reference), but the "
+    "working-dtype gradient has lost far more digits than round-off explains.",
+    "NONSMOOTH": "the function is not differentiable here (a kink or a jump within the "
+    "smallest step); the left and right derivatives differ.",
+    "NONFINITE": "autodiff and the reference disagree on finiteness (NaN/Inf on one side only).",
+    "INCONCLUSIVE": "no reference accurate enough could be obtained for some entries.",
+}
+
+
+def _g(x: float, digits: int = 4) -> str:
+    x = float(x)
+    if np.isnan(x):
+        return "-"
+    if np.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def render_text(report: Report, max_rows: int = 5) -> str:
+    d = report.details
+    e = report.entries
+    ref = d.get("reference", {})
+    lines = []
+    lines.append(f"polygrad: {report.verdict}" + ("" if report.ok else "  (check failed)"))
+    lines.append(f"  {_EXPLAIN[str(report.verdict)]}")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
+    lines.append(
+        f"  checked {len(e.names)} {report.quantity} of f: {d.get('inputs')} input(s) "
+        f"{tuple(d.get('input_names', []))} -> {d.get('outputs')} output(s); "
+        f"{d.get('backend')}, {d.get('working_dtype')}, mode {'+'.join(d.get('modes', []))}"
+    )
+    lines.append(f"  verdicts: {counts}")
+    method = ref.get("method")
+    how = {
+        "mp": f"mpmath at {ref.get('dps')} digits",
+        "float64": "float64 central differences",
+        "working": f"{d.get('working_dtype')} central differences (no float64 evaluation)",
+    }.get(method, str(method))
+    lines.append(
+        f"  reference: {how} + Richardson extrapolation; median step {_g(ref.get('median_step'), 3)} "
+        f"(relative to |x|), median relative error bar {_g(ref.get('median_relative_error'), 2)}; "
+        f"function noise {_g(ref.get('noise'), 3)} ({_g(ref.get('noise_relative'), 2)} relative); "
+        f"{ref.get('evaluations')} evaluations in {ref.get('seconds', 0):.2f} s"
+    )
+    lines.append(
+        f"  tolerance: {d.get('rules', {}).get('tolerance')} (eps = {_g(d.get('eps'), 3)} for "
+        f"{d.get('working_dtype')})"
+    )
+    if not d.get("rules", {}).get("has_float64_autodiff") and d.get("working_dtype") != "float64":
+        lines.append(
+            "  note: the gradient could not be evaluated in float64, so a wrong rule cannot be "
+            "told apart from an unstable computation"
+        )
+    order = e.worst(max_rows)
+    header = f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} {'|diff|':>10} {'tolerance':>10}"
+    lines.append("  worst entries:")
+    lines.append(header)
+    for i in order:
+        name = e.names[i]
+        if len(name) > 28:
+            name = name[:25] + "..."
+        v = e.verdicts()[i]
+        lines.append(
+            f"  {name:<28} {str(v):<12} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
+            f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} {_g(e.tolerance[i], 2):>10}"
+        )
+        if str(v) == "NONSMOOTH":
+            inside = "lies" if e.within_one_sided[i] else "does NOT lie"
+            lines.append(
+                f"  {'':<28}   left derivative {_g(e.left[i], 6)}, right {_g(e.right[i], 6)}; "
+                f"autodiff {inside} between them"
+            )
+        if str(v) in ("MISMATCH", "UNSTABLE") and np.isfinite(e.autodiff64[i]):
+            lines.append(
+                f"  {'':<28}   float64 evaluation of the rule: {_g(e.autodiff64[i], 10)} "
+                f"(|diff| {_g(abs(e.autodiff64[i] - e.reference[i]), 2)}, tolerance "
+                f"{_g(e.tolerance64[i], 2)})"
+            )
+    proj = d.get("projections")
+    if proj:
+        lines.append(
+            f"  projections: {proj['count']} random directions; a single wrong entry is caught "
+            f"when off by more than ~{_g(proj['single_entry_error_caught'], 2)}, an error spread "
+            f"over many entries with 99% probability when its scaled 2-norm exceeds "
+            f"{_g(proj['spread_error_norm_caught_99'], 2)}"
+        )
+    naive = d.get("naive_central_difference")
+    if naive:
+        txt = (
+            f"  round-off: f has noise {_g(naive['noise'], 2)} in {d.get('working_dtype')} "
+            f"(~{_g(naive['noise_ulps'], 2)} ulp of f); a plain central difference with step h "
+            f"is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
+        )
+        if "optimal_step" in naive:
+            txt += (
+                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} (error "
+                f"~{_g(naive['optimal_error'], 2)})"
+            )
+        lines.append(txt)
+    for note in d.get("notes", []):
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)

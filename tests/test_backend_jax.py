@@ -1,0 +1,452 @@
+"""Tests of the JAX backend: its Target against hand-computed derivatives, then end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+from polygrad.backends.base import Supplied, Target
+from polygrad.backends.jax import JaxBackend
+from polygrad.errors import InputTypeError, InputValueError
+
+BACKEND = JaxBackend()
+W_NP = (np.arange(6.0).reshape(2, 3) - 2.5) / 7.0
+X_NP = np.array([0.1, 0.2, -0.3])
+
+
+def target(f, *args, argnums=(0,), batch_size=64) -> Target:
+    return BACKEND.make_target(f, args, argnums, Supplied(), batch_size)
+
+
+def tanh_layer(W):
+    """f(x) = tanh(W x), closing over W; returns f and its Jacobian at x (float64 NumPy)."""
+    Wj = jnp.asarray(W)
+    W64 = np.asarray(Wj).astype(np.float64)
+
+    def f(x):
+        return jnp.tanh(Wj @ x)
+
+    def jac(x):
+        return (1 - np.tanh(W64 @ x) ** 2)[:, None] * W64
+
+    return f, jac
+
+
+@pytest.fixture(autouse=True)
+def x64_untouched():
+    before = jax.config.jax_enable_x64
+    yield
+    assert jax.config.jax_enable_x64 == before
+
+
+def test_import_polygrad_does_not_import_jax():
+    code = (
+        "import sys, polygrad, polygrad.backends, polygrad.backends.jax as bj\n"
+        "assert 'jax' not in sys.modules, 'jax imported'\n"
+        "assert not bj.JaxBackend.owns(1.0)\n"
+        "assert 'jax' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_flags_and_owns():
+    assert (BACKEND.name, BACKEND.module, BACKEND.extra) == ("jax", "jax", "jax")
+    assert BACKEND.supports_autodiff and BACKEND.supports_vmap and BACKEND.supports_float64
+    assert JaxBackend.owns(jnp.ones(2))
+    assert not JaxBackend.owns(np.ones(2))
+    a = BACKEND.to_numpy(jnp.arange(3.0, dtype=jnp.float32))
+    assert isinstance(a, np.ndarray) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, [0.0, 1.0, 2.0])
+    assert BACKEND.version() == jax.__version__
+
+
+def test_float32_evaluate_vjp_jvp_against_hand_jacobian():
+    W32 = W_NP.astype(np.float32)
+    f, jac = tanh_layer(W32)
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    x0 = X_NP.astype(np.float32).astype(np.float64)
+    assert t.working_dtype == "float32" and t.eps == 2.0**-23
+    np.testing.assert_array_equal(t.x0, x0)
+    assert (t.n, t.m) == (3, 2)
+    assert [lf.name for lf in t.input_layout.leaves] == ["x"]
+    assert [lf.name for lf in t.output_layout.leaves] == ["f"]
+    J = jac(x0)
+    X = x0 + np.linspace(-0.5, 0.5, 15)[:, None] * np.array([1.0, -2.0, 0.5])
+    want = np.tanh(X @ W32.astype(np.float64).T)
+    np.testing.assert_allclose(t.evaluate(X), want, rtol=0, atol=3e-7)
+    np.testing.assert_allclose(t.y0, want[7], rtol=0, atol=3e-7)
+    assert t.evaluate(X).dtype == np.float64
+    # the working dtype rounds: the float32 result is not the float64 one
+    assert np.abs(t.evaluate(X) - want).max() > 1e-10
+    U = np.array([[1.0, 0.0], [0.0, 1.0], [0.3, -2.0]])
+    np.testing.assert_allclose(t.vjp(U), U @ J, rtol=0, atol=1e-6)
+    V = np.eye(3)
+    np.testing.assert_allclose(t.jvp(V), V @ J.T, rtol=0, atol=1e-6)
+    # float64 versions: the closed-over float32 weights are promoted by JAX's type promotion
+    np.testing.assert_allclose(t.evaluate64(X), want, rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(t.vjp64(U), U @ J, rtol=1e-13, atol=1e-16)
+    np.testing.assert_allclose(t.jvp64(V), V @ J.T, rtol=1e-13, atol=1e-16)
+    assert t.evaluate_mp is None and "mpmath" in t.mp_unavailable_reason
+    assert t.notes == []
+
+
+def test_batched_equals_unbatched():
+    f, _ = tanh_layer(W_NP.astype(np.float32))
+    x = jnp.asarray(X_NP, jnp.float32)
+    X = np.asarray(x, np.float64) + np.random.default_rng(1).normal(size=(10, 3))
+    big, one = target(f, x, batch_size=64), target(f, x, batch_size=1)
+    # a point's value does not depend on the other points of its call (XLA may round a
+    # (1, 3) batch differently from a (64, 3) one: every call runs the same batch shape)
+    row_by_row = np.stack([big.evaluate(row[None])[0] for row in X])
+    np.testing.assert_array_equal(big.evaluate(X), row_by_row)
+    np.testing.assert_array_equal(big.evaluate(X[::-1]), row_by_row[::-1])
+    np.testing.assert_array_equal(big.y0, big.evaluate(big.x0[None])[0])
+    np.testing.assert_allclose(one.evaluate(X), row_by_row, rtol=0, atol=4 * big.eps)
+    np.testing.assert_allclose(target(f, x, batch_size=3).evaluate64(X), big.evaluate64(X), rtol=1e-15)
+    assert big.evaluate(X[:0]).shape == (0, 2)
+    U = np.random.default_rng(2).normal(size=(7, 2))
+    np.testing.assert_allclose(one.vjp(U), big.vjp(U), rtol=1e-6)
+    np.testing.assert_allclose(one.jvp64(X), big.jvp64(X), rtol=1e-14)
+
+
+def test_float64_working_dtype_without_global_x64():
+    assert not jax.config.jax_enable_x64
+    with jax.enable_x64(True):
+        f, jac = tanh_layer(W_NP)
+        x = jnp.asarray(X_NP, jnp.float64)
+    t = target(f, x)
+    assert t.working_dtype == "float64" and t.eps == 2.0**-52
+    J = jac(X_NP)
+    np.testing.assert_allclose(t.evaluate(X_NP[None]), np.tanh(W_NP @ X_NP)[None], rtol=1e-15)
+    np.testing.assert_allclose(t.vjp(np.eye(2)), J, rtol=1e-14)
+    np.testing.assert_allclose(t.jvp(np.eye(3)), J.T, rtol=1e-14)
+    assert t.evaluate64 is t.evaluate and t.vjp64 is t.vjp
+
+
+def test_global_x64_setting_is_respected_and_kept():
+    jax.config.update("jax_enable_x64", True)
+    try:
+        f, jac = tanh_layer(W_NP.astype(np.float32))
+        t = target(f, jnp.asarray(X_NP, jnp.float32))
+        assert t.working_dtype == "float32"
+        assert jax.config.jax_enable_x64
+        np.testing.assert_allclose(t.vjp64(np.eye(2)), jac(t.x0), rtol=1e-13)
+        assert jax.config.jax_enable_x64
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def test_internal_cast_is_promoted_through_the_jaxpr():
+    w = jnp.asarray([0.7, -1.3, 0.4], jnp.float32)
+    w64 = np.asarray(w, np.float64)
+
+    def f(x):  # casts its input down, as code written for float32 does
+        return jnp.sum(jnp.sin(x.astype(jnp.float32)) * w) + jnp.float32(0.5)
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    X = t.x0 + np.array([[0.0, 0.0, 0.0], [1e-3, 0, 0], [0, -2e-3, 1e-3]])
+    want = np.sin(X) @ w64 + 0.5
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], want, rtol=1e-15)
+    assert np.abs(t.evaluate(X)[:, 0] - want).max() > 1e-10
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], np.cos(t.x0) * w64, rtol=1e-14)
+    np.testing.assert_allclose(t.jvp64(np.eye(3))[:, 0], np.cos(t.x0) * w64, rtol=1e-14)
+    assert any("jaxpr" in note for note in t.notes)
+
+
+def test_control_flow_and_jit_are_promoted():
+    w = jnp.float32(0.25)
+
+    @jax.jit
+    def f(x):
+        y = jax.lax.cond(x[0] > 0, lambda z: jnp.exp(z).astype(jnp.float32), jnp.sin, x)
+        return y + jax.lax.scan(lambda c, z: (c + z * w, c), jnp.float32(0), x)[1]
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    x0 = t.x0
+    want = np.exp(x0) + np.array([0.0, x0[0], x0[0] + x0[1]]) * 0.25
+    np.testing.assert_allclose(t.evaluate64(x0[None])[0], want, rtol=1e-15)
+    J = np.diag(np.exp(x0)) + np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0]]) * 0.25
+    np.testing.assert_allclose(t.vjp64(np.eye(3)), J, rtol=1e-14)
+
+
+def test_custom_rule_inside_a_cast_gives_no_float64_autodiff():
+    @jax.custom_jvp
+    def my_sin(x):
+        return jnp.sin(x)
+
+    my_sin.defjvp(lambda p, t: (my_sin(p[0]), jnp.cos(p[0]) * t[0]))
+
+    def f(x):
+        return jnp.sum(my_sin(x.astype(jnp.float32)))
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    np.testing.assert_allclose(t.evaluate64(t.x0[None])[0, 0], np.sin(t.x0).sum(), rtol=1e-15)
+    assert t.vjp64 is None and t.jvp64 is None
+    assert any("my_sin" in note for note in t.notes)
+    np.testing.assert_allclose(t.vjp(np.ones((1, 1)))[0], np.cos(t.x0), rtol=1e-6)
+
+
+def test_unpromotable_function_has_no_evaluate64():
+    def f(x):
+        y = jax.pure_callback(
+            lambda a: np.sin(np.asarray(a)).astype(np.float32),
+            jax.ShapeDtypeStruct(x.shape, jnp.float32),
+            x.astype(jnp.float32),
+            vmap_method="sequential",
+        )
+        return y * 2
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    assert t.evaluate64 is None and t.vjp64 is None and t.jvp64 is None
+    assert any("working dtype" in note for note in t.notes)
+    np.testing.assert_allclose(t.evaluate(t.x0[None])[0], 2 * np.sin(t.x0), rtol=1e-6)
+
+
+def test_pytree_arguments_and_names():
+    params = {"w": jnp.asarray(W_NP, jnp.float32), "b": [jnp.ones(2, jnp.float32)]}
+    x = jnp.asarray(X_NP, jnp.float32)
+
+    def f(p, x, scale):
+        return scale * jnp.tanh(p["w"] @ x + p["b"][0])
+
+    t = target(f, params, x, 2.0, argnums=(0, 1))
+    names = [lf.name for lf in t.input_layout.leaves]
+    assert set(names) == {"arg0['w']", "arg0['b'][0]", "arg1"}
+    leaf_w = next(lf for lf in t.input_layout.leaves if lf.name == "arg0['w']")
+    assert t.input_layout.name_of(leaf_w.offset + 2) == "arg0['w'][0, 2]"
+    assert t.n == 11 and t.m == 2
+    u = np.array([0.5, -1.0])
+    gp, gx = jax.grad(lambda p, x: jnp.dot(jnp.asarray(u, jnp.float32), f(p, x, 2.0)), (0, 1))(
+        params, x
+    )
+    want = np.zeros(11)
+    for leaf, g in (
+        (leaf_w, gp["w"]),
+        (next(lf for lf in t.input_layout.leaves if lf.name == "arg0['b'][0]"), gp["b"][0]),
+        (next(lf for lf in t.input_layout.leaves if lf.name == "arg1"), gx),
+    ):
+        want[leaf.offset : leaf.offset + leaf.size] = np.asarray(g).ravel()
+    np.testing.assert_allclose(t.vjp(u[None])[0], want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(t.vjp64(u[None])[0], want, rtol=1e-6, atol=1e-7)
+    # the JVP is the transpose of the VJP
+    V = np.random.default_rng(3).normal(size=(4, 11))
+    np.testing.assert_allclose(V @ t.vjp64(np.eye(2)).T, t.jvp64(V), rtol=1e-12)
+    # several outputs in a dict
+    t2 = target(lambda x: {"a": jnp.sin(x), "b": jnp.sum(x**2)}, x)
+    assert [lf.name for lf in t2.output_layout.leaves] == ["f[0]", "f[1]"]
+    assert t2.m == 4
+
+
+def test_bfloat16_working_dtype():
+    x = jnp.asarray(X_NP, jnp.bfloat16)
+    t = target(lambda x: jnp.sum(x * x), x)
+    assert t.working_dtype == "bfloat16" and t.eps == 2.0**-7
+    x0 = np.asarray(x).astype(np.float64)
+    np.testing.assert_array_equal(t.x0, x0)
+    shifted = x0 + 1e-4  # rounds back to x0 in bfloat16
+    assert t.evaluate(shifted[None])[0, 0] == t.evaluate(x0[None])[0, 0]
+    np.testing.assert_allclose(t.evaluate64(shifted[None])[0, 0], np.sum(shifted**2), rtol=1e-15)
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], 2 * x0, rtol=1e-15)
+    assert np.asarray(x).dtype == ml_dtypes.bfloat16  # the user's array is untouched
+
+
+def test_vmap_failure_falls_back_to_rows():
+    def f(x):  # NumPy inside: cannot be traced by vmap or jit
+        return jnp.asarray(np.sin(np.asarray(x)))
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    X = t.x0 + np.arange(6.0)[:, None] * 0.1
+    np.testing.assert_allclose(t.evaluate(X), np.sin(X), rtol=1e-6)
+    assert any("one row at a time" in note for note in t.notes)
+
+
+def test_custom_vjp_bwd_without_vmap_support_falls_back_to_rows():
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x)
+
+    def bwd(x, g):
+        assert not isinstance(g, jax.core.Tracer), "concrete cotangent expected"
+        return (jnp.cos(x) * g,)
+
+    f.defvjp(lambda x: (jnp.sin(x), x), bwd)
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    U = np.eye(3)
+    np.testing.assert_allclose(t.vjp(U), np.diag(np.cos(t.x0)), rtol=1e-6)
+    assert any("VJP" in note for note in t.notes)
+
+
+@pytest.mark.parametrize(
+    ("arg", "error"),
+    [
+        (jnp.arange(3), InputTypeError),
+        (jnp.array([True, False]), InputTypeError),
+        (jnp.array([1.0, jnp.nan], jnp.float32), InputValueError),
+        (jnp.array([1.0, jnp.inf], jnp.float32), InputValueError),
+    ],
+)
+def test_bad_inputs_raise(arg, error):
+    with pytest.raises(error):
+        target(lambda x: x * 2, arg)
+
+
+def test_wrt_parameters_and_supplied_are_rejected():
+    x = jnp.ones(3)
+    with pytest.raises(ValueError, match="argnums"):
+        BACKEND.make_target(jnp.sin, (x,), (0,), Supplied(), 8, wrt="parameters")
+    with pytest.raises(ValueError, match="custom_vjp"):
+        BACKEND.make_target(jnp.sin, (x,), (0,), Supplied(grad=jnp.cos), 8)
+
+
+def test_gradient_function():
+    x = jnp.asarray(X_NP, jnp.float32)
+    g = BACKEND.gradient_function(lambda x: jnp.sum(jnp.sin(x)), (x,), (0,))
+    np.testing.assert_allclose(g(x), np.cos(np.asarray(x, np.float64)), rtol=1e-6)
+    # non-scalar: a VJP with a fixed cotangent, promoted along with the input
+    h = BACKEND.gradient_function(jnp.sin, (x,), (0,))
+    u = np.random.default_rng(0).standard_normal(3)
+    np.testing.assert_allclose(h(x), u * np.cos(np.asarray(x, np.float64)), rtol=1e-6)
+    with jax.enable_x64(True):
+        out = h(jnp.asarray(X_NP))
+        assert out.dtype == jnp.float64
+        np.testing.assert_allclose(out, u * np.cos(X_NP), rtol=1e-15)
+    two = BACKEND.gradient_function(lambda a, b: jnp.sum(a * b), (x, 2 * x), (0, 1))
+    ga, gb = two(x, 2 * x)
+    np.testing.assert_allclose(ga, 2 * np.asarray(x), rtol=1e-6)
+    np.testing.assert_allclose(gb, np.asarray(x), rtol=1e-6)
+
+
+# -- end to end: polygrad.check on JAX functions -------------------------------------------
+
+X_E2E = [0.3, -0.7, 1.2, -0.4]
+Y_E2E = [1.1, 0.5, -0.8, 2.0]
+WRONG_RULES = ["no_incoming_factor", "sign_on_one_branch", "dropped_input", "relative_1e-3"]
+
+
+def branchy_parts(x, y):
+    """f(x, y) = sin(x) y for x > 0, x² y otherwise, and its partial derivatives."""
+    value = jnp.where(x > 0, jnp.sin(x) * y, x * x * y)
+    dx = jnp.where(x > 0, jnp.cos(x) * y, 2 * x * y)
+    dy = jnp.where(x > 0, jnp.sin(x), x * x)
+    return value, dx, dy
+
+
+def with_custom_vjp(bug):
+    @jax.custom_vjp
+    def f(x, y):
+        return branchy_parts(x, y)[0]
+
+    def fwd(x, y):
+        return f(x, y), (x, y)
+
+    def bwd(res, g):
+        _, dx, dy = branchy_parts(*res)
+        if bug == "no_incoming_factor":
+            return dx, dy * g
+        if bug == "sign_on_one_branch":
+            dx = jnp.where(res[0] > 0, dx, -dx)
+        if bug == "dropped_input":
+            return dx * g, jnp.zeros_like(dy)
+        if bug == "relative_1e-3":
+            dx = dx * (1 + 1e-3)
+        return dx * g, dy * g
+
+    f.defvjp(fwd, bwd)
+    return lambda x, y: jnp.sum(f(x, y) ** 2)  # the cotangent reaching f is not 1
+
+
+def with_custom_jvp(bug):
+    @jax.custom_jvp
+    def f(x, y):
+        return branchy_parts(x, y)[0]
+
+    @f.defjvp
+    def rule(primals, tangents):
+        (x, y), (tx, ty) = primals, tangents
+        _, dx, dy = branchy_parts(x, y)
+        if bug == "no_incoming_factor":
+            return f(x, y), dx + dy
+        if bug == "sign_on_one_branch":
+            dx = jnp.where(x > 0, dx, -dx)
+        if bug == "dropped_input":
+            return f(x, y), dx * tx
+        if bug == "relative_1e-3":
+            dx = dx * (1 + 1e-3)
+        return f(x, y), dx * tx + dy * ty
+
+    return lambda x, y: jnp.sum(f(x, y) ** 2)
+
+
+def e2e_args(dtype):
+    with jax.enable_x64(dtype == "float64"):
+        return jnp.asarray(X_E2E, dtype), jnp.asarray(Y_E2E, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("make", [with_custom_vjp, with_custom_jvp])
+def test_custom_rules_end_to_end(make, dtype):
+    import polygrad as pg
+
+    x, y = e2e_args(dtype)
+    report = pg.check(make(None), x, y, argnums=(0, 1))
+    assert report.verdict == pg.Verdict.PASS, str(report)
+    assert report.ok
+    for bug in WRONG_RULES:
+        report = pg.check(make(bug), x, y, argnums=(0, 1))
+        assert report.verdict == pg.Verdict.MISMATCH, f"{bug}:\n{report}"
+        assert not report.ok
+    # forward mode goes through the JVP (the custom_jvp rule itself, not its transpose)
+    if make is with_custom_jvp:
+        assert pg.check(make(None), x, y, argnums=(0, 1), mode="fwd").verdict == pg.Verdict.PASS
+        report = pg.check(make("relative_1e-3"), x, y, argnums=(0, 1), mode="fwd")
+        assert report.verdict == pg.Verdict.MISMATCH, str(report)
+
+
+def test_known_jax_bug_digamma_gradient_at_negative_half_integer():
+    import mpmath
+
+    import polygrad as pg
+
+    from jax.scipy.special import digamma
+
+    x = jnp.float32(-16.5)
+    true = float(mpmath.psi(1, -16.5))  # trigamma(-16.5)
+    assert true == pytest.approx(9.8108, abs=1e-4)
+    raw = float(jax.grad(digamma)(x))
+    assert abs(raw - true) > 1.0, (
+        f"JAX's d/dx digamma(-16.5) is now {raw!r}, matching trigamma = {true!r}: the JAX bug "
+        "is fixed; this test should now expect PASS"
+    )
+    report = pg.check(digamma, x)
+    assert report.verdict == pg.Verdict.MISMATCH, str(report)
+    assert report.entries.reference[0] == pytest.approx(true, rel=1e-6)
+    assert report.entries.autodiff[0] == pytest.approx(raw, rel=1e-6)
+
+
+def test_second_order_on_a_smooth_function():
+    import polygrad as pg
+
+    x = jnp.asarray([0.3, -0.2, 0.5], jnp.float32)
+    report = pg.check(lambda x: jnp.sum(jnp.sin(x) * jnp.exp(x)), x, order=2)
+    assert report.verdict == pg.Verdict.PASS, str(report)
+    # a non-scalar function: the VJP with a fixed cotangent is differentiated again
+    report = pg.check(lambda x: jnp.tanh(x) * x[0], x, order=2)
+    assert report.verdict == pg.Verdict.PASS, str(report)
+
+
+def test_closure_over_float32_weights_end_to_end():
+    import polygrad as pg
+
+    w = jnp.asarray([0.7, -1.3, 0.4], jnp.float32)
+
+    def loss(x):  # written for float32: casts its input
+        return jnp.sum(jnp.tanh(x.astype(jnp.float32) * w) ** 2)
+
+    report = pg.check(loss, jnp.asarray(X_NP, jnp.float32))
+    assert report.verdict == pg.Verdict.PASS, str(report)

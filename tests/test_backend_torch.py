@@ -1,0 +1,358 @@
+"""Tests of the PyTorch backend: its Target callables, then end-to-end checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from polygrad.backends import get_backend
+from polygrad.backends.base import Supplied
+from polygrad.backends.torch import TorchBackend
+from polygrad.errors import (
+    InputMutationError,
+    InputTypeError,
+    InputValueError,
+    MissingBackendError,
+    NondeterministicFunctionError,
+)
+
+BE = TorchBackend()
+
+
+def target(f, *args, argnums=(0,), batch_size=64, wrt="inputs"):
+    return BE.make_target(f, args, argnums, Supplied(), batch_size, wrt=wrt)
+
+
+def two_outputs(x):
+    """f(x) = [sum(sin x), prod(x**2)]; J = [[cos x], [2 prod(x**2) / x]]."""
+    return torch.stack([torch.sin(x).sum(), (x**2).prod()])
+
+
+def jacobian_two_outputs(x: np.ndarray) -> np.ndarray:
+    return np.stack([np.cos(x), 2 * np.prod(x**2) / x])
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+# ----------------------------------------------------------------- the backend
+
+
+def test_import_polygrad_does_not_import_torch():
+    code = (
+        "import sys, polygrad, polygrad.backends, polygrad.backends.torch as t\n"
+        "assert not t.TorchBackend.owns(1.0)\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_flags_owns_to_numpy_version():
+    assert (BE.name, BE.module, BE.extra) == ("torch", "torch", "torch")
+    assert BE.supports_autodiff and BE.supports_vmap and BE.supports_float64
+    assert BE.owns(torch.zeros(2)) and BE.owns(nn.Linear(1, 1))
+    assert not BE.owns(np.zeros(2))
+    x = torch.tensor([1.5, -2.0], requires_grad=True)
+    out = BE.to_numpy(x)
+    assert out.dtype == np.float32 and out.tolist() == [1.5, -2.0]
+    assert BE.to_numpy(torch.tensor([1.5], dtype=torch.bfloat16)).dtype.name == "bfloat16"
+    assert BE.version() == torch.__version__
+
+
+def test_missing_torch_names_the_extra(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad\[torch\]'"):
+        get_backend("torch")
+
+
+# ------------------------------------------------------------ target callables
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_evaluate_vjp_jvp_match_hand_computed(dtype, rng):
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=dtype)
+    t = target(two_outputs, x)
+    npdt = np.float32 if dtype == torch.float32 else np.float64
+    assert t.working_dtype == str(dtype).removeprefix("torch.")
+    assert t.eps == np.finfo(npdt).eps
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["x"]
+    assert t.output_layout.leaves[0].shape == (2,)
+    np.testing.assert_array_equal(t.x0, [0.5, -1.0, 2.0])
+    assert t.evaluate_mp is None and "not implemented" in t.mp_unavailable_reason
+
+    X = rng.standard_normal((5, 3))
+    Xw = X.astype(npdt)
+    want = np.stack([[np.sin(r).sum(dtype=npdt), np.prod(r**2, dtype=npdt)] for r in Xw])
+    np.testing.assert_allclose(t.evaluate(X), want, rtol=4 * np.finfo(npdt).eps)
+    J = jacobian_two_outputs(t.x0)
+    U, V = rng.standard_normal((4, 2)), rng.standard_normal((6, 3))
+    tol = 10 * np.finfo(npdt).eps
+    np.testing.assert_allclose(t.vjp(U), U @ J, rtol=tol, atol=tol)
+    np.testing.assert_allclose(t.jvp(V), V @ J.T, rtol=tol, atol=tol)
+    np.testing.assert_allclose(t.vjp64(U), U @ J, rtol=1e-14)
+    np.testing.assert_allclose(t.jvp64(V), V @ J.T, rtol=1e-14)
+    # the float64 evaluation is not rounded to float32
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], np.sin(X).sum(axis=1), rtol=1e-15)
+    assert t.notes == []
+
+
+def test_batched_equals_unbatched_and_chunking(rng):
+    x = torch.linspace(-1, 1, 7)
+    f = lambda x: torch.tanh(x[:, None] * x[None, :]).sum(0)  # noqa: E731
+    t0 = target(f, x, batch_size=64)
+    t1 = target(f, x, batch_size=3)
+    X = rng.standard_normal((10, 7))
+    direct = np.stack([f(torch.tensor(r, dtype=torch.float32)).double().numpy() for r in X])
+    np.testing.assert_allclose(t0.evaluate(X), direct, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(t0.evaluate(X), t1.evaluate(X))
+    U = rng.standard_normal((8, 7))
+    np.testing.assert_allclose(t0.vjp(U), t1.vjp(U), rtol=1e-6)
+    assert t0.evaluate(X).shape == (10, 7) and t0.vjp(U).shape == (8, 7)
+
+
+def test_pytree_arguments_and_several_argnums():
+    def f(p, x, scale):
+        return (p["w"] * x).sum() * scale + p["b"]
+
+    p = {
+        "w": torch.tensor([1.0, 2.0], dtype=torch.float64),
+        "b": torch.tensor(0.5, dtype=torch.float64),
+    }
+    x = torch.tensor([3.0, -1.0], dtype=torch.float64)
+    t = target(f, p, x, 2.0, argnums=(0, 1))
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["arg0['w']", "arg0['b']", "arg1"]
+    np.testing.assert_array_equal(t.x0, [1, 2, 0.5, 3, -1])
+    # d/dw = 2x, d/db = 1, d/dx = 2w
+    np.testing.assert_allclose(t.vjp(np.ones((1, 1))), [[6, -2, 1, 2, 4]])
+    assert t.y0.tolist() == [2 * (3 - 2) + 0.5]
+
+
+def test_data_dependent_control_flow_falls_back_to_rows(rng):
+    def f(x):
+        return x.sin() if x.sum() > 0 else x.cos()
+
+    t = target(f, torch.tensor([0.3, 0.4], dtype=torch.float64))
+    assert any("one point at a time" in n for n in t.notes)
+    X = np.array([[0.1, 0.2], [-1.0, -0.5]])
+    np.testing.assert_allclose(t.evaluate(X), [np.sin(X[0]), np.cos(X[1])])
+    np.testing.assert_allclose(t.vjp(np.eye(2)), np.diag(np.cos([0.3, 0.4])))
+
+
+def test_module_promotion_leaves_the_model_untouched(rng):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(3)
+    t = target(model, x)
+    X = rng.standard_normal((4, 3))
+    ref = model.double()(torch.tensor(X)).detach().numpy()
+    model.float()
+    np.testing.assert_allclose(t.evaluate64(X), ref, rtol=1e-15, atol=1e-15)
+    np.testing.assert_allclose(t.evaluate(X), ref, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(t.evaluate(X), t.evaluate64(X))  # really float32 vs float64
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])
+    assert t.notes == []
+
+
+def test_closure_over_float32_cannot_be_promoted_but_arguments_can():
+    torch.manual_seed(0)
+    w = torch.randn(3, 3)
+    x = torch.randn(3)
+    t = target(lambda x: (w @ x).sum(), x)
+    assert t.evaluate64 is None and t.vjp64 is None
+    assert any("working dtype" in n for n in t.notes)
+    # the same function with w passed as an (unchecked) argument is promoted
+    t = target(lambda x, w: (w @ x).sum(), x, w)
+    assert t.evaluate64 is not None and t.notes == []
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], w.double().sum(0).numpy(), rtol=1e-15)
+    # a model passed as an argument is promoted too
+    lin = nn.Linear(3, 1)
+    t = target(lambda m, x: m(x).sum(), lin, x, argnums=(1,))
+    assert t.evaluate64 is not None and lin.weight.dtype == torch.float32
+
+
+def test_parameters_layout_and_vjp():
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 2, 3)
+            self.fc = nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.fc(torch.tanh(self.conv1(x)).flatten(1)).sum()
+
+    net = Net()
+    net.fc.bias.requires_grad_(False)
+    x = torch.randn(1, 1, 4, 4)
+    t = target(net, x, wrt="parameters")
+    names = [leaf.name for leaf in t.input_layout.leaves]
+    assert names == ["conv1.weight", "conv1.bias", "fc.weight"]
+    assert t.input_layout.name_of(5) == "conv1.weight[0, 0, 1, 2]"
+    assert t.n == 2 * 9 + 2 + 8
+    net(x).backward()
+    want = np.concatenate(
+        [p.grad.double().numpy().ravel() for p in (net.conv1.weight, net.conv1.bias, net.fc.weight)]
+    )
+    np.testing.assert_allclose(t.vjp(np.ones((1, 1)))[0], want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t.jvp(np.eye(t.n))[:, 0], want, rtol=1e-5, atol=1e-7)
+    # perturbing the parameters does not change the model
+    w0 = net.conv1.weight.clone()
+    X = t.x0[None] + 0.1
+    assert abs(t.evaluate(X)[0, 0] - t.y0[0]) > 1e-3
+    assert torch.equal(net.conv1.weight, w0) and net.conv1.weight.dtype == torch.float32
+    # the model passed as an argument, with a plain loss function
+    t2 = target(lambda m, x: m(x) ** 2, net, x, wrt="parameters")
+    assert [leaf.name for leaf in t2.input_layout.leaves] == names
+    np.testing.assert_allclose(t2.vjp(np.ones((1, 1)))[0], 2 * t.y0[0] * want, rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_inputs_raise_clear_errors():
+    f = lambda x: x.sum()  # noqa: E731
+    with pytest.raises(InputTypeError, match="integer"):
+        target(f, torch.tensor([1, 2]))
+    with pytest.raises(InputTypeError, match="bool"):
+        target(f, torch.tensor([True]))
+    with pytest.raises(InputValueError, match="NaN"):
+        target(f, torch.tensor([1.0, float("nan")]))
+    with pytest.raises(InputTypeError, match="wrt='parameters'"):
+        target(lambda m: m.weight.sum(), nn.Linear(1, 1))
+    with pytest.raises(InputTypeError, match="autograd"):
+        BE.make_target(f, (torch.ones(2),), (0,), Supplied(grad=lambda x: x), 8)
+    with pytest.raises(InputTypeError, match="nn.Module"):
+        target(f, torch.ones(2), wrt="parameters")
+    with pytest.raises(ValueError, match="wrt"):
+        target(f, torch.ones(2), wrt="outputs")
+
+
+def test_in_place_mutation_is_detected():
+    def f(x):
+        x.mul_(2)
+        return x.sum()
+
+    with pytest.raises(InputMutationError, match="in place"):
+        target(f, torch.ones(3))
+
+
+def test_dropout_in_train_mode_is_nondeterministic():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(50, 50), nn.Dropout(0.5), nn.Linear(50, 1))
+    x = torch.randn(50)
+    with pytest.raises(NondeterministicFunctionError, match=r"model\.eval\(\)"):
+        target(model, x)
+    model.eval()
+    assert target(model, x).notes == []
+
+
+# ------------------------------------------------------------ custom gradients
+
+
+class SquareOld(torch.autograd.Function):
+    """x**2 with a backward rule, old style (no setup_context, no jvp)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class SquareNew(torch.autograd.Function):
+    """x**2 in the functorch style: setup_context, jvp, generated vmap rule."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x):
+        return x**2
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return 2 * x * t
+
+
+def test_autograd_function_without_setup_context_falls_back():
+    x = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64)
+    t = target(SquareOld.apply, x)
+    np.testing.assert_allclose(t.vjp(np.eye(3)), np.diag([1.0, -3.0, 4.0]))
+    np.testing.assert_allclose(t.evaluate(np.ones((2, 3))), np.ones((2, 3)))
+    assert t.jvp is None and t.jvp64 is None
+    assert any("JVP" in n and "not available" in n for n in t.notes)
+    assert any("one point at a time" in n for n in t.notes)
+
+
+def test_autograd_function_with_setup_context_is_batched():
+    x = torch.tensor([0.5, -1.5, 2.0])
+    t = target(SquareNew.apply, x)
+    np.testing.assert_allclose(t.vjp(np.eye(3)), np.diag([1.0, -3.0, 4.0]))
+    np.testing.assert_allclose(t.jvp(np.eye(3)), np.diag([1.0, -3.0, 4.0]))
+    np.testing.assert_allclose(t.vjp64(np.eye(3)), np.diag([1.0, -3.0, 4.0]))
+    assert t.notes == []
+
+
+@pytest.mark.parametrize(("dtype", "eps"), [(torch.float16, 2.0**-10), (torch.bfloat16, 2.0**-7)])
+def test_half_precision_working_dtypes(dtype, eps):
+    x = torch.tensor([0.3, 1.1], dtype=dtype)
+    t = target(lambda x: (x.sin() ** 2).sum(), x)
+    assert t.working_dtype == str(dtype).removeprefix("torch.") and t.eps == eps
+    x64 = t.x0
+    exact = np.sum(np.sin(x64) ** 2)
+    np.testing.assert_allclose(t.evaluate64(x64[None])[0, 0], exact, rtol=1e-15)
+    assert abs(t.y0[0] - exact) <= 4 * eps * exact
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], np.sin(2 * x64), rtol=1e-15)
+
+
+# ----------------------------------------------------------- second order
+
+
+def test_gradient_function_is_differentiable_and_promotable():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 1), nn.Tanh())
+    x = torch.randn(1, 3)
+    g = BE.gradient_function(lambda m, x: m(x).sum(), (model, x), (1,))
+    xr = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(model(xr).sum(), xr)
+    torch.testing.assert_close(g(model, x), want)
+    t = target(g, model, x, argnums=(1,))
+    assert t.evaluate64 is not None and t.notes == []
+    # Hessian of tanh(w.x + b): tanh''(z) w w^T
+    w = model[0].weight.double().detach()
+    z = (x.double() @ w.T + model[0].bias.double()).item()
+    hess = (-2 * np.tanh(z) * (1 - np.tanh(z) ** 2)) * (w.T @ w).numpy()
+    np.testing.assert_allclose(t.vjp64(np.eye(3)), hess, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(t.vjp(np.eye(3)), hess, rtol=1e-4, atol=1e-6)
+    assert model[0].weight.dtype == torch.float32
