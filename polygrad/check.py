@@ -132,7 +132,7 @@ def _reference(
             parts.append(
                 directional_derivatives(
                     fn, target.x0, W, f0, noise.sigma, eps, method, h_max, levels,
-                    max_rows=batch_size,
+                    max_rows=batch_size, target_relative_error=max(1e-12, 1e3 * eps),
                 )
             )
     if len(parts) == 1:

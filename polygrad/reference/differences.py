@@ -133,6 +133,7 @@ def directional_derivatives(
     max_rows: int = 4096,
     max_refinements: int = 2,
     refine_levels: int = 6,
+    target_relative_error: float = 1e-12,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -160,8 +161,12 @@ def directional_derivatives(
     max_rows : int
         Largest batch passed to ``fn``.
     max_refinements, refine_levels : int
-        How often, and by how many steps, the ladder may be extended
-        downwards for truncation-limited directions.
+        How often, and by how many steps, the ladder may be extended:
+        downwards for directions limited by truncation at the finest step,
+        upwards (up to steps of 32) for directions whose error bar exceeds
+        ``target_relative_error`` times the derivative.
+    target_relative_error : float
+        Accuracy below which the ladder is not extended upwards.
 
     Returns
     -------
@@ -175,23 +180,42 @@ def directional_derivatives(
     jump_r, sgn_r = _jumps(Y, f0, sigma, 0, r)
     jump_l, sgn_l = _jumps(Y, f0, sigma, 1, l)
     for _ in range(max_refinements):
-        # directions whose best central estimate sits at the finest step and is
-        # still limited by truncation, not noise: continue the ladder downwards
+        # The ladder moves where the best estimate sits at its edge: downwards where it
+        # is still limited by truncation at the finest step (a length scale shorter
+        # than |x|), upwards where it is limited by noise at the largest step (a length
+        # scale longer than |x|, e.g. x near 0 for a function of scale 1).
         last = steps.size - 1
-        need = np.any((c.level == last) & (c.truncation > 3.0 * c.noise), axis=1)
-        if not np.any(need):
+        down = np.any((c.level == last) & (c.truncation > 3.0 * c.noise), axis=1)
+        cval = _to_float(np.asarray(c.value))
+        up = (c.error > target_relative_error * np.abs(cval)) & (cval != 0)
+        up = np.any(up, axis=1) & ~down
+        up &= steps[0] * 2.0**refine_levels <= 2.0**5
+        if not np.any(down | up):
             break
-        more = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1)
-        Y_more = _evaluate(fn, x0, W[need], more, max_rows)
-        evals += Y_more.shape[0] * Y_more.shape[1] * 2
-        Y_full = np.full((Y.shape[0], steps.size + more.size) + Y.shape[2:], np.nan)
-        Y_full[:, : steps.size] = Y
-        Y_full[need, steps.size :] = Y_more
-        Y, steps = Y_full, np.concatenate([steps, more])
+        more_dn = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1)
+        more_up = steps[0] * 2.0 ** np.arange(refine_levels, 0, -1)
+        new_steps = np.concatenate([more_up, steps, more_dn])
+        Y_new = np.full((Y.shape[0], new_steps.size) + Y.shape[2:], np.nan)
+        Y_new[:, refine_levels : refine_levels + steps.size] = Y
+        if np.any(down):
+            Yd = _evaluate(fn, x0, W[down], more_dn, max_rows)
+            Y_new[down, refine_levels + steps.size :] = Yd
+            evals += Yd.shape[0] * Yd.shape[1] * 2
+        if np.any(up):
+            Yu = _evaluate(fn, x0, W[up], more_up, max_rows)
+            Y_new[up, :refine_levels] = Yu
+            evals += Yu.shape[0] * Yu.shape[1] * 2
+        need = down | up
+        Y, steps = Y_new, new_steps
         c2, r2, l2 = _tableaus(Y[need], f0, steps, sigma[need], eps)
         c, r, l = (_merge(old, new, need) for old, new in ((c, c2), (r, r2), (l, l2)))
-        jump_r[need], sgn_r[need] = _jumps(Y[need], f0, sigma[need], 0, r2)
-        jump_l[need], sgn_l[need] = _jumps(Y[need], f0, sigma[need], 1, l2)
+        if np.any(down):  # the finest steps changed only where the ladder moved down
+            r_dn, l_dn = _tableaus(Y[down], f0, steps, sigma[down], eps)[1:]
+            jump_r[down], sgn_r[down] = _jumps(Y[down], f0, sigma[down], 0, r_dn)
+            jump_l[down], sgn_l[down] = _jumps(Y[down], f0, sigma[down], 1, l_dn)
+        # levels of directions not refined are shifted by the steps prepended
+        shift = refine_levels
+        c, r, l = (_shift_levels(t, ~need, shift) for t in (c, r, l))
 
     def est(t) -> Estimate:
         return Estimate(
@@ -207,6 +231,12 @@ def directional_derivatives(
     right = _with_jumps(right, jump_r, sgn_r)
     left = _with_jumps(left, jump_l, sgn_l)
     return DirectionalDerivatives(est(c), right, left, jump_r, jump_l)
+
+
+def _shift_levels(t: TableauResult, rows: np.ndarray, shift: int) -> TableauResult:
+    level = np.array(t.level, copy=True)
+    level[rows] += shift
+    return TableauResult(t.value, t.error, t.truncation, t.noise, level, t.order)
 
 
 def _merge(old, new, need: np.ndarray):

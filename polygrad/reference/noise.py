@@ -60,6 +60,10 @@ def ecnoise(fval: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         large.
     """
     fval = np.asarray(fval, dtype=np.float64)
+    # work relative to the largest value so that squares neither under- nor overflow
+    unit = np.max(np.abs(fval), axis=0)
+    unit = np.where((unit > 0) & np.isfinite(unit), unit, 1.0)
+    fval = fval / unit
     nf = fval.shape[0]
     p = nf - 1
     batch = fval.shape[1:]
@@ -90,7 +94,7 @@ def ecnoise(fval: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         done |= ok
     inform = np.where(not_detected, NOISE_NOT_DETECTED, inform)
     inform = np.where(too_large & ~not_detected, STEP_TOO_LARGE, inform)
-    sigma = np.where(inform == NOISE_DETECTED, sigma, 0.0)
+    sigma = np.where(inform == NOISE_DETECTED, sigma * unit, 0.0)
     return sigma, inform
 
 

@@ -136,6 +136,10 @@ def neville(
     L = D.shape[0]
     batch = D.shape[1:]
     noise_sd = np.broadcast_to(np.asarray(noise_sd, dtype=np.float64), (L,) + batch)
+    # propagate relative to the largest noise so that squares neither under- nor overflow
+    sd_max = np.max(noise_sd, axis=0)
+    with np.errstate(all="ignore"):
+        sd_rel = np.where(sd_max > 0, noise_sd / np.where(sd_max > 0, sd_max, 1.0), 0.0)
     # coefficient vectors of each tableau column over the D_k: carried exactly
     prev_T = None
     prev_C = None
@@ -161,7 +165,7 @@ def neville(
             )
         Tf = _to_float(T)
         # noise propagated exactly through the coefficients (independent noise)
-        noise = np.sqrt(np.einsum("kl,l...->k...", C**2, noise_sd**2))
+        noise = sd_max * np.sqrt(np.einsum("kl,l...->k...", C**2, sd_rel**2))
         err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
         err = np.where(np.isfinite(err), err, np.inf)
         for k in range(T.shape[0]):

@@ -1,0 +1,177 @@
+"""The numerical core: ECnoise, Richardson tableaus, error-bar honesty, mp accuracy."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from polygrad.backends.mpmath import mp_evaluator
+from polygrad.reference import (
+    directional_derivatives,
+    ecnoise,
+    estimate_noise,
+    mp_directional_derivatives,
+    neville,
+    step_ladder,
+)
+from polygrad.reference.noise import NOISE_DETECTED, NOISE_NOT_DETECTED, STEP_TOO_LARGE
+
+EPS64 = float(np.finfo(np.float64).eps)
+
+# closed-form test functions: (f(x) vectorised over rows, gradient)
+FUNCS = {
+    "exp_sin": (lambda X: np.sum(np.exp(X) * np.sin(3 * X), axis=1),
+                lambda x: np.exp(x) * np.sin(3 * x) + 3 * np.exp(x) * np.cos(3 * x)),
+    "log1p_sq": (lambda X: np.sum(np.log1p(X**2), axis=1), lambda x: 2 * x / (1 + x**2)),
+    "tanh": (lambda X: np.sum(np.tanh(X), axis=1), lambda x: 1 - np.tanh(x) ** 2),
+    "poly": (lambda X: np.sum(X**3 - 2 * X**2 + 0.5 * X, axis=1), lambda x: 3 * x**2 - 4 * x + 0.5),
+    "gauss": (lambda X: np.sum(-(X**2) / 2, axis=1), lambda x: -x),
+    "rational": (lambda X: np.sum(1 / (1 + X**2), axis=1), lambda x: -2 * x / (1 + x**2) ** 2),
+    "softplus": (lambda X: np.sum(np.logaddexp(0, X), axis=1), lambda x: 1 / (1 + np.exp(-x))),
+}
+
+
+def _reference(name: str, x: np.ndarray):
+    f, g = FUNCS[name]
+
+    def fn(X):
+        return f(X)[:, None]
+
+    ax = np.abs(x)
+    s = 2.0 ** np.round(np.log2(np.where(ax > 0, ax, 1.0)))
+    W = np.diag(s)
+    f0 = fn(x[None])[0]
+    noise = estimate_noise(fn, x, W, f0, EPS64, 2.0**-19)
+    dd = directional_derivatives(fn, x, W, f0, noise.sigma, EPS64, "float64", 2.0**-2, 10)
+    return dd.central.value[:, 0] / s, dd.central.error[:, 0] / s, g(x)
+
+
+def test_ecnoise_recovers_known_noise():
+    rng = np.random.default_rng(1)
+    sigma_true = 1e-6
+    t = np.linspace(-4, 4, 9) * 1e-3
+    vals = np.stack(
+        [np.exp(t) + sigma_true * rng.standard_normal(t.size) for _ in range(400)], axis=1
+    )
+    sigma, inform = ecnoise(vals)
+    assert np.mean(inform == NOISE_DETECTED) > 0.9
+    est = np.median(sigma[inform == NOISE_DETECTED])
+    assert 0.5 * sigma_true < est < 2 * sigma_true
+
+
+def test_ecnoise_failure_codes():
+    flat = np.ones((9, 1))
+    assert ecnoise(flat)[1][0] == NOISE_NOT_DETECTED
+    steep = np.exp(np.linspace(0, 8, 9))[:, None]
+    assert ecnoise(steep)[1][0] == STEP_TOO_LARGE
+
+
+def test_float64_noise_is_a_few_ulps():
+    fn = FUNCS["exp_sin"][0]
+    x = np.array([0.3, 1.1, -0.7])
+    f0 = fn(x[None])
+    nz = estimate_noise(lambda X: fn(X)[:, None], x, np.eye(3), f0, EPS64, 2.0**-19)
+    rel = nz.sigma[:, 0] / abs(f0[0])
+    assert np.all(rel < 20 * EPS64) and np.all(rel >= EPS64 * 0.99)
+
+
+def test_neville_exact_on_polynomial_differences():
+    # central differences of a polynomial of degree 5: D(h) = c0 + c2 h^2 + c4 h^4
+    steps = step_ladder(0.5, 6)
+    D = (1.0 + 3.0 * steps**2 - 2.0 * steps**4)[:, None]
+    res = neville(D, steps, 2, 2, np.zeros_like(D), EPS64)
+    assert abs(res.value[0] - 1.0) < 1e-14
+    assert res.error[0] < 1e-13
+
+
+def test_error_bar_honest_and_accurate_float64():
+    """True error within the error bar in >= 99% of cases; relative error <= 1e-9."""
+    rng = np.random.default_rng(7)
+    covered, total, rel_errors = 0, 0, []
+    for name in FUNCS:
+        for _ in range(12):
+            n = int(rng.integers(1, 6))
+            scale = 10.0 ** rng.uniform(-3, 1)
+            x = rng.standard_normal(n) * scale + rng.uniform(-1, 1) * scale
+            value, err, true = _reference(name, x)
+            covered += int(np.sum(np.abs(value - true) <= err))
+            total += n
+            rms = np.sqrt(np.mean(true**2)) + 1e-300
+            rel_errors += list(np.abs(value - true) / (np.abs(true) + rms))
+    assert covered / total >= 0.99, (covered, total)
+    assert np.max(rel_errors) <= 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(FUNCS)),
+    x=st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=4),
+    scale=st.sampled_from([1e-3, 1e-1, 1.0, 10.0]),
+)
+def test_error_bar_never_far_off(name, x, scale):
+    xs = np.array(x) * scale
+    if name in ("exp_sin", "softplus", "poly", "gauss") and np.max(np.abs(xs)) > 20:
+        return
+    value, err, true = _reference(name, xs)
+    rms = np.sqrt(np.mean(true**2))
+    # a hard bound for every single case: never more than 10x outside the error bar
+    assert np.all(np.abs(value - true) <= 10 * err + 1e-15 * (np.abs(true) + rms))
+
+
+def test_mp_reference_50_digits_beyond_float64():
+    x = np.array([0.3, 1.7, -2.2])
+    ev = mp_evaluator(lambda leaves: np.sum(np.exp(leaves[0]) * np.sin(3 * leaves[0])), [(3,)])
+    s = 2.0 ** np.round(np.log2(np.abs(x)))
+    md = mp_directional_derivatives(ev, x, np.diag(s), dps=50)
+    mpmath.mp.dps = 60
+    for k, (xi, si) in enumerate(zip(x, s, strict=True)):
+        a = mpmath.mpf(float(xi))
+        true = (mpmath.exp(a) * mpmath.sin(3 * a) + 3 * mpmath.exp(a) * mpmath.cos(3 * a)) * si
+        rel = abs((md.central.value_mp[k, 0] - true) / true)
+        assert rel <= 1e-25
+        assert abs(md.central.value_mp[k, 0] - true) <= md.central.error_mp[k, 0]
+    mpmath.mp.dps = 15
+
+
+def test_one_sided_derivatives_at_kink():
+    def fn(X):
+        return np.abs(X[:, :1] - 0.0) + 0 * X[:, 1:2]
+
+    x = np.array([0.0, 1.0])
+    W = np.eye(2)
+    f0 = fn(x[None])[0]
+    sig = np.full((2, 1), EPS64)
+    dd = directional_derivatives(fn, x, W, f0, sig, EPS64, "float64", 0.25, 8)
+    assert dd.right.value[0, 0] == pytest.approx(1.0, abs=1e-12)
+    assert dd.left.value[0, 0] == pytest.approx(-1.0, abs=1e-12)
+    assert not dd.jump_left[0, 0] and not dd.jump_right[0, 0]
+
+
+def test_jump_detected_on_one_side():
+    def fn(X):
+        return np.floor(X)
+
+    x = np.array([4.0])
+    f0 = fn(x[None])[0]
+    dd = directional_derivatives(fn, x, np.array([[4.0]]), f0, np.full((1, 1), 1e-15),
+                                 EPS64, "float64", 0.25, 10)
+    assert dd.jump_left[0, 0] and not dd.jump_right[0, 0]
+    assert dd.right.value[0, 0] == 0.0
+    assert dd.left.value[0, 0] == np.inf
+
+
+def test_refinement_handles_short_length_scale():
+    # sin(300 x) at x = 1: the length scale is far shorter than |x|
+    def fn(X):
+        return np.sin(300 * X)
+
+    x = np.array([1.0])
+    f0 = fn(x[None])[0]
+    sig = np.full((1, 1), EPS64)
+    dd = directional_derivatives(fn, x, np.eye(1), f0, sig, EPS64, "float64", 0.25, 10)
+    true = 300 * np.cos(300.0)
+    assert abs(dd.central.value[0, 0] - true) <= dd.central.error[0, 0]
+    assert dd.central.error[0, 0] < 1e-6 * 300
