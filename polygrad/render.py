@@ -1,15 +1,24 @@
-"""Plain-text rendering of a :class:`~polygrad.report.Report`."""
+"""Text rendering of a :class:`~polygrad.report.Report`, coloured on a terminal.
+
+Colour follows the usual conventions: it is used when standard output is a
+terminal, never when output is piped or redirected, when the ``NO_COLOR``
+environment variable is set (https://no-color.org), or when ``TERM`` is
+``dumb``; ``FORCE_COLOR`` turns it on regardless.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import re
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from .report import Report
 
-__all__ = ["render_text"]
+__all__ = ["render_text", "use_color", "strip_color"]
 
 _EXPLAIN = {
     "PASS": "autodiff agrees with the reference within the combined error bars.",
@@ -24,6 +33,46 @@ _EXPLAIN = {
 }
 
 
+_COLORS = {
+    "PASS": "32",  # green
+    "NONSMOOTH": "33",  # yellow
+    "INCONCLUSIVE": "33",
+    "UNSTABLE": "35",  # magenta
+    "NONFINITE": "31",  # red
+    "MISMATCH": "31",
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def use_color(stream: Any = None) -> bool:
+    """Whether to colour text written to ``stream`` (default ``sys.stdout``).
+
+    False when ``NO_COLOR`` is set (to anything non-empty), when ``TERM`` is
+    ``dumb`` or when the stream is not a terminal; True when ``FORCE_COLOR``
+    is set and ``NO_COLOR`` is not.
+    """
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("TERM") == "dumb":
+        return False
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def strip_color(text: str) -> str:
+    """Remove ANSI colour codes."""
+    return _ANSI.sub("", text)
+
+
+def _paint(text: str, code: str, color: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if color else text
+
+
 def _g(x: float, digits: int = 4) -> str:
     x = float(x)
     if np.isnan(x):
@@ -33,12 +82,32 @@ def _g(x: float, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def render_text(report: Report, max_rows: int = 5) -> str:
+def render_text(report: Report, max_rows: int = 5, color: bool | None = None) -> str:
+    """The report as text: verdict, what was compared, worst entries, why.
+
+    Parameters
+    ----------
+    report : Report
+    max_rows : int
+        Number of worst entries listed.
+    color : bool, optional
+        ANSI colours; default :func:`use_color` (on for a terminal only).
+
+    Returns
+    -------
+    str
+    """
+    color = use_color() if color is None else bool(color)
     d = report.details
     e = report.entries
     ref = d.get("reference", {})
     lines = []
-    lines.append(f"polygrad: {report.verdict}" + ("" if report.ok else "  (check failed)"))
+    code = _COLORS.get(str(report.verdict), "0")
+    lines.append(
+        "polygrad: "
+        + _paint(str(report.verdict), "1;" + code, color)
+        + ("" if report.ok else _paint("  (check failed)", code, color))
+    )
     lines.append(f"  {_EXPLAIN[str(report.verdict)]}")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     lines.append(
@@ -77,8 +146,9 @@ def render_text(report: Report, max_rows: int = 5) -> str:
         if len(name) > 28:
             name = name[:25] + "..."
         v = e.verdicts()[i]
+        vtxt = _paint(f"{str(v):<12}", _COLORS.get(str(v), "0"), color)
         lines.append(
-            f"  {name:<28} {str(v):<12} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
+            f"  {name:<28} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
             f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} {_g(e.tolerance[i], 2):>10}"
         )
         if str(v) == "NONSMOOTH":
@@ -113,7 +183,12 @@ def render_text(report: Report, max_rows: int = 5) -> str:
                 f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} (error "
                 f"~{_g(naive['optimal_error'], 2)})"
             )
+        elif naive.get("third_derivative") is not None:
+            txt += "; third derivative ≈ 0 here (no truncation error), so larger steps only help"
         lines.append(txt)
+    taylor = d.get("taylor")
+    if taylor and taylor.get("explanation"):
+        lines.append(f"  Taylor test (supporting evidence): {taylor['explanation']}")
     for note in d.get("notes", []):
         lines.append(f"  note: {note}")
     return "\n".join(lines)

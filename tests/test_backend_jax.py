@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
+from jax.scipy.special import digamma
 
+import polygrad as pg
 from polygrad.backends.base import Supplied, Target
 from polygrad.backends.jax import JaxBackend
 from polygrad.errors import InputTypeError, InputValueError
@@ -47,12 +51,15 @@ def x64_untouched():
 
 def test_import_polygrad_does_not_import_jax():
     code = (
-        "import sys, polygrad, polygrad.backends, polygrad.backends.jax as bj\n"
+        "import sys, numpy as np, polygrad, polygrad.backends.jax as bj\n"
         "assert 'jax' not in sys.modules, 'jax imported'\n"
         "assert not bj.JaxBackend.owns(1.0)\n"
-        "assert 'jax' not in sys.modules\n"
+        "r = polygrad.check(lambda x: np.sum(np.sin(x)), np.array([0.3, 0.4]), grad=np.cos)\n"
+        "assert r.ok, r\n"
+        "assert 'jax' not in sys.modules, 'jax imported'\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, cwd=root)
 
 
 def test_flags_and_owns():
@@ -108,7 +115,8 @@ def test_batched_equals_unbatched():
     np.testing.assert_array_equal(big.evaluate(X[::-1]), row_by_row[::-1])
     np.testing.assert_array_equal(big.y0, big.evaluate(big.x0[None])[0])
     np.testing.assert_allclose(one.evaluate(X), row_by_row, rtol=0, atol=4 * big.eps)
-    np.testing.assert_allclose(target(f, x, batch_size=3).evaluate64(X), big.evaluate64(X), rtol=1e-15)
+    small = target(f, x, batch_size=3)
+    np.testing.assert_allclose(small.evaluate64(X), big.evaluate64(X), rtol=1e-15)
     assert big.evaluate(X[:0]).shape == (0, 2)
     U = np.random.default_rng(2).normal(size=(7, 2))
     np.testing.assert_allclose(one.vjp(U), big.vjp(U), rtol=1e-6)
@@ -157,6 +165,20 @@ def test_internal_cast_is_promoted_through_the_jaxpr():
     np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], np.cos(t.x0) * w64, rtol=1e-14)
     np.testing.assert_allclose(t.jvp64(np.eye(3))[:, 0], np.cos(t.x0) * w64, rtol=1e-14)
     assert any("jaxpr" in note for note in t.notes)
+
+
+def test_float64_output_with_float32_inside_is_promoted():
+    w = jnp.asarray([0.7, -1.3, 0.4], jnp.float32)
+
+    def f(x):  # float64 out for float64 in, but half of it computed in float32
+        return jnp.sum(jnp.sin(x.astype(jnp.float32)) * w) + jnp.sum(x)
+
+    t = target(f, jnp.asarray(X_NP, jnp.float32))
+    X = t.x0 + np.array([[0.0, 0.0, 0.0], [1e-3, -1e-3, 2e-3]])
+    w64 = np.asarray(w, np.float64)
+    want = np.sin(X) @ w64 + X.sum(axis=1)
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], want, rtol=1e-15)
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], np.cos(t.x0) * w64 + 1, rtol=1e-14)
 
 
 def test_control_flow_and_jit_are_promoted():
@@ -391,8 +413,6 @@ def e2e_args(dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("make", [with_custom_vjp, with_custom_jvp])
 def test_custom_rules_end_to_end(make, dtype):
-    import polygrad as pg
-
     x, y = e2e_args(dtype)
     report = pg.check(make(None), x, y, argnums=(0, 1))
     assert report.verdict == pg.Verdict.PASS, str(report)
@@ -409,12 +429,6 @@ def test_custom_rules_end_to_end(make, dtype):
 
 
 def test_known_jax_bug_digamma_gradient_at_negative_half_integer():
-    import mpmath
-
-    import polygrad as pg
-
-    from jax.scipy.special import digamma
-
     x = jnp.float32(-16.5)
     true = float(mpmath.psi(1, -16.5))  # trigamma(-16.5)
     assert true == pytest.approx(9.8108, abs=1e-4)
@@ -430,8 +444,6 @@ def test_known_jax_bug_digamma_gradient_at_negative_half_integer():
 
 
 def test_second_order_on_a_smooth_function():
-    import polygrad as pg
-
     x = jnp.asarray([0.3, -0.2, 0.5], jnp.float32)
     report = pg.check(lambda x: jnp.sum(jnp.sin(x) * jnp.exp(x)), x, order=2)
     assert report.verdict == pg.Verdict.PASS, str(report)
@@ -441,8 +453,6 @@ def test_second_order_on_a_smooth_function():
 
 
 def test_closure_over_float32_weights_end_to_end():
-    import polygrad as pg
-
     w = jnp.asarray([0.7, -1.3, 0.4], jnp.float32)
 
     def loss(x):  # written for float32: casts its input

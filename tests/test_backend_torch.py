@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import polygrad as pg
 from polygrad.backends import get_backend
 from polygrad.backends.base import Supplied
 from polygrad.backends.torch import TorchBackend
@@ -22,6 +24,7 @@ from polygrad.errors import (
     MissingBackendError,
     NondeterministicFunctionError,
 )
+from polygrad.report import SEVERITY
 
 BE = TorchBackend()
 
@@ -356,3 +359,142 @@ def test_gradient_function_is_differentiable_and_promotable():
     np.testing.assert_allclose(t.vjp64(np.eye(3)), hess, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(t.vjp(np.eye(3)), hess, rtol=1e-4, atol=1e-6)
     assert model[0].weight.dtype == torch.float32
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def branch_op(bug: str, setup_context: bool) -> type[torch.autograd.Function]:
+    """``where(x > 0, x² y, sin(x) y)`` with a backward rule that has ``bug``.
+
+    bug: "none", "ignores_grad_output", "sign_on_one_branch", "drops_y", "relative_1e-3".
+    """
+
+    def forward_values(x, y):
+        return torch.where(x > 0, x * x * y, torch.sin(x) * y)
+
+    def backward_rule(ctx, g):
+        x, y = ctx.saved_tensors
+        dx = torch.where(x > 0, 2 * x * y, torch.cos(x) * y)
+        dy = torch.where(x > 0, x * x, torch.sin(x))
+        if bug == "sign_on_one_branch":
+            dx = torch.where(x > 0, dx, -dx)
+        if bug == "relative_1e-3":
+            dx = dx * (1 + 1e-3)
+        if bug == "ignores_grad_output":
+            return dx, dy
+        return g * dx, (None if bug == "drops_y" else g * dy)
+
+    if setup_context:
+
+        class New(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(x, y):
+                return forward_values(x, y)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(*inputs)
+
+            backward = staticmethod(backward_rule)
+
+        return New
+
+    class Old(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            ctx.save_for_backward(x, y)
+            return forward_values(x, y)
+
+        backward = staticmethod(backward_rule)
+
+    return Old
+
+
+BUGS = ["ignores_grad_output", "sign_on_one_branch", "drops_y", "relative_1e-3"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("setup_context", [False, True])
+@pytest.mark.parametrize("bug", ["none", *BUGS])
+def test_custom_autograd_function_rules(bug, setup_context, dtype):
+    op = branch_op(bug, setup_context)
+    x = torch.tensor([0.7, -1.3, 1.9], dtype=dtype)
+    y = torch.tensor([1.1, 0.6, -0.8], dtype=dtype)
+    report = pg.check(op.apply, x, y, argnums=(0, 1))
+    if bug == "none":
+        assert report.verdict == pg.Verdict.PASS and report.ok
+    else:
+        assert report.verdict == pg.Verdict.MISMATCH and not report.ok
+
+
+def digit_cnn() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """The small MNIST-style CNN of USERS.md (seeded) and a real 28x28 digit in [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(64 * 5 * 5, 10),
+    )
+    digits = load_digits()
+    img = torch.tensor(digits.images[0] / 16.0, dtype=torch.float32)[None, None]
+    img = F.interpolate(img, size=(28, 28), mode="bilinear", align_corners=False).clamp(0, 1)
+    return model, img, torch.tensor([int(digits.target[0])])
+
+
+def cross_entropy(model, x, label):
+    return F.cross_entropy(model(x), label)
+
+
+def test_cnn_input_gradient_target_is_batched_and_exact():
+    model, img, label = digit_cnn()
+    model.eval()
+    t = target(cross_entropy, model, img, label, argnums=(1,))
+    assert t.n == 784 and t.m == 1 and t.notes == []
+    xr = img.clone().requires_grad_()
+    (g,) = torch.autograd.grad(cross_entropy(model, xr, label), xr)
+    np.testing.assert_allclose(t.vjp(np.ones((1, 1)))[0], g.double().numpy().ravel(), rtol=1e-6)
+    # the float64 evaluation runs on a float64 copy of the model
+    X = t.x0[None] + np.random.default_rng(0).uniform(-0.01, 0.01, (3, 784))
+    m64 = copy.deepcopy(model).double()
+    want = [cross_entropy(m64, torch.tensor(r).reshape(1, 1, 28, 28), label).item() for r in X]
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], want, rtol=1e-14)
+    assert model[0].weight.dtype == torch.float32
+
+
+def test_cnn_input_gradient_check():
+    model, img, label = digit_cnn()
+    model.eval()
+    report = pg.check(cross_entropy, model, img, label, argnums=1, strategy="full")
+    assert report.details["inputs"] == 784 and report.details["strategy"] == "full"
+    assert not np.any(report.entries.status == SEVERITY[pg.Verdict.MISMATCH])
+    assert report.verdict in (pg.Verdict.PASS, pg.Verdict.NONSMOOTH)
+    assert report.ok
+    model.train()
+    with pytest.raises(NondeterministicFunctionError):
+        pg.check(cross_entropy, model, img, label, argnums=1)
+
+
+def test_check_parameters_and_second_order():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    x = torch.randn(2, 3)
+    report = pg.check(lambda m, x: m(x).sum(), model, x, wrt="parameters")
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert report.details["inputs"] == 3 * 4 + 4 + 4 + 1
+    assert report.details["input_names"][0] == "0.weight"
+    assert report.details["reference"]["method"] == "float64"
+    report = pg.check(lambda x: (x.sin() ** 2).sum(), x.double(), order=2)
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    report = pg.check(lambda m, x: m(x).sum(), model, x, argnums=1, order=2)
+    assert report.verdict == pg.Verdict.PASS and report.ok

@@ -15,6 +15,13 @@ Promotion to float64 is tried in two ways:
    constant, literal and dtype parameter promoted to float64. Custom
    derivative rules (``jax.custom_jvp``/``custom_vjp``) cannot be promoted this
    way, so float64 autodiff is then unavailable and the report says so.
+
+Evaluations, VJPs and JVPs are ``jax.jit(jax.vmap(...))`` over rows, on the
+device of the user's arrays. Every call runs the same number of rows (the
+last chunk is padded), so a point's value never depends on the batch it was
+computed in, and each callable compiles once. A function that cannot be
+vmapped (NumPy inside, a custom rule without batching support...) is run one
+row at a time, and a note says so.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputTypeError
 from .base import Backend, Layout, Supplied, Target, chunked, dtype_eps, validate_float_array
 from .numpy import as_float_output, output_layout
 
@@ -170,7 +176,7 @@ class _FlatFunction:
         names: list[str] = []
         for i in argnums:
             if not -len(args) <= i < len(args):
-                raise InputTypeError(f"argnums contains {i}, but f was given {len(args)} arguments")
+                raise ValueError(f"argnums contains {i}, but f was given {len(args)} arguments")
             with_path, td = jax.tree_util.tree_flatten_with_path(args[i])
             self.treedefs[i] = td
             for path, leaf in with_path:
@@ -496,7 +502,7 @@ class JaxBackend(Backend):
             def direct(*leaves: Any) -> list[Any]:
                 return flat(*leaves, args=args64)
 
-            if _all_float64(direct, flat):
+            if _all_float64(direct, flat) and not _narrow_intermediates(direct, flat):
                 d = _Derivatives(direct, flat, dtypes64, batch_size, _x64, notes, "float64")
                 return d.evaluate, d.vjp, d.jvp
         # f keeps a narrow dtype for float64 input: promote its jaxpr instead.
@@ -521,8 +527,9 @@ class JaxBackend(Backend):
             return None, None, None
         d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64")
         notes.append(
-            "f casts to a narrower float internally; its jaxpr was re-executed with every "
-            "floating constant and dtype promoted to float64 for the reference"
+            "f does not compute in float64 for float64 input (it casts, or mixes in float32 "
+            "constants); its jaxpr was re-executed with every floating constant and dtype "
+            "promoted to float64 for the reference"
         )
         if promoter.dropped_rules:
             notes.append(
@@ -582,3 +589,25 @@ def _all_float64(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:
     except Exception:  # noqa: BLE001 - f does not accept float64 input
         return False
     return all(o.dtype == np.float64 for o in outs if jnp.issubdtype(o.dtype, jnp.inexact))
+
+
+def _narrow_intermediates(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:
+    """Whether ``g`` on float64 leaves computes any value in a narrower float (under x64).
+
+    An untraceable ``g`` (NumPy inside) counts as having none: its jaxpr is unknown.
+    """
+    import jax
+    from jax.extend.core import subjaxprs
+
+    avals = [jax.ShapeDtypeStruct(a.shape, np.float64) for a in flat.leaves]
+    try:
+        todo = [jax.make_jaxpr(g)(*avals).jaxpr]
+    except Exception:  # noqa: BLE001
+        return False
+    while todo:
+        jaxpr = todo.pop()
+        for eqn in jaxpr.eqns:
+            if any(_is_narrow_float(getattr(v.aval, "dtype", np.int32)) for v in eqn.outvars):
+                return True
+        todo.extend(subjaxprs(jaxpr))
+    return False

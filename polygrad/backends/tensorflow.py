@@ -53,6 +53,7 @@ Errors
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -209,10 +210,15 @@ class _Program:
     ) -> np.ndarray:
         """Try the vectorized path once; fall back to row-by-row for good on failure."""
         if self.vectorized[kind]:
+            logger = logging.getLogger("tensorflow")
+            level = logger.level
+            logger.setLevel(logging.ERROR)  # each new target traces anew: no retracing warnings
             try:
                 return chunked(batched, A, self.batch_size)
             except Exception:  # noqa: BLE001 - pfor cannot convert this function
                 self.vectorized[kind] = False
+            finally:
+                logger.setLevel(level)
         return np.stack([rowwise(a) for a in A]) if len(A) else np.empty((0, 0))
 
     def _compile(self, kind: str, fn: Callable[..., Any]) -> Any:

@@ -42,6 +42,7 @@ import copy
 import functools
 import sys
 import types
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -343,7 +344,9 @@ class _Program:
         """The JVP if forward mode works for this function, else None (with a note)."""
         n = sum(self.sizes)
         try:
-            self.jvp(rng.standard_normal((1, n)))
+            with warnings.catch_warnings():  # torch's forward AD warns once about torch.jit
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.jvp(rng.standard_normal((1, n)))
         except Exception as exc:  # noqa: BLE001 - forward mode unsupported
             self.notes[:] = [n for n in self.notes if "batch the JVP" not in n]
             if any("(JVP) is not available" in n for n in self.notes):

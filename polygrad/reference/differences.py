@@ -91,8 +91,16 @@ def _tableaus(
         D = (Yp - Ym) / (2 * h)
         Fp = (Yp - f0) / h
         Fm = (f0 - Ym) / h
-    sd_c = np.sqrt(2.0) / 2.0 * sigma[None] / h
-    sd_1 = np.sqrt(2.0) * sigma[None] / h
+    # Round-off grows with the size of the values: the noise measured at x is scaled
+    # to each step by |g(±h)| / |g(0)| (large steps can reach much larger values).
+    mag = _to_float(np.maximum(np.abs(Yp), np.abs(Ym)))
+    f0a = _to_float(np.abs(f0))
+    with np.errstate(all="ignore"):
+        grow = np.where(f0a > 0, mag / np.where(f0a > 0, f0a, 1.0), 1.0)
+    grow = np.where(np.isfinite(grow), np.maximum(grow, 1.0), 1.0)
+    sig = np.maximum(sigma[None] * grow, value_eps * np.where(np.isfinite(mag), mag, 0.0))
+    sd_c = np.sqrt(2.0) / 2.0 * sig / h
+    sd_1 = np.sqrt(2.0) * sig / h
     c = neville(D, steps, 2, 2, sd_c, value_eps)
     r = neville(Fp, steps, 1, 1, sd_1, value_eps)
     l = neville(Fm, steps, 1, 1, sd_1, value_eps)
@@ -134,6 +142,7 @@ def directional_derivatives(
     max_refinements: int = 2,
     refine_levels: int = 6,
     target_relative_error: float = 1e-12,
+    h_floor: float = 2.0**-24,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -167,6 +176,9 @@ def directional_derivatives(
         ``target_relative_error`` times the derivative.
     target_relative_error : float
         Accuracy below which the ladder is not extended upwards.
+    h_floor : float
+        The ladder is not extended below this step. Left and right
+        derivatives that still disagree at the finest step mark a kink.
 
     Returns
     -------
@@ -176,76 +188,130 @@ def directional_derivatives(
     sigma = np.broadcast_to(sigma, (W.shape[0], f0.size)).copy()
     Y = _evaluate(fn, x0, W, steps, max_rows)
     evals = Y.shape[0] * Y.shape[1] * 2
-    c, r, l = _tableaus(Y, f0, steps, sigma, eps)
-    jump_r, sgn_r = _jumps(Y, f0, sigma, 0, r)
-    jump_l, sgn_l = _jumps(Y, f0, sigma, 1, l)
+    sol = _solve(Y, f0, steps, sigma, eps)
     for _ in range(max_refinements):
         # The ladder moves where the best estimate sits at its edge: downwards where it
         # is still limited by truncation at the finest step (a length scale shorter
-        # than |x|), upwards where it is limited by noise at the largest step (a length
-        # scale longer than |x|, e.g. x near 0 for a function of scale 1).
-        last = steps.size - 1
-        down = np.any((c.level == last) & (c.truncation > 3.0 * c.noise), axis=1)
+        # than |x|), upwards where it is limited by noise (a length scale longer than
+        # |x|, e.g. x near 0 for a function of scale 1).
+        c, r, l = sol.c, sol.r, sol.l
+        finest = sol.finest[:, None]
+        down = np.any((sol.step_c <= finest) & (c.truncation > 3.0 * c.noise), axis=1)
+        # left and right derivatives that disagree: a kink within the finest step, or
+        # one that the finer steps of a longer ladder resolve (then they agree again)
+        with np.errstate(all="ignore"):
+            rv, lv = _to_float(np.asarray(r.value)), _to_float(np.asarray(l.value))
+            split = np.abs(rv - lv) > 2.0 * (r.error + l.error)
+        down |= np.any(split & np.isfinite(rv) & np.isfinite(lv), axis=1)
+        down &= sol.finest > h_floor
         cval = _to_float(np.asarray(c.value))
         up = (c.error > target_relative_error * np.abs(cval)) & (cval != 0)
-        up = np.any(up, axis=1) & ~down
-        up &= steps[0] * 2.0**refine_levels <= 2.0**5
+        up = np.any(up, axis=1) & ~down & (sol.largest * 2.0**refine_levels <= 2.0**5)
         if not np.any(down | up):
             break
-        more_dn = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1)
-        more_up = steps[0] * 2.0 ** np.arange(refine_levels, 0, -1)
+        more_dn = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1) if np.any(down) else steps[:0]
+        more_up = steps[0] * 2.0 ** np.arange(refine_levels, 0, -1) if np.any(up) else steps[:0]
         new_steps = np.concatenate([more_up, steps, more_dn])
         Y_new = np.full((Y.shape[0], new_steps.size) + Y.shape[2:], np.nan)
-        Y_new[:, refine_levels : refine_levels + steps.size] = Y
-        if np.any(down):
+        a = more_up.size
+        Y_new[:, a : a + steps.size] = Y
+        if more_dn.size:
             Yd = _evaluate(fn, x0, W[down], more_dn, max_rows)
-            Y_new[down, refine_levels + steps.size :] = Yd
+            Y_new[down, a + steps.size :] = Yd
             evals += Yd.shape[0] * Yd.shape[1] * 2
-        if np.any(up):
+        if more_up.size:
             Yu = _evaluate(fn, x0, W[up], more_up, max_rows)
-            Y_new[up, :refine_levels] = Yu
+            Y_new[up, :a] = Yu
             evals += Yu.shape[0] * Yu.shape[1] * 2
-        need = down | up
         Y, steps = Y_new, new_steps
-        c2, r2, l2 = _tableaus(Y[need], f0, steps, sigma[need], eps)
-        c, r, l = (_merge(old, new, need) for old, new in ((c, c2), (r, r2), (l, l2)))
-        if np.any(down):  # the finest steps changed only where the ladder moved down
-            r_dn, l_dn = _tableaus(Y[down], f0, steps, sigma[down], eps)[1:]
-            jump_r[down], sgn_r[down] = _jumps(Y[down], f0, sigma[down], 0, r_dn)
-            jump_l[down], sgn_l[down] = _jumps(Y[down], f0, sigma[down], 1, l_dn)
-        # levels of directions not refined are shifted by the steps prepended
-        shift = refine_levels
-        c, r, l = (_shift_levels(t, ~need, shift) for t in (c, r, l))
+        sol = _solve(Y, f0, steps, sigma, eps)
 
-    def est(t) -> Estimate:
+    def est(t: TableauResult, step: np.ndarray) -> Estimate:
         return Estimate(
             value=np.asarray(t.value, dtype=np.float64),
             error=t.error,
-            step=steps[np.minimum(t.level, steps.size - 1)],
+            step=step,
             noise=np.array(sigma, copy=True),
             method=method,
             evaluations=evals,
         )
 
-    right, left = est(r), est(l)
-    right = _with_jumps(right, jump_r, sgn_r)
-    left = _with_jumps(left, jump_l, sgn_l)
-    return DirectionalDerivatives(est(c), right, left, jump_r, jump_l)
+    right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
+    left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
+    return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
 
 
-def _shift_levels(t: TableauResult, rows: np.ndarray, shift: int) -> TableauResult:
-    level = np.array(t.level, copy=True)
-    level[rows] += shift
-    return TableauResult(t.value, t.error, t.truncation, t.noise, level, t.order)
+@dataclass
+class _Solution:
+    c: TableauResult
+    r: TableauResult
+    l: TableauResult
+    step_c: np.ndarray
+    step_r: np.ndarray
+    step_l: np.ndarray
+    jump_r: np.ndarray
+    sgn_r: np.ndarray
+    jump_l: np.ndarray
+    sgn_l: np.ndarray
+    finest: np.ndarray
+    largest: np.ndarray
 
 
-def _merge(old, new, need: np.ndarray):
-    fields = {}
-    for name in ("value", "error", "truncation", "noise", "level", "order"):
-        a = np.array(getattr(old, name), copy=True)
-        a[need] = getattr(new, name)
-        fields[name] = a
-    return type(old)(**fields)
+def _solve(
+    Y: np.ndarray, f0: np.ndarray, steps: np.ndarray, sigma: np.ndarray, eps: float
+) -> _Solution:
+    """Tableaus and jump flags per direction, each on the steps evaluated for it.
+
+    Directions are grouped by which steps of the ladder were evaluated for them
+    (the ladder is extended only where needed), so no tableau sees a gap.
+    """
+    d = Y.shape[0]
+    valid = ~np.all(np.isnan(Y), axis=(2, 3))  # (d, L)
+    patterns, inverse = np.unique(valid, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).reshape(-1)
+    parts: dict[str, np.ndarray] = {}
+    tabs: dict[str, list] = {"c": [], "r": [], "l": []}
+    order = []
+    for p, pattern in enumerate(patterns):
+        rows = np.flatnonzero(inverse == p)
+        cols = np.flatnonzero(pattern)
+        if cols.size == 0:
+            cols = np.arange(steps.size)
+        st = steps[cols]
+        Yg = Y[rows][:, cols]
+        c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
+        jr, sr = _jumps(Yg, f0, sigma[rows], 0, r)
+        jl, sl = _jumps(Yg, f0, sigma[rows], 1, l)
+        order.append(rows)
+        for key, t in (("c", c), ("r", r), ("l", l)):
+            tabs[key].append((t, st[np.minimum(t.level, st.size - 1)]))
+        for key, v in (
+            ("jump_r", jr), ("sgn_r", sr), ("jump_l", jl), ("sgn_l", sl),
+            ("finest", np.full(rows.size, st[-1])), ("largest", np.full(rows.size, st[0])),
+        ):
+            parts.setdefault(key, []).append(v)  # type: ignore[arg-type]
+    idx = np.concatenate(order)
+    back = np.empty(d, dtype=np.int64)
+    back[idx] = np.arange(d)
+
+    def gather(items: list) -> np.ndarray:
+        return np.concatenate(items)[back]
+
+    def tab(key: str) -> tuple[TableauResult, np.ndarray]:
+        ts = [t for t, _ in tabs[key]]
+        res = TableauResult(
+            *(gather([getattr(t, f) for t in ts]) for f in
+              ("value", "error", "truncation", "noise", "level", "order"))
+        )
+        return res, gather([s for _, s in tabs[key]])
+
+    (c, sc), (r, sr_), (l, sl_) = tab("c"), tab("r"), tab("l")
+    return _Solution(
+        c, r, l, sc, sr_, sl_,
+        gather(parts["jump_r"]), gather(parts["sgn_r"]),
+        gather(parts["jump_l"]), gather(parts["sgn_l"]),
+        gather(parts["finest"]), gather(parts["largest"]),
+    )
 
 
 def _with_jumps(e: Estimate, jump: np.ndarray, sign: np.ndarray) -> Estimate:

@@ -167,7 +167,9 @@ def estimate_noise(
     -------
     NoiseEstimate
     """
-    floor = eps * np.abs(f0)
+    # one rounding of f, and never below the smallest subnormal (underflow resolution)
+    subnormal = 2.0**-1074 if eps < 1e-10 else 2.0**-149
+    floor = np.maximum(eps * np.abs(f0), subnormal)
     d = directions.shape[0]
     offsets = np.arange(points + 1) - points // 2
     evals = 0

@@ -108,6 +108,7 @@ def neville(
     dp: int,
     noise_sd: np.ndarray,
     value_eps: float,
+    fine_levels: int = 4,
 ) -> TableauResult:
     """Richardson-extrapolate a sequence of difference quotients.
 
@@ -126,6 +127,13 @@ def neville(
         Standard deviation of the noise in each ``D_k``.
     value_eps : float
         Relative rounding of the final value (added to the error bar).
+    fine_levels : int
+        Size of the window of finest steps used for the consistency check:
+        the best entry over the whole tableau is kept only if it agrees,
+        within both error bars, with the best entry that uses only the
+        ``fine_levels`` finest steps. Otherwise the function is not smooth
+        over the large steps (a kink or a singularity within reach of them)
+        and the fine-step entry is the estimate.
 
     Returns
     -------
@@ -143,6 +151,7 @@ def neville(
     # coefficient vectors of each tableau column over the D_k: carried exactly
     prev_T = None
     prev_C = None
+    fine = _Best(batch, D.dtype)
     best_val = np.full(batch, np.nan, dtype=D.dtype)
     best_err = np.full(batch, np.inf)
     best_trunc = np.full(batch, np.inf)
@@ -169,6 +178,8 @@ def neville(
         err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
         err = np.where(np.isfinite(err), err, np.inf)
         for k in range(T.shape[0]):
+            if k >= L - fine_levels:
+                fine.offer(err[k], T[k], trunc[k], noise[k], k + j, j)
             better = err[k] < best_err
             if np.any(better):
                 best_val = np.where(better, T[k], best_val)
@@ -180,4 +191,38 @@ def neville(
         prev_T, prev_C = T, C
         if T.shape[0] <= 1:
             break
+    # consistency with the finest steps: a large-step entry that disagrees with them
+    # extrapolated across something non-smooth; the limit h -> 0 is what counts
+    with np.errstate(all="ignore"):
+        gap = _to_float(np.abs(best_val - fine.val))
+        inconsistent = (gap > best_err + fine.err) & np.isfinite(fine.err)
+    if np.any(inconsistent):
+        best_val = np.where(inconsistent, fine.val, best_val)
+        best_err = np.where(inconsistent, fine.err, best_err)
+        best_trunc = np.where(inconsistent, fine.trunc, best_trunc)
+        best_noise = np.where(inconsistent, fine.noise, best_noise)
+        best_level = np.where(inconsistent, fine.level, best_level)
+        best_order = np.where(inconsistent, fine.order, best_order)
     return TableauResult(best_val, best_err, best_trunc, best_noise, best_level, best_order)
+
+
+class _Best:
+    """Running minimum-error entry of a tableau (per element)."""
+
+    def __init__(self, batch: tuple[int, ...], dtype: np.dtype) -> None:
+        self.val = np.full(batch, np.nan, dtype=dtype)
+        self.err = np.full(batch, np.inf)
+        self.trunc = np.full(batch, np.inf)
+        self.noise = np.full(batch, np.inf)
+        self.level = np.zeros(batch, dtype=np.int64)
+        self.order = np.zeros(batch, dtype=np.int64)
+
+    def offer(self, err, val, trunc, noise, level: int, order: int) -> None:
+        better = err < self.err
+        if np.any(better):
+            self.val = np.where(better, val, self.val)
+            self.err = np.where(better, err, self.err)
+            self.trunc = np.where(better, trunc, self.trunc)
+            self.noise = np.where(better, noise, self.noise)
+            self.level = np.where(better, level, self.level)
+            self.order = np.where(better, order, self.order)

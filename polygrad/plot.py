@@ -1,0 +1,214 @@
+"""Figures: the error-versus-step curve, the Taylor test, per-entry errors of a report.
+
+matplotlib is an optional extra (``pip install 'polygrad[plot]'``), imported
+only when a figure is drawn. Figures are built with
+:class:`matplotlib.figure.Figure` directly (no pyplot, no GUI backend), so
+they can be saved from scripts, servers and tests alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .report import Report
+    from .sweep import Sweep
+    from .taylor import TaylorResult
+
+__all__ = ["plot_report", "plot_sweep", "plot_taylor"]
+
+
+def _figure(ax: Any, size: tuple[float, float] = (6.4, 4.4)) -> tuple[Any, Any]:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise ImportError(
+            "plotting needs matplotlib, which is not installed; install it with: "
+            "pip install 'polygrad[plot]'"
+        ) from exc
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=size, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _save(fig: Any, path: str | Path | None) -> None:
+    if path is not None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+
+
+def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
+    """Log-log error of plain differences against the step, with both predictions.
+
+    Parameters
+    ----------
+    s : Sweep
+        Result of :func:`polygrad.sweep`.
+    path : str or Path, optional
+        File to save to; the format follows the suffix (``.png``, ``.svg``, ``.pdf``).
+    ax : matplotlib Axes, optional
+        Axes to draw into (default: a new figure).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    """
+    fig, ax = _figure(ax)
+    h = s.steps
+    ce, fe = s.central_error.max(axis=1), s.forward_error.max(axis=1)
+    pt, pr = s.predicted_truncation.max(axis=1), s.predicted_roundoff.max(axis=1)
+    tiny = np.finfo(np.float64).tiny
+    grid = np.geomspace(h.min(), h.max(), 200)
+    gt, gr = (a.max(axis=1) for a in s.predict(grid, "central"))
+    ax.loglog(h, np.maximum(ce, tiny), "o-", color="C0", label="central difference (measured)")
+    ax.loglog(h, np.maximum(fe, tiny), "s", color="C1", alpha=0.6, ms=4,
+              label="forward difference (measured)")
+    ax.loglog(grid, gr, ":", color="C3", label="predicted round-off  σ/(√2 h)")
+    if np.any(pt > 0):
+        ax.loglog(grid, np.maximum(gt, tiny), "--", color="C2",
+                  label="predicted truncation  |f'''| h²/6")
+    ax.loglog(grid, gt + gr, "-", color="0.5", lw=0.8, label="predicted total")
+    ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
+    ax.annotate(
+        f"best h ≈ {s.optimal_step:.3g}\nerror ≈ {s.optimal_error:.2g}",
+        (s.optimal_step, s.optimal_error), textcoords="offset points", xytext=(-8, 12),
+        ha="right", fontsize=8,
+    )
+    pos = np.concatenate([ce[ce > 0], pr[pr > 0]])
+    if pos.size:
+        ax.set_ylim(max(pos.min() / 30, tiny), max(pos.max(), float(np.max(pt))) * 10)
+    ax.set_xlabel("step h (relative to |x|)")
+    ax.set_ylabel("|difference quotient − reference|")
+    ax.set_title(f"Finite-difference error in {s.working_dtype} ({s.backend})", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, which="major", alpha=0.3)
+    _save(fig, path)
+    return fig
+
+
+def plot_taylor(t: TaylorResult, path: str | Path | None = None, ax: Any = None) -> Any:
+    """Log-log Taylor remainder ``r(h)`` with its floor and slope-1/slope-2 guides.
+
+    Parameters
+    ----------
+    t : TaylorResult
+        Result of :func:`polygrad.taylor_test`.
+    path : str or Path, optional
+        File to save to (``.png``, ``.svg``...).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    """
+    fig, ax = _figure(ax)
+    h, r = t.steps, t.residual
+    tiny = np.finfo(np.float64).tiny
+    ax.loglog(h, np.maximum(r, tiny), "o-", color="C0", ms=4, label="remainder r(h)")
+    if np.any(t.used):
+        ax.loglog(h[t.used], r[t.used], "o", color="C3", ms=7, mfc="none",
+                  label=f"fitted: slope {t.slope:.2f}")
+        h0, r0 = h[t.used][0], r[t.used][0]
+        for p, style in ((2, "--"), (1, ":")):
+            ax.loglog(h, r0 * (h / h0) ** p, style, color="0.4", lw=0.8,
+                      label=f"slope {p}" + (" (correct)" if p == 2 else " (wrong gradient)"))
+    ax.loglog(h, t.floor, "-", color="C7", lw=0.8, label="round-off floor")
+    pos = r[np.isfinite(r) & (r > 0)]
+    if pos.size:
+        ax.set_ylim(max(pos.min() / 10, tiny), pos.max() * 10)
+    ax.set_xlabel("step h")
+    ax.set_ylabel("|f(x+hv) − f(x) − h⟨∇f, v⟩|")
+    ax.set_title(f"Taylor test: {t.verdict}", fontsize=10)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(True, which="major", alpha=0.3)
+    _save(fig, path)
+    return fig
+
+
+def _arrange(report: Report) -> tuple[Any, str, str]:
+    """How flat per-entry arrays map onto a 2-D picture: (function, y label, x label).
+
+    Full Jacobians become outputs × inputs; the gradient of a scalar function
+    of one input that is an image (two non-trivial axes) keeps the image's
+    shape; anything else is a strip.
+    """
+    e, d = report.entries, report.details
+    n, m = int(d.get("inputs", 0) or 0), int(d.get("outputs", 0) or 0)
+    modes = d.get("modes", ["rev"])
+    if report.quantity.startswith("Jacobian") and len(modes) == 1 and len(e.names) == n * m:
+        if m == 1 and len(d.get("input_names", [])) == 1 and "[" in e.names[-1]:
+            last = e.names[-1]
+            shape = tuple(int(v) + 1 for v in last[last.index("[") + 1 : -1].split(","))
+            sq = tuple(k for k in shape if k > 1)
+            if len(sq) == 2 and int(np.prod(sq)) == n:
+                return (lambda a: np.asarray(a).reshape(sq)), "row", "column"
+        return (lambda a: np.asarray(a).reshape(n, m).T), "output", "input"
+    return (lambda a: np.asarray(a)[None, :]), "", "compared quantity"
+
+
+def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) -> Any:
+    """Heat map of per-entry errors against their tolerances (error bars + round-off).
+
+    Colour is ``log10(|autodiff − reference| / tolerance)``: below 0 (blue) the
+    entry agrees within the error bars, above 0 (red) it does not. Full
+    Jacobians are drawn as an outputs × inputs matrix; the gradient of a
+    scalar function of one 2-D input (an image) in the input's shape;
+    projections as a strip. Non-PASS entries are outlined.
+
+    Parameters
+    ----------
+    report : Report
+        Result of :func:`polygrad.check`.
+    path : str or Path, optional
+        File to save to (``.png``, ``.svg``...).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Raises
+    ------
+    ImportError
+        matplotlib is not installed.
+    """
+    fig, ax = _figure(ax, (6.4, 5.2))
+    arrange, ylabel, xlabel = _arrange(report)
+    e = report.entries
+    with np.errstate(all="ignore"):
+        ratio = np.abs(e.autodiff - e.reference) / np.where(e.tolerance > 0, e.tolerance, np.nan)
+        z = np.log10(np.maximum(arrange(ratio), 1e-12))
+    z = np.where(np.isfinite(z), z, 3.0)
+    lim = min(8.0, max(1.0, float(np.max(np.abs(z))) if z.size else 1.0))
+    im = ax.imshow(z, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+    cb = fig.colorbar(im, ax=ax)
+    cb.set_label("log10(|autodiff − reference| / tolerance)")
+    bad = arrange(e.status)
+    if np.any(bad > 0):
+        ys, xs = np.nonzero(bad > 0)
+        ax.plot(xs, ys, "s", mfc="none", mec="k", ms=5, mew=0.8, label="not PASS")
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    else:
+        ax.set_yticks([])
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
+    ax.set_title(f"polygrad: {report.verdict} ({counts})", fontsize=10)
+    _save(fig, path)
+    return fig

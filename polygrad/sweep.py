@@ -1,0 +1,632 @@
+"""Error of a plain finite difference against the step: the V-shaped curve, measured and predicted.
+
+:func:`sweep` answers the question of USERS.md case 1 ("the error grows as the
+step shrinks — which step should I choose?"). For each direction ``w`` it
+measures, in the working dtype, the error of the plain central difference
+
+    ``C(h) = (f(x + h w) - f(x - h w)) / (2 h)``
+
+and of the forward difference ``F(h) = (f(x + h w) - f(x)) / h`` against a
+reference derivative with a known error bar (float64 central differences with
+Richardson extrapolation, :func:`polygrad.reference.directional_derivatives`),
+over a range of steps. Next to the measurement it gives the two textbook
+predictions:
+
+* truncation error ``|g'''| h² / 6`` (central) and ``|g''| h / 2`` (forward),
+  with ``g(t) = f(x + t w)``; the derivatives ``g''`` and ``g'''`` are
+  estimated by Richardson extrapolation (Neville tableau) of differences of
+  the difference quotients, so they carry error bars, and the error bar is
+  added to the magnitude (a quadratic function has ``g''' = 0`` and no
+  truncation error);
+* round-off error ``σ / (√2 h)`` (central) and ``√2 σ / h`` (forward): the
+  standard deviation of the difference quotient when ``f`` carries
+  independent noise of standard deviation ``σ``, measured in the working
+  dtype by ECnoise (:func:`polygrad.reference.estimate_noise`).
+
+The best step minimises the predicted total, ``h* = (3σ / (√2 |g'''|))^(1/3)``
+for central differences, and is reported rounded to a power of two (so that
+``x + h w`` is exact in binary) and never larger than the largest step swept.
+
+References
+----------
+J. J. Moré and S. M. Wild, "Estimating derivatives of noisy simulations",
+ACM TOMS 38(3) (2012). P. E. Gill, W. Murray, M. A. Saunders, M. H. Wright,
+"Computing forward-difference intervals for numerical optimization", SIAM J.
+Sci. Stat. Comput. 4 (1983).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .backends import select_backend
+from .backends.base import Supplied, Target
+from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher
+from .progress import progress
+from .reference import directional_derivatives, estimate_noise, neville
+from .reference.richardson import step_ladder
+
+__all__ = ["Sweep", "sweep", "sweep_target"]
+
+_COEF_LEVELS = 14
+"""Steps ``2^-1 ... 2^-14`` of the ladder on which ``g''`` and ``g'''`` are estimated."""
+
+
+@dataclass
+class Sweep:
+    """Measured and predicted errors of plain finite differences over a range of steps.
+
+    All step sizes are in units of the direction ``w``; with the default
+    directions (a power of two near ``|x_j|`` in coordinate ``j``) a step is
+    relative to the size of the input. Errors are in the units of ``f``'s
+    derivative along ``w``.
+
+    Attributes
+    ----------
+    steps : ndarray, shape (L,)
+        Steps ``h`` swept, decreasing.
+    directions : ndarray, shape (d, n)
+        The directions ``w`` (flat, in input units).
+    direction_names : list of str
+        A label per direction (``"x[0]"`` for a coordinate, ``"random 1"``...).
+    reference, reference_error : ndarray, shape (d, m)
+        Reference derivative ``g'(0)`` along each direction and its error bar.
+    reference_method : str
+        ``"float64"`` or ``"working"``: the arithmetic of the reference.
+    central_error, forward_error : ndarray, shape (L, d)
+        Measured ``max_i |C_i(h) - ref_i|`` (and the forward analogue) over the
+        outputs ``i``, in the working dtype.
+    central_errors_all, forward_errors_all : ndarray, shape (L, d, m)
+        The same per output.
+    noise : ndarray, shape (d, m)
+        Noise standard deviation ``σ`` of ``f`` in the working dtype (ECnoise).
+    second_derivative, second_derivative_error : ndarray, shape (d, m)
+        ``g''(0)`` and its error bar (float64 arithmetic where available).
+    third_derivative, third_derivative_error : ndarray, shape (d, m)
+        ``g'''(0)`` and its error bar.
+    predicted_truncation, predicted_roundoff : ndarray, shape (L, d)
+        Predicted central-difference errors ``(|g'''| + err) h²/6`` and
+        ``σ/(√2 h)`` (maximum over outputs).
+    predicted_forward_truncation, predicted_forward_roundoff : ndarray, shape (L, d)
+        Forward-difference predictions ``(|g''| + err) h/2`` and ``√2 σ/h``.
+    optimal_step, optimal_error : float
+        Step (a power of two) minimising the predicted central error over all
+        directions, and the predicted error there.
+    optimal_step_forward, optimal_error_forward : float
+        The same for forward differences.
+    optimal_steps : ndarray, shape (d,)
+        Best central step per direction.
+    working_dtype : str
+        The function's floating dtype; ``eps`` its machine epsilon.
+    eps : float
+    backend : str
+    notes : list of str
+    """
+
+    steps: np.ndarray
+    directions: np.ndarray
+    direction_names: list[str]
+    reference: np.ndarray
+    reference_error: np.ndarray
+    reference_method: str
+    central_errors_all: np.ndarray
+    forward_errors_all: np.ndarray
+    noise: np.ndarray
+    second_derivative: np.ndarray
+    second_derivative_error: np.ndarray
+    third_derivative: np.ndarray
+    third_derivative_error: np.ndarray
+    working_dtype: str
+    eps: float
+    backend: str
+    optimal_step: float = math.nan
+    optimal_error: float = math.nan
+    optimal_step_forward: float = math.nan
+    optimal_error_forward: float = math.nan
+    optimal_steps: np.ndarray = field(default_factory=lambda: np.empty(0))
+    notes: list[str] = field(default_factory=list)
+
+    # ---- derived curves -------------------------------------------------------------
+    @property
+    def central_error(self) -> np.ndarray:
+        return np.max(self.central_errors_all, axis=2)
+
+    @property
+    def forward_error(self) -> np.ndarray:
+        return np.max(self.forward_errors_all, axis=2)
+
+    def _coef(self, value: np.ndarray, error: np.ndarray) -> np.ndarray:
+        return np.where(np.isfinite(error), np.abs(value) + error, np.abs(value))
+
+    def predict(
+        self, h: np.ndarray | float, kind: str = "central"
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted (truncation, round-off) errors at steps ``h``.
+
+        Parameters
+        ----------
+        h : array_like, shape (K,)
+            Steps in units of the direction.
+        kind : {"central", "forward"}
+
+        Returns
+        -------
+        truncation, roundoff : ndarray, shape (K, d)
+            Maxima over the outputs.
+        """
+        h = np.atleast_1d(np.asarray(h, dtype=np.float64))[:, None, None]
+        if kind == "central":
+            c = self._coef(self.third_derivative, self.third_derivative_error) / 6.0
+            trunc = c[None] * h**2
+            rnd = self.noise[None] / (math.sqrt(2.0) * h)
+        elif kind == "forward":
+            b = self._coef(self.second_derivative, self.second_derivative_error) / 2.0
+            trunc = b[None] * h
+            rnd = math.sqrt(2.0) * self.noise[None] / h
+        else:
+            raise ValueError(f"kind={kind!r}; choose 'central' or 'forward'")
+        return np.max(trunc, axis=2), np.max(rnd, axis=2)
+
+    @property
+    def predicted_truncation(self) -> np.ndarray:
+        return self.predict(self.steps, "central")[0]
+
+    @property
+    def predicted_roundoff(self) -> np.ndarray:
+        return self.predict(self.steps, "central")[1]
+
+    @property
+    def predicted_forward_truncation(self) -> np.ndarray:
+        return self.predict(self.steps, "forward")[0]
+
+    @property
+    def predicted_forward_roundoff(self) -> np.ndarray:
+        return self.predict(self.steps, "forward")[1]
+
+    def measured_error_at(self, h: float, kind: str = "central") -> float:
+        """Measured error (maximum over directions and outputs) at a swept step ``h``.
+
+        Raises
+        ------
+        KeyError
+            ``h`` is not one of :attr:`steps`.
+        """
+        i = np.flatnonzero(np.isclose(self.steps, h, rtol=1e-12, atol=0.0))
+        if i.size == 0:
+            raise KeyError(f"step {h!r} was not swept")
+        err = self.central_error if kind == "central" else self.forward_error
+        return float(np.max(err[i[0]]))
+
+    @property
+    def roundoff_side(self) -> np.ndarray:
+        """Boolean mask over :attr:`steps`: steps below the optimum where round-off dominates."""
+        t, r = self.predicted_truncation.max(axis=1), self.predicted_roundoff.max(axis=1)
+        return (self.steps < self.optimal_step) & (r > t)
+
+    # ---- output ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable summary (curves are maxima over directions and outputs)."""
+        from .report import _jsonable
+
+        return _jsonable(
+            {
+                "backend": self.backend,
+                "working_dtype": self.working_dtype,
+                "eps": self.eps,
+                "directions": self.direction_names,
+                "reference_method": self.reference_method,
+                "reference": self.reference,
+                "reference_error": self.reference_error,
+                "noise": self.noise,
+                "second_derivative": self.second_derivative,
+                "third_derivative": self.third_derivative,
+                "third_derivative_error": self.third_derivative_error,
+                "steps": self.steps,
+                "central_error": self.central_error.max(axis=1),
+                "forward_error": self.forward_error.max(axis=1),
+                "predicted_truncation": self.predicted_truncation.max(axis=1),
+                "predicted_roundoff": self.predicted_roundoff.max(axis=1),
+                "predicted_forward_truncation": self.predicted_forward_truncation.max(axis=1),
+                "predicted_forward_roundoff": self.predicted_forward_roundoff.max(axis=1),
+                "optimal_step": self.optimal_step,
+                "optimal_error": self.optimal_error,
+                "optimal_step_forward": self.optimal_step_forward,
+                "optimal_error_forward": self.optimal_error_forward,
+                "optimal_steps": self.optimal_steps,
+                "notes": self.notes,
+            }
+        )
+
+    def __str__(self) -> str:
+        return _render(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"<polygrad.Sweep {self.working_dtype} {len(self.steps)} steps x "
+            f"{len(self.direction_names)} directions; best step {self.optimal_step:.3g}>"
+        )
+
+    def plot(self, path: str | Path | None = None, ax: Any = None) -> Any:
+        """Draw the log-log error-versus-step curve with both predictions.
+
+        Parameters
+        ----------
+        path : str or Path, optional
+            Where to save the figure (format from the suffix: ``.png``, ``.svg``...).
+        ax : matplotlib Axes, optional
+            Draw into these axes instead of a new figure.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Raises
+        ------
+        ImportError
+            matplotlib is not installed (``pip install 'polygrad[plot]'``).
+        """
+        from .plot import plot_sweep
+
+        return plot_sweep(self, path, ax=ax)
+
+
+def _fmt(x: float, digits: int = 2) -> str:
+    if not np.isfinite(x):
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def _pow2(h: float) -> str:
+    k = math.log2(h)
+    return f"2^{int(round(k))}" if abs(k - round(k)) < 1e-9 else f"{h:.3g}"
+
+
+def _render(s: Sweep) -> str:
+    ce, fe = s.central_error.max(axis=1), s.forward_error.max(axis=1)
+    pt, pr = s.predicted_truncation.max(axis=1), s.predicted_roundoff.max(axis=1)
+    lines = [
+        f"polygrad sweep: plain finite differences in {s.working_dtype} against a "
+        f"{s.reference_method} reference ({s.backend}; {len(s.direction_names)} direction(s): "
+        f"{', '.join(s.direction_names[:4])}{'...' if len(s.direction_names) > 4 else ''})",
+        f"  {'step h':>8} {'central':>10} {'predicted':>10} {'truncation':>10} "
+        f"{'round-off':>10} {'forward':>10}",
+    ]
+    for i, h in enumerate(s.steps):
+        mark = "  <- best" if np.isclose(h, s.optimal_step, rtol=1e-12, atol=0) else ""
+        lines.append(
+            f"  {_pow2(h):>8} {_fmt(ce[i]):>10} {_fmt(pt[i] + pr[i]):>10} {_fmt(pt[i]):>10} "
+            f"{_fmt(pr[i]):>10} {_fmt(fe[i]):>10}{mark}"
+        )
+    sigma = float(np.max(s.noise))
+    third = float(np.max(np.abs(s.third_derivative)))
+    third_err = float(np.max(s.third_derivative_error))
+    small = s.steps[-1]
+    para = (
+        f"  Errors are max |difference quotient - reference| over directions and outputs. "
+        f"f carries round-off noise σ ≈ {_fmt(sigma)} in {s.working_dtype}, so a central "
+        f"difference is off by about σ/(√2 h) from round-off — {_fmt(sigma / math.sqrt(2) / small)} "
+        f"at h = {_pow2(small)} — and this grows as the step shrinks; truncation adds "
+        f"|f'''| h²/6 with |f'''| ≈ {_fmt(third)} (± {_fmt(third_err)}), which shrinks with it. "
+        f"The best central step is h ≈ {_pow2(s.optimal_step)} with an expected error of "
+        f"{_fmt(s.optimal_error)}"
+    )
+    if np.isfinite(s.optimal_step_forward):
+        para += (
+            f"; for forward differences h ≈ {_pow2(s.optimal_step_forward)} "
+            f"(error {_fmt(s.optimal_error_forward)})"
+        )
+    para += (
+        ". A disagreement between autodiff and a plain difference that follows this curve is "
+        "round-off of the check, not a wrong gradient; polygrad.check() uses a float64 "
+        "reference with Richardson extrapolation and an error bar instead."
+    )
+    lines.append(para)
+    for note in s.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _default_steps(eps: float) -> np.ndarray:
+    k = max(10, int(math.ceil(2.0 / 3.0 * math.log2(1.0 / eps))))
+    return 2.0 ** -np.arange(1, k + 1, dtype=np.float64)
+
+
+def _directions(
+    target: Target, directions: Any, seed: int
+) -> tuple[np.ndarray, list[str]]:
+    n = target.n
+    s = _pow2_scales(target.x0)
+    if directions is None:
+        directions = "coordinates" if n <= 8 else 4
+    if isinstance(directions, str):
+        if directions != "coordinates":
+            raise ValueError(
+                f"directions={directions!r}; use 'coordinates', a number of random directions, "
+                "or an array of shape (d, n)"
+            )
+        W = np.diag(s)
+        return W, [target.input_layout.name_of(j) for j in range(n)]
+    if isinstance(directions, (int, np.integer)):
+        if directions < 1:
+            raise ValueError("directions must be at least 1")
+        rng = np.random.default_rng(seed)
+        W = _rademacher(rng, int(directions), n) * s[None, :]
+        return W, [f"random {i + 1}" for i in range(int(directions))]
+    W = np.atleast_2d(np.asarray(directions, dtype=np.float64))
+    if W.shape[1] != n:
+        raise ValueError(f"directions have {W.shape[1]} entries; the checked inputs have {n}")
+    return W, [f"w[{i}]" for i in range(W.shape[0])]
+
+
+def _working_noise(target: Target, W: np.ndarray) -> np.ndarray:
+    """Noise standard deviation of ``f`` in the working dtype along each direction, ``(d, m)``.
+
+    ECnoise's estimate where it detects noise (it may be below ``eps |f|``: a
+    function whose last operation rounds contributes about ``eps |f| / √12``);
+    the conservative floor ``eps |f|`` where it does not.
+
+    ECnoise can underestimate the noise of simple functions, whose values at
+    power-of-two offsets are computed almost exactly; the rounding of the
+    result alone has a standard deviation of ``ulp(f) / √12`` (uniform
+    rounding error), which is used as a lower bound, and also where ECnoise
+    finds the function constant at the sampling resolution (code 2). Where the
+    sampling step was too large (code 3) the conservative ``eps |f|`` is used.
+    """
+    raw = estimate_noise(
+        target.evaluate, target.x0, W, target.y0, 0.0, _ecnoise_step(target.eps)
+    )
+    af = np.abs(target.y0)[None, :]
+    with np.errstate(divide="ignore"):
+        ulp = np.where(af > 0, target.eps * 2.0 ** np.floor(np.log2(np.where(af > 0, af, 1.0))),
+                       0.0)
+    rounding = ulp / math.sqrt(12.0)
+    sigma = np.where(raw.inform == 1, np.maximum(raw.sigma, rounding), rounding)
+    return np.where(raw.inform == 3, np.maximum(sigma, target.eps * af), sigma)
+
+
+def _derivative_coefficients(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    f0: np.ndarray,
+    sigma: np.ndarray,
+    eps: float,
+    batch_size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``g''(0)``, ``g'''(0)`` along each direction with error bars, by Neville extrapolation.
+
+    With ``C(h) = g' + c h² + O(h⁴)`` (``c = g'''/6``) the sequence
+    ``(C(2h) - C(h)) / (3 h²) = c + O(h²)`` is extrapolated like a central
+    difference; with ``F(h) = g' + b h + O(h²)`` (``b = g''/2``) the sequence
+    ``(F(2h) - F(h)) / h = b + O(h)`` like a one-sided one.
+
+    Returns
+    -------
+    g2, g2_err, g3, g3_err : ndarray, shape (d, m)
+    """
+    steps = step_ladder(0.5, _COEF_LEVELS)
+    d, n = W.shape
+    signs = np.array([1.0, -1.0])
+    X = (x0[None, None, None, :] + (steps[None, :, None, None] * signs[None, None, :, None])
+         * W[:, None, None, :]).reshape(-1, n)
+    Y = np.concatenate(
+        [fn(X[a : a + batch_size]) for a in range(0, X.shape[0], batch_size)]
+    ).reshape(d, steps.size, 2, -1)
+    Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
+    Ym = np.moveaxis(Y[:, :, 1], 1, 0)
+    h = steps[:, None, None]
+    with np.errstate(all="ignore"):
+        C = (Yp - Ym) / (2 * h)
+        F = (Yp - f0) / h
+        hs = h[1:]
+        c_seq = (C[:-1] - C[1:]) / (3 * hs**2)
+        b_seq = (F[:-1] - F[1:]) / hs
+    # noise: C(h) has sd σ/(√2 h), F(h) has sd √2 σ/h (independent across steps)
+    sd_c = sigma[None] * np.sqrt(1 / (2 * (2 * hs) ** 2) + 1 / (2 * hs**2)) / (3 * hs**2)
+    sd_b = sigma[None] * np.sqrt(2 / (2 * hs) ** 2 + 2 / hs**2) / hs
+    c = neville(c_seq, steps[1:], 2, 2, sd_c, eps)
+    b = neville(b_seq, steps[1:], 1, 1, sd_b, eps)
+    return 2 * b.value, 2 * b.error, 6 * c.value, 6 * c.error
+
+
+def _best_step(
+    s: Sweep, kind: str, h_max: float, per_direction: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    grid = 2.0 ** np.arange(math.floor(math.log2(h_max)), -80, -1, dtype=np.float64)
+    t, r = s.predict(grid, kind)
+    total = t + r  # (G, d)
+    if not per_direction:
+        total = total.max(axis=1, keepdims=True)
+    i = np.argmin(np.where(np.isfinite(total), total, np.inf), axis=0)
+    return grid[i], total[i, np.arange(total.shape[1])]
+
+
+def sweep_target(
+    target: Target,
+    steps: Sequence[float] | np.ndarray | None = None,
+    directions: Any = None,
+    seed: int = 0,
+    batch_size: int = 4096,
+) -> Sweep:
+    """:func:`sweep` on an already built :class:`~polygrad.backends.base.Target`.
+
+    Parameters
+    ----------
+    target : Target
+    steps, directions, seed, batch_size
+        As in :func:`sweep`.
+
+    Returns
+    -------
+    Sweep
+    """
+    W, names = _directions(target, directions, seed)
+    d, n = W.shape
+    hs = _default_steps(target.eps) if steps is None else np.asarray(steps, dtype=np.float64)
+    if hs.ndim != 1 or hs.size < 2 or np.any(~np.isfinite(hs)) or np.any(hs <= 0):
+        raise ValueError("steps must be a 1-D sequence of at least two positive numbers")
+    hs = np.sort(hs)[::-1]
+    notes: list[str] = []
+
+    if target.evaluate64 is not None:
+        ref_fn, ref_eps, method = target.evaluate64, F64_EPS, "float64"
+    else:
+        ref_fn, ref_eps, method = target.evaluate, target.eps, "working"
+        notes.append(
+            "no float64 evaluation of f is available: the reference and the curvature are "
+            "computed in the working dtype, with correspondingly wider error bars"
+        )
+    with progress(4, "polygrad sweep", enabled=d * n > 20000) as bar:
+        f0_ref = ref_fn(target.x0[None, :])[0]
+        noise_ref = estimate_noise(ref_fn, target.x0, W, f0_ref, ref_eps, _ecnoise_step(ref_eps))
+        h_max, levels = _ladder(ref_eps)
+        dd = directional_derivatives(
+            ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, method, h_max, levels,
+            max_rows=batch_size,
+        )
+        bar.update()
+        noise_w = _working_noise(target, W)
+        bar.update()
+        g2, g2e, g3, g3e = _derivative_coefficients(
+            ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, batch_size
+        )
+        bar.update()
+        signs = np.array([1.0, -1.0])
+        X = (target.x0[None, None, None, :]
+             + (hs[None, :, None, None] * signs[None, None, :, None]) * W[:, None, None, :])
+        X = X.reshape(-1, n)
+        Y = np.concatenate(
+            [target.evaluate(X[a : a + batch_size]) for a in range(0, X.shape[0], batch_size)]
+        ).reshape(d, hs.size, 2, -1)
+        bar.update()
+    Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
+    Ym = np.moveaxis(Y[:, :, 1], 1, 0)
+    h = hs[:, None, None]
+    ref = dd.central.value
+    with np.errstate(all="ignore"):
+        central = np.abs((Yp - Ym) / (2 * h) - ref[None])
+        forward = np.abs((Yp - target.y0) / h - ref[None])
+    if np.any(dd.jump_left | dd.jump_right):
+        notes.append(
+            "f has a jump or an infinite slope along some direction: the predictions assume a "
+            "smooth function and do not apply there"
+        )
+    result = Sweep(
+        steps=hs,
+        directions=W,
+        direction_names=names,
+        reference=ref,
+        reference_error=dd.central.error,
+        reference_method=method,
+        central_errors_all=central,
+        forward_errors_all=forward,
+        noise=noise_w,
+        second_derivative=g2,
+        second_derivative_error=g2e,
+        third_derivative=g3,
+        third_derivative_error=g3e,
+        working_dtype=target.working_dtype,
+        eps=target.eps,
+        backend=target.backend,
+        notes=notes,
+    )
+    h_cap = float(hs[0])
+    opt, err = _best_step(result, "central", h_cap)
+    result.optimal_step, result.optimal_error = float(opt[0]), float(err[0])
+    optf, errf = _best_step(result, "forward", h_cap)
+    result.optimal_step_forward, result.optimal_error_forward = float(optf[0]), float(errf[0])
+    result.optimal_steps = _best_step(result, "central", h_cap, per_direction=True)[0]
+    if result.optimal_step >= h_cap:
+        notes.append(
+            f"the predicted error still falls at the largest step swept ({_pow2(h_cap)}): the "
+            "truncation error is negligible here (f''' ≈ 0), so the best step is capped there"
+        )
+    return result
+
+
+def _zero_jvp(f: Callable[..., Any]) -> Callable[..., Any]:
+    """A placeholder JVP (zeros shaped like ``f``'s output) for backends without autodiff."""
+    from ._pytree import tree_map
+
+    def jvp(tangents: Any, *args: Any) -> Any:
+        return tree_map(lambda a: np.zeros(np.shape(a)), f(*args))
+
+    return jvp
+
+
+def sweep(
+    f: Callable[..., Any],
+    *args: Any,
+    steps: Sequence[float] | np.ndarray | None = None,
+    argnums: int | tuple[int, ...] = 0,
+    backend: str | None = None,
+    grad: Callable[..., Any] | None = None,
+    jac: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
+    jvp: Callable[..., Any] | None = None,
+    directions: Any = None,
+    seed: int = 0,
+    batch_size: int = 4096,
+    wrt: str = "inputs",
+) -> Sweep:
+    """Error of plain central and forward differences against a reference, over a range of steps.
+
+    Parameters
+    ----------
+    f : callable
+        The function, in any supported framework (as for :func:`polygrad.check`).
+    *args
+        The point: arrays of one framework, Python floats, or pytrees of them.
+    steps : sequence of float, optional
+        Steps ``h`` in units of the direction (relative to ``|x|`` for the default
+        directions). Default: ``2^-1, 2^-2, ...`` down to about ``eps^(2/3)`` of the
+        working dtype (``2^-16`` for float32), wide enough to show both the
+        truncation and the round-off side.
+    argnums : int or tuple of int
+        Which arguments to perturb.
+    backend : str, optional
+        Force a backend (``"numpy"``, ``"torch"``, ``"jax"``, ``"tensorflow"``).
+    grad, jac, vjp, jvp : callable, optional
+        Accepted for symmetry with :func:`polygrad.check`; a sweep does not need
+        the derivative.
+    directions : None, "coordinates", int or ndarray of shape (d, n)
+        Directions ``w`` to differentiate along. Default: every coordinate when
+        there are at most 8 checked inputs, else 4 random ±1 directions; each
+        scaled by a power of two near ``|x_j|``.
+    seed : int
+        Seed of the random directions.
+    batch_size : int
+        Largest number of points per evaluation call.
+    wrt : {"inputs", "parameters"}
+        Perturb the arguments or the model's parameters.
+
+    Returns
+    -------
+    Sweep
+        Measured errors, predictions, best step; ``print(result)`` and
+        ``result.plot("sweep.png")``.
+
+    Raises
+    ------
+    ValueError
+        Bad ``steps`` or ``directions``.
+    MissingBackendError, InputTypeError, InputValueError
+        As for :func:`polygrad.check`.
+    """
+    if not args:
+        raise TypeError("sweep(f, *args): pass the point at which to sweep")
+    argnums_t = (argnums,) if isinstance(argnums, int) else tuple(int(a) for a in argnums)
+    argnums_t = tuple(a % len(args) for a in argnums_t)
+    be = select_backend(args, backend)
+    supplied = Supplied(grad, jac, vjp, jvp)
+    if not be.supports_autodiff and not supplied.given():
+        supplied = Supplied(jvp=_zero_jvp(f))  # a sweep needs no derivative
+    target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
+    return sweep_target(target, steps=steps, directions=directions, seed=seed,
+                        batch_size=batch_size)

@@ -1,0 +1,392 @@
+"""Tests of the TensorFlow / Keras backend: the Target, then polygrad.check end to end."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_probability as tfp  # noqa: E402
+
+import polygrad as pg  # noqa: E402
+from polygrad.backends import select_backend  # noqa: E402
+from polygrad.backends.base import Supplied  # noqa: E402
+from polygrad.backends.tensorflow import TensorflowBackend, float64_model_copy  # noqa: E402
+from polygrad.errors import (  # noqa: E402
+    InputMutationError,
+    InputTypeError,
+    InputValueError,
+    NondeterministicFunctionError,
+)
+
+BE = TensorflowBackend()
+OK_VERDICTS = (pg.Verdict.PASS, pg.Verdict.NONSMOOTH)
+
+
+def target(f, *args, argnums=(0,), batch_size=64, wrt="inputs"):
+    return BE.make_target(f, args, argnums, Supplied(), batch_size, wrt=wrt)
+
+
+def quadratic(x, w):
+    return tf.reduce_sum(w * x**2)
+
+
+# --- the backend object ----------------------------------------------------------------------
+
+
+def test_backend_is_chosen_from_tf_arrays_and_converts():
+    x = tf.constant([1.0, 2.0])
+    v = tf.Variable([3.0])
+    assert TensorflowBackend.owns(x) and TensorflowBackend.owns(v)
+    assert not TensorflowBackend.owns(np.ones(2))
+    assert select_backend((x,)).name == "tensorflow"
+    np.testing.assert_array_equal(BE.to_numpy(v), [3.0])
+    assert BE.version() == tf.__version__
+    assert BE.supports_autodiff and BE.supports_float64 and BE.supports_vmap
+
+
+# --- Target: values and derivatives ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_target_evaluate_vjp_jvp_match_hand_computed(dtype):
+    x = tf.constant([1.0, 2.0, 3.0], dtype)
+    w = tf.constant([0.5, 1.5, 1.0], dtype)
+    t = target(quadratic, x, w)
+    assert t.working_dtype == dtype.name
+    assert t.eps == np.finfo(dtype.as_numpy_dtype).eps
+    np.testing.assert_array_equal(t.x0, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(t.y0, [15.5])
+    X = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 1.0], [0.1, 0.0, 0.0]])
+    expect = (X**2) @ np.array([0.5, 1.5, 1.0])
+    np.testing.assert_allclose(t.evaluate(X)[:, 0], expect, rtol=1e-6)
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], expect, rtol=1e-15)
+    grad = np.array([1.0, 6.0, 6.0])
+    np.testing.assert_array_equal(t.vjp(np.array([[1.0], [-2.0]])), [grad, -2 * grad])
+    np.testing.assert_array_equal(t.vjp64(np.array([[0.5]])), [0.5 * grad])
+    np.testing.assert_array_equal(t.jvp(np.eye(3)), grad[:, None])
+    np.testing.assert_array_equal(t.jvp64(np.eye(3)), grad[:, None])
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["x"]
+    assert t.evaluate_mp is None and t.mp_unavailable_reason
+
+
+def test_float32_rounding_of_rows_and_float64_promotion_of_other_arguments():
+    w = tf.constant([3.0], tf.float32)
+    t = target(lambda x, w: tf.reduce_sum(w * x), tf.constant([1.0]), w)
+    X = np.array([[0.1]])
+    assert t.evaluate(X)[0, 0] == float(np.float32(3.0) * np.float32(0.1))
+    assert t.evaluate64(X)[0, 0] == 3.0 * 0.1  # w promoted, x not rounded
+    assert t.notes == []
+
+
+def test_vector_output_batched_equals_unbatched_and_pytree_inputs():
+    def f(p):
+        return {"a": tf.sin(p["u"]) * p["v"][0], "b": tf.reduce_sum(p["u"] ** 3)}
+
+    p = {"u": tf.constant([[0.3, -1.2], [2.0, 0.7]]), "v": tf.constant([1.5])}
+    t = target(f, p, batch_size=3)
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["arg0['u']", "arg0['v']"]
+    assert [leaf.name for leaf in t.output_layout.leaves] == ["f[0]", "f[1]"]
+    assert (t.n, t.m) == (5, 5)
+    rng = np.random.default_rng(1)
+    X = t.x0 + 0.1 * rng.standard_normal((7, 5))
+    one_by_one = np.stack([t.evaluate(row[None])[0] for row in X])
+    np.testing.assert_allclose(t.evaluate(X), one_by_one, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(t.evaluate64(X), one_by_one, rtol=1e-6, atol=1e-6)
+    # Jacobian from reverse and forward mode agree with each other and with the hand-made one.
+    u, v = X[0, :4].reshape(2, 2), X[0, 4]
+    J = t.vjp64(np.eye(5))
+    assert J.shape == (5, 5)
+    t0 = target(f, {"u": tf.constant(u, tf.float64), "v": tf.constant([v], tf.float64)})
+    J0 = t0.vjp(np.eye(5))
+    np.testing.assert_allclose(t0.jvp(np.eye(5)).T, J0, rtol=1e-14)
+    np.testing.assert_allclose(J0[:4, :4], np.diag(np.cos(u).ravel() * v), rtol=1e-14)
+    np.testing.assert_allclose(J0[:4, 4], np.sin(u).ravel(), rtol=1e-14)
+    np.testing.assert_allclose(J0[4, :4], 3 * u.ravel() ** 2, rtol=1e-14)
+
+
+def test_python_control_flow_falls_back_to_single_calls():
+    def f(x):
+        if float(tf.reduce_sum(x)) > 0:  # needs a concrete value: no tf.function, no pfor
+            return tf.reduce_sum(x**2)
+        return tf.reduce_sum(-x)
+
+    t = target(f, tf.constant([1.0, 2.0]))
+    np.testing.assert_allclose(t.evaluate(np.array([[1.0, 1.0], [-1.0, -1.0]]))[:, 0], [2.0, 2.0])
+    np.testing.assert_allclose(t.vjp(np.array([[1.0]])), [[2.0, 4.0]])
+
+
+def test_closure_over_float32_tensor_has_no_float64_evaluation():
+    w = tf.constant([0.5, 1.5], tf.float32)
+    t = target(lambda x: tf.reduce_sum(w * x), tf.constant([1.0, 2.0]))
+    assert t.evaluate64 is None and t.vjp64 is None and t.jvp64 is None
+    assert "working dtype" in t.notes[0] and "argnums=1" in t.notes[0]
+    assert t.vjp is not None
+
+
+# --- Target: input validation and side effects --------------------------------------------------
+
+
+def test_bad_inputs_raise_polygrad_errors():
+    with pytest.raises(InputTypeError, match="integer"):
+        target(lambda x: tf.reduce_sum(x), tf.constant([1, 2]))
+    with pytest.raises(InputTypeError, match="bool"):
+        target(lambda x: tf.reduce_sum(tf.cast(x, tf.float32)), tf.constant([True]))
+    with pytest.raises(InputValueError, match="NaN"):
+        target(lambda x: tf.reduce_sum(x), tf.constant([1.0, np.nan]))
+
+
+def test_variable_input_mutated_in_place_raises_and_users_variable_is_untouched():
+    v = tf.Variable([1.0, 2.0])
+
+    def f(x):
+        x.assign_add([1.0, 0.0])
+        return tf.reduce_sum(x)
+
+    with pytest.raises(InputMutationError, match="in place"):
+        target(f, v)
+    np.testing.assert_array_equal(v.numpy(), [1.0, 2.0])
+    t = target(lambda x: tf.reduce_sum(x * x), v)  # a read-only function of a Variable is fine
+    np.testing.assert_array_equal(t.vjp(np.array([[1.0]])), [[2.0, 4.0]])
+
+
+def test_random_function_is_nondeterministic():
+    with pytest.raises(NondeterministicFunctionError):
+        target(lambda x: tf.reduce_sum(x + tf.random.normal([2])), tf.constant([1.0, 2.0]))
+
+
+# --- Keras models ------------------------------------------------------------------------------
+
+
+def small_model(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="tanh"),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(2),
+        ]
+    )
+
+
+def test_float64_model_copy_leaves_the_users_model_unchanged():
+    model = small_model()
+    before = [w.numpy().copy() for w in model.weights]
+    copy = float64_model_copy(model)
+    assert copy is not model
+    assert all(w.dtype == "float64" for w in copy.weights)
+    assert model.dtype_policy.name == "float32"
+    assert all(w.dtype == "float32" for w in model.weights)
+    for w, b, c in zip(model.weights, before, copy.weights, strict=True):
+        np.testing.assert_array_equal(w.numpy(), b)
+        np.testing.assert_array_equal(c.numpy(), b.astype(np.float64))
+    x = np.random.default_rng(0).standard_normal((5, 4))
+    np.testing.assert_allclose(copy(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert copy(x).dtype == "float64"
+
+
+@pytest.mark.parametrize("form", ["model_as_function", "model_as_argument"])
+def test_keras_model_target_is_promoted_to_float64(form):
+    model = small_model()
+    x = tf.constant(np.random.default_rng(0).standard_normal((1, 4)), tf.float32)
+    before = [w.numpy().copy() for w in model.weights]
+    if form == "model_as_function":
+        t = target(model, x)
+    else:
+        t = target(lambda m, x: tf.reduce_sum(m(x) ** 2), model, x, argnums=(1,))
+    assert t.working_dtype == "float32" and t.evaluate64 is not None and t.notes == []
+    X = t.x0 + 1e-3 * np.random.default_rng(1).standard_normal((6, 4))
+    y32, y64 = t.evaluate(X), t.evaluate64(X)
+    np.testing.assert_allclose(y32, y64, rtol=1e-5, atol=1e-6)
+    assert np.max(np.abs(y32 - y64)) > 0  # really two different precisions
+    U = np.random.default_rng(2).standard_normal((3, t.m))
+    np.testing.assert_allclose(t.vjp(U), t.vjp64(U), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(t.jvp64(np.eye(4)).T, t.vjp64(np.eye(t.m)), rtol=1e-12)
+    for w, b in zip(model.weights, before, strict=True):
+        np.testing.assert_array_equal(w.numpy(), b)
+        assert w.dtype == "float32"
+
+
+def test_keras_parameters_are_checked_by_weight_path():
+    model = small_model()
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, 4)), tf.float32)
+    t = target(lambda m, x: tf.reduce_sum(m(x) ** 2), model, x, argnums=(1,), wrt="parameters")
+    names = [leaf.name for leaf in t.input_layout.leaves]
+    assert names == [v.path for v in model.trainable_variables]
+    assert t.n == 4 * 8 + 8 + 8 * 2 + 2
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(x) ** 2)
+    expect = np.concatenate(
+        [g.numpy().ravel() for g in tape.gradient(loss, model.trainable_variables)]
+    )
+    np.testing.assert_allclose(t.vjp(np.array([[1.0]]))[0], expect, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t.vjp64(np.array([[1.0]]))[0], expect, rtol=1e-4, atol=1e-6)
+    # evaluating at other weights does not touch the model
+    before = [w.numpy().copy() for w in model.weights]
+    y = t.evaluate(np.stack([t.x0, np.zeros_like(t.x0)]))
+    assert y[0, 0] == pytest.approx(float(loss), rel=1e-6) and y[1, 0] == 0.0
+    for w, b in zip(model.weights, before, strict=True):
+        np.testing.assert_array_equal(w.numpy(), b)
+
+
+def test_parameters_need_a_keras_model():
+    with pytest.raises(TypeError, match="Keras 3 model"):
+        target(lambda x: tf.reduce_sum(x), tf.constant([1.0]), wrt="parameters")
+
+
+def test_dropout_in_training_mode_is_nondeterministic():
+    model = small_model()
+    x = tf.constant(np.ones((1, 4)), tf.float32)
+    with pytest.raises(NondeterministicFunctionError, match="training=False"):
+        target(lambda m, x: tf.reduce_sum(m(x, training=True)), model, x, argnums=(1,))
+
+
+# --- order 2 -----------------------------------------------------------------------------------
+
+
+def test_gradient_function_is_the_gradient_and_differentiable_again():
+    g = BE.gradient_function(lambda x, w: tf.reduce_sum(w * x**3), (None, None), (0,))
+    x, w = tf.constant([1.0, 2.0], tf.float64), tf.constant([3.0, 0.5], tf.float64)
+    np.testing.assert_allclose(g(x, w).numpy(), [9.0, 6.0])
+    t = target(g, x, w)
+    np.testing.assert_allclose(t.vjp(np.eye(2)), np.diag([18.0, 6.0]))
+
+
+# --- end to end: polygrad.check ----------------------------------------------------------------
+
+
+def normal_by_hand(x, loc, scale):
+    return tf.reduce_sum(-((x - loc) ** 2) / (2 * scale**2))
+
+
+def normal_tfp(x, loc, scale):
+    return tf.reduce_sum(tfp.distributions.Normal(loc, scale).log_prob(x))
+
+
+@pytest.mark.parametrize("form", [normal_by_hand, normal_tfp])
+@pytest.mark.parametrize("n", [1, 10, 1000])
+@pytest.mark.parametrize("eval_at", [1.0, 100.0])
+def test_users_case1_normal_log_density_passes(form, n, eval_at):
+    scale = tf.constant(np.random.default_rng(0).uniform(0.5, 1.5, n), tf.float32)
+    x = tf.constant(eval_at * np.ones(n), tf.float32)
+    report = pg.check(form, x, tf.constant(0.0), scale)
+    assert report.verdict == pg.Verdict.PASS, str(report)
+    assert report.ok
+
+
+def test_users_case1_closure_form_is_never_a_mismatch():
+    scale = tf.constant(np.random.default_rng(0).uniform(0.5, 1.5, 10), tf.float32)
+    report = pg.check(lambda x: normal_by_hand(x, 0.0, scale), tf.ones(10))
+    assert report.verdict == pg.Verdict.PASS, str(report)
+
+
+def make_custom(rule):
+    """``f(x, y) = sum(3 * g(x, y)**2)`` with ``g = x * sin(y)`` and a custom gradient."""
+
+    @tf.custom_gradient
+    def g(x, y):
+        def grad(up):
+            dx, dy = up * tf.sin(y), up * x * tf.cos(y)
+            if rule == "no_upstream":
+                dx, dy = tf.sin(y), x * tf.cos(y)
+            elif rule == "wrong_sign_branch":
+                dx = tf.where(x > 0, dx, -dx)
+            elif rule == "dropped_input":
+                dy = None
+            elif rule == "relative_1e-3":
+                dx = dx * (1 + 1e-3)
+            return dx, dy
+
+        return x * tf.sin(y), grad
+
+    return lambda x, y: tf.reduce_sum(3.0 * g(x, y) ** 2)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize(
+    "rule", ["correct", "no_upstream", "wrong_sign_branch", "dropped_input", "relative_1e-3"]
+)
+def test_custom_gradient_rules(rule, dtype):
+    x = tf.constant([0.7, -1.3, 2.1, -0.4], dtype)
+    y = tf.constant([0.3, 1.1, -0.8, 2.0], dtype)
+    report = pg.check(make_custom(rule), x, y, argnums=(0, 1))
+    expect = pg.Verdict.PASS if rule == "correct" else pg.Verdict.MISMATCH
+    assert report.verdict == expect, str(report)
+
+
+def test_custom_gradient_disables_forward_mode_with_a_note():
+    t = target(make_custom("correct"), tf.constant([0.5]), tf.constant([0.2]), argnums=(0, 1))
+    assert t.jvp is None and t.jvp64 is None and t.vjp is not None
+    assert any("custom_gradient" in note for note in t.notes)
+
+
+def test_known_tf_bug_xlogy_gradient_at_zero_is_a_mismatch():
+    x = tf.constant([0.0], tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = tf.math.xlogy(x, 2.0)
+    raw = float(tape.gradient(out, x)[0])
+    assert raw != pytest.approx(np.log(2.0)), "TF fixed the xlogy gradient"
+    assert raw == 0.0
+    report = pg.check(lambda x: tf.reduce_sum(tf.math.xlogy(x, 2.0)), x)
+    assert report.verdict == pg.Verdict.MISMATCH, str(report)
+
+
+def digit_image() -> np.ndarray:
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    img = digits.images[0] / 16.0  # a real "0", values in [0, 1]
+    big = tf.image.resize(img[None, :, :, None], (28, 28), method="bilinear")
+    return np.clip(big.numpy(), 0.0, 1.0).astype(np.float32), int(digits.target[0])
+
+
+def users_cnn():
+    """The CNN of USERS.md case 2 with seeded random weights.
+
+    Biases are small random numbers, as after training: with Keras' default zero
+    biases every blank pixel sits exactly on a ReLU kink.
+    """
+    keras.utils.set_random_seed(1)
+    bias = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05)}
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(64, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(10, activation="softmax", **bias),
+        ]
+    )
+
+
+def cnn_loss(training=False):
+    image, label = digit_image()
+    onehot = tf.one_hot([label], 10)
+
+    def loss(m, x):
+        return tf.reduce_sum(keras.losses.categorical_crossentropy(onehot, m(x, training=training)))
+
+    return loss, tf.constant(image)
+
+
+def test_users_case2_cnn_input_gradient():
+    loss, x = cnn_loss()
+    report = pg.check(loss, users_cnn(), x, argnums=1)
+    assert report.verdict in OK_VERDICTS, str(report)
+    assert report.ok
+    assert pg.Verdict.MISMATCH.name not in str(report).split("verdicts:")[1].splitlines()[0]
+
+
+def test_users_case2_cnn_with_dropout_active_is_nondeterministic():
+    loss, x = cnn_loss(training=True)
+    with pytest.raises(NondeterministicFunctionError, match="training=False"):
+        pg.check(loss, users_cnn(), x, argnums=1)

@@ -1,0 +1,237 @@
+"""check() on NumPy functions with supplied derivatives: the core's acceptance cases."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad import Verdict
+
+
+def _case1(n: int, at: float, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    scale = rng.uniform(0.5, 1.5, n).astype(np.float32)
+    x = np.full(n, at, dtype=np.float32)
+
+    def f(x):
+        return np.sum(-((x - 0.0) ** 2) / (2 * scale**2))
+
+    def grad(x):
+        return -(x - 0.0) / scale**2
+
+    return f, grad, x
+
+
+@pytest.mark.parametrize("n", [1, 10, 1000, 100000])
+@pytest.mark.parametrize("at", [1.0, 100.0])
+def test_users_case1_gaussian_log_density_passes(n, at):
+    f, grad, x = _case1(n, at)
+    report = pg.check(f, x, grad=grad)
+    assert report.verdict == Verdict.PASS, str(report)
+    assert report.ok
+
+
+@pytest.mark.parametrize("n", [1, 10, 1000, 100000])
+def test_users_case1_wrong_by_1e3_is_mismatch(n):
+    f, grad, x = _case1(n, 1.0)
+    report = pg.check(f, x, grad=lambda x: grad(x) * np.float32(1 + 1e-3))
+    assert report.verdict == Verdict.MISMATCH
+    assert not report.ok
+
+
+@pytest.mark.parametrize("n", [1000, 100000])
+def test_sum_of_squares_float32_passes(n):
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    report = pg.check(lambda x: np.sum(x**2), x, grad=lambda x: 2 * x)
+    assert report.verdict == Verdict.PASS
+
+
+def test_one_wrong_entry_named():
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+
+    def grad(x):
+        g = 2 * x
+        g[417] *= np.float32(1.01)
+        return g
+
+    report = pg.check(lambda x: np.sum(x**2), x, grad=grad)
+    assert report.verdict == Verdict.MISMATCH
+    worst = report.entries.worst(1)[0]
+    assert report.entries.names[worst] == "x[417]"
+    assert report.counts() == {"MISMATCH": 1, "PASS": 999}
+    assert "x[417]" in str(report)
+
+
+def _h(x):
+    return x / np.sqrt(1 + np.minimum(x, 0) ** 2)
+
+
+def _h_prime(x):
+    return np.where(x < 0, 1 / (1 + x**2) ** 1.5, 1.0).astype(x.dtype)
+
+
+def test_missing_chain_rule_factor_is_mismatch():
+    x = np.linspace(-2, 2, 9).astype(np.float32) + np.float32(0.1)
+    f = lambda x: np.sum(_h(x) ** 2)  # noqa: E731
+    bad = pg.check(f, x, grad=_h_prime)
+    good = pg.check(f, x, grad=lambda x: 2 * _h(x) * _h_prime(x))
+    assert bad.verdict == Verdict.MISMATCH
+    assert good.verdict == Verdict.PASS
+
+
+def test_relu_at_zero_is_nonsmooth_with_one_sided_derivatives():
+    x = np.array([1.0, 0.0, -2.0, 0.5], dtype=np.float32)
+    report = pg.check(
+        lambda x: np.sum(np.maximum(x, 0)), x, grad=lambda x: (x > 0).astype(x.dtype)
+    )
+    assert report.verdict == Verdict.NONSMOOTH
+    assert report.ok  # autodiff's 0 is the left derivative: a valid one-sided value
+    e = report.entries
+    i = e.names.index("x[1]")
+    assert e.left[i] == pytest.approx(0.0, abs=1e-9)
+    assert e.right[i] == pytest.approx(1.0, abs=1e-9)
+    assert report.counts() == {"NONSMOOTH": 1, "PASS": 3}
+
+
+def test_floor_at_integer_is_nonsmooth_never_mismatch():
+    report = pg.check(np.floor, np.float32(4.0), grad=lambda x: np.zeros_like(x))
+    assert report.verdict == Verdict.NONSMOOTH
+    assert report.entries.right[0] == 0.0
+    assert report.entries.left[0] == np.inf
+
+
+def test_subgradient_outside_one_sided_range_is_not_ok():
+    report = pg.check(
+        lambda x: np.sum(np.abs(x)), np.array([0.0, 1.0]), grad=lambda x: np.array([3.0, 1.0])
+    )
+    assert report.verdict == Verdict.NONSMOOTH
+    assert not report.ok
+
+
+def test_nan_gradient_where_smooth_is_nonfinite():
+    x = np.array([0.5, -0.3, 1.2])
+    report = pg.check(
+        lambda x: np.sum(np.sin(x)), x, grad=lambda x: np.where(x > 1, np.nan, np.cos(x))
+    )
+    assert report.verdict == Verdict.NONFINITE
+
+
+def test_float64_rule_error_1e_8_detected():
+    x = np.array([0.3, -1.2, 2.5])
+    f = lambda x: np.sum(np.exp(x) * np.cos(x))  # noqa: E731
+    g = lambda x: np.exp(x) * (np.cos(x) - np.sin(x))  # noqa: E731
+    assert pg.check(f, x, grad=g).verdict == Verdict.PASS
+    assert pg.check(f, x, grad=lambda x: g(x) * (1 + 1e-8)).verdict == Verdict.MISMATCH
+
+
+def test_mp_reference_used_for_float64_numpy():
+    x = np.array([0.3, -1.2, 2.5])
+    f = lambda x: np.sum(np.exp(x) * np.cos(x))  # noqa: E731
+    g = lambda x: np.exp(x) * (np.cos(x) - np.sin(x))  # noqa: E731
+    report = pg.check(f, x, grad=g)
+    assert report.details["reference"]["method"] == "mp"
+    # an error of 1e-12 relative is beyond a float64 difference, not beyond mp
+    bad = pg.check(f, x, grad=lambda x: g(x) * (1 + 1e-12))
+    assert bad.verdict == Verdict.MISMATCH
+    f64 = pg.check(f, x, grad=lambda x: g(x) * (1 + 1e-12), reference="float64")
+    assert f64.details["reference"]["method"] == "float64"
+
+
+def test_mp_fallback_reason_reported():
+    x = np.array([0.3, 0.4])
+    f = lambda x: float(np.sum(x.astype(np.float64) ** 2))  # noqa: E731
+    report = pg.check(f, x, grad=lambda x: 2 * x, reference="mp")
+    assert report.details["reference"]["method"] == "float64"
+    assert any("mp reference unavailable" in n for n in report.notes)
+    assert report.verdict == Verdict.PASS
+
+
+def test_jacobian_vjp_and_jvp_of_vector_function():
+    A = np.array([[1.0, 2.0, -1.0], [0.5, 0.0, 3.0]])
+    f = lambda x: np.tanh(A @ x)  # noqa: E731
+
+    def jac(x):
+        return (1 - np.tanh(A @ x) ** 2)[:, None] * A
+
+    x = np.array([0.1, -0.2, 0.3])
+    assert pg.check(f, x, jac=jac, mode="both").verdict == Verdict.PASS
+    assert pg.check(f, x, vjp=lambda u, x: u @ jac(x)).verdict == Verdict.PASS
+    assert pg.check(f, x, jvp=lambda t, x: jac(x) @ t[0]).verdict == Verdict.PASS
+    wrong_t = pg.check(f, x, vjp=lambda u, x: jac(x).T @ u[:2].repeat(2)[:3] if False else
+                       (u @ jac(x))[::-1].copy())
+    assert wrong_t.verdict == Verdict.MISMATCH
+
+
+def test_several_arguments_and_pytrees():
+    def f(p, x):
+        return np.sum(p["w"] * x**2) + p["b"][0] * np.sum(x)
+
+    def grad(p, x):
+        return {"w": x**2, "b": np.array([np.sum(x)])}
+
+    p = {"w": np.array([1.0, 2.0]), "b": np.array([0.5])}
+    x = np.array([0.3, -0.7])
+    report = pg.check(f, p, x, grad=grad)
+    assert report.verdict == Verdict.PASS
+    assert "arg0['w'][1]" in report.entries.names or "['w'][1]" in " ".join(report.entries.names)
+
+    def grad2(p, x):
+        return grad(p, x), 2 * p["w"] * x + p["b"][0]
+
+    assert pg.check(f, p, x, argnums=(0, 1), grad=grad2).verdict == Verdict.PASS
+
+
+def test_projection_strategy_states_detection_power():
+    x = np.random.default_rng(0).standard_normal(50)
+    report = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos, strategy="projections")
+    assert report.verdict == Verdict.PASS
+    proj = report.details["projections"]
+    assert proj["count"] == 8
+    assert 0 < proj["single_entry_error_caught"] < 1e-6
+    assert "projections" in str(report)
+
+
+def test_report_text_and_json():
+    f, grad, x = _case1(10, 1.0)
+    report = pg.check(f, x, grad=grad)
+    text = str(report)
+    assert text.startswith("polygrad: PASS")
+    assert "reference:" in text and "tolerance:" in text and "round-off" in text
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["verdict"] == "PASS" and d["ok"] is True
+    assert d["counts"] == {"PASS": 10}
+    assert len(d["worst_entries"]) == 10
+
+
+def test_naive_difference_roundoff_prediction_users_case1():
+    f, grad, x = _case1(1, 1.0)
+    report = pg.check(f, x, grad=grad)
+    naive = report.details["naive_central_difference"]
+    # float32 round-off of f ~ 1 ulp; at h = 2^-13 a plain difference is off by noise/h
+    assert 0.1 < naive["noise_ulps"] < 10
+    assert naive["example_error"] == pytest.approx(naive["noise"] * 2**13)
+    # f''' = 0 for a quadratic: no truncation error, so no finite optimal step
+    assert naive["third_derivative"] < 1e-6
+    assert "optimal_step" not in naive
+    assert "larger steps" in str(report)
+
+
+def test_naive_difference_optimal_step_for_curved_function():
+    x = np.array([0.7], dtype=np.float32)
+    report = pg.check(lambda x: np.sum(np.sin(3 * x)), x, grad=lambda x: 3 * np.cos(3 * x))
+    naive = report.details["naive_central_difference"]
+    assert 2**-13 < naive["optimal_step"] < 0.1
+    assert naive["optimal_error"] < 0.1 * naive["example_error"]
+
+
+def test_assert_gradients_raises_with_report():
+    f, grad, x = _case1(10, 1.0)
+    pg.assert_gradients(f, x, grad=grad)
+    with pytest.raises(pg.GradientCheckError) as info:
+        pg.assert_gradients(f, x, grad=lambda x: grad(x) * 1.01)
+    assert isinstance(info.value, AssertionError)
+    assert "MISMATCH" in str(info.value)
+    assert info.value.report.verdict == Verdict.MISMATCH
