@@ -23,6 +23,8 @@ from .errors import (
     ShapeMismatchError,
 )
 from .report import Report, Verdict
+from .sweep import Sweep, sweep
+from .taylor import TaylorResult, taylor_test
 
 __version__ = "0.1.0"
 
@@ -35,9 +37,13 @@ __all__ = [
     "NondeterministicFunctionError",
     "PolygradError",
     "Report",
+    "Sweep",
+    "TaylorResult",
     "ShapeMismatchError",
     "Verdict",
     "__version__",
     "assert_gradients",
     "check",
+    "sweep",
+    "taylor_test",
 ]

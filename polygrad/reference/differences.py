@@ -199,9 +199,15 @@ def directional_derivatives(
         down = np.any((sol.step_c <= finest) & (c.truncation > 3.0 * c.noise), axis=1)
         # left and right derivatives that disagree: a kink within the finest step, or
         # one that the finer steps of a longer ladder resolve (then they agree again)
+        # (for a smooth function central, left and right estimates share one limit)
         with np.errstate(all="ignore"):
             rv, lv = _to_float(np.asarray(r.value)), _to_float(np.asarray(l.value))
-            split = np.abs(rv - lv) > 2.0 * (r.error + l.error)
+            cv = _to_float(np.asarray(c.value))
+            split = (
+                (np.abs(rv - lv) > 2.0 * (r.error + l.error))
+                | (np.abs(cv - rv) > 2.0 * (c.error + r.error))
+                | (np.abs(cv - lv) > 2.0 * (c.error + l.error))
+            )
         down |= np.any(split & np.isfinite(rv) & np.isfinite(lv), axis=1)
         down &= sol.finest > h_floor
         cval = _to_float(np.asarray(c.value))
