@@ -211,6 +211,7 @@ def check(
     seed: int = 0,
     batch_size: int = 4096,
     budget: float = 60.0,
+    nonsmooth: str = "allow",
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -255,6 +256,14 @@ def check(
         Largest number of points evaluated in one call.
     budget : float
         Seconds a full Jacobian check may take before projections are used.
+    nonsmooth : {"allow", "within", "fail"}
+        What ``report.ok`` makes of NONSMOOTH entries. ``"allow"`` (default):
+        a point of non-differentiability is not a gradient error. ``"within"``:
+        autodiff must lie between the left and right derivatives — right for
+        one elementary kink (relu, abs, max), too strict for compositions, where
+        autodiff may legitimately return other values (Bolte & Pauwels,
+        "A mathematical model for automatic differentiation in machine
+        learning", NeurIPS 2020). ``"fail"``: any NONSMOOTH entry fails.
 
     Returns
     -------
@@ -292,6 +301,7 @@ def check(
         ("reference", reference, ("auto", "mp", "float64", "working")),
         ("strategy", strategy, ("auto", "full", "projections")),
         ("wrt", wrt, ("inputs", "parameters")),
+        ("nonsmooth", nonsmooth, ("allow", "within", "fail")),
     ):
         if value not in allowed:
             raise ValueError(f"{option}={value!r}; choose one of {', '.join(allowed)}")
@@ -419,10 +429,15 @@ def check(
 
     worst = int(entries.status.max()) if entries.status.size else 0
     verdict = {v: k for k, v in SEVERITY.items()}[worst]
-    nonsmooth = entries.status == SEVERITY[Verdict.NONSMOOTH]
-    ok = verdict == Verdict.PASS or (
-        verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[nonsmooth]))
-    )
+    at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+    if nonsmooth == "allow":
+        ok = verdict in (Verdict.PASS, Verdict.NONSMOOTH)
+    elif nonsmooth == "within":
+        ok = verdict == Verdict.PASS or (
+            verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[at_kink]))
+        )
+    else:
+        ok = verdict == Verdict.PASS
     details.update(
         backend=target.backend,
         working_dtype=target.working_dtype,

@@ -56,7 +56,9 @@ def _load_module(path: str) -> ModuleType:
     return mod
 
 
-def load_function(spec: str, default_module: ModuleType | None = None) -> tuple[Callable, ModuleType]:
+def load_function(
+    spec: str, default_module: ModuleType | None = None
+) -> tuple[Callable, ModuleType]:
     """Load ``path/to/file.py:function`` (or ``function`` from ``default_module``).
 
     Returns
@@ -147,7 +149,9 @@ def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[
     backend = args.backend or _framework_of(mod)
     backend = _ALIASES.get(backend.lower(), backend.lower())
     if backend not in BACKEND_MODULES:
-        raise UsageError(f"unknown backend {args.backend!r}; choose from {', '.join(BACKEND_MODULES)}")
+        raise UsageError(
+            f"unknown backend {args.backend!r}; choose from {', '.join(BACKEND_MODULES)}"
+        )
     _, extra, module = BACKEND_MODULES[backend]
     if module and importlib.util.find_spec(module) is None:
         raise UsageError(
@@ -208,7 +212,9 @@ def _parse_steps(text: str | None) -> np.ndarray | None:
         try:
             out.append(2.0 ** float(part[2:]) if part.startswith("2^") else float(part))
         except ValueError as exc:
-            raise UsageError(f"--steps: cannot read {part!r} (use e.g. \"2^-5, 2^-6\" or 1e-3)") from exc
+            raise UsageError(
+                f"--steps: cannot read {part!r} (use e.g. \"2^-5, 2^-6\" or 1e-3)"
+            ) from exc
     return np.asarray(out)
 
 
@@ -280,7 +286,10 @@ def _devices(key: str) -> list[str]:
 
         out = ["cpu"]
         if torch.cuda.is_available():
-            out += [f"cuda:{i} ({torch.cuda.get_device_name(i)})" for i in range(torch.cuda.device_count())]
+            out += [
+                f"cuda:{i} ({torch.cuda.get_device_name(i)})"
+                for i in range(torch.cuda.device_count())
+            ]
         mps = getattr(torch.backends, "mps", None)
         if mps is not None and mps.is_available():
             out.append("mps (no float64)")
@@ -329,7 +338,9 @@ def _add_point_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32",
                    choices=["float16", "bfloat16", "float32", "float64"],
                    help="working dtype of the input (default float32)")
-    p.add_argument("--backend", help="numpy, torch, jax or tensorflow (default: from the file's imports)")
+    p.add_argument(
+        "--backend", help="numpy, torch, jax or tensorflow (default: from the file's imports)"
+    )
     p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
 
 

@@ -14,7 +14,7 @@
 3. *"My manual gradient of a CNN disagrees with autodiff"* — the gradient of
    the cross-entropy loss of a small seeded CNN (Conv–ReLU–MaxPool twice,
    Dense–softmax) with respect to a real 28×28 digit (``load_digits`` from
-   scikit-learn, 8×8 upsampled), checked in one batched pass (Keras when
+   scikit-learn, 8×8 upsampled bilinearly), checked in one batched pass (Keras when
    TensorFlow is installed, else PyTorch). A little seeded noise (0.01) is
    added to the image: the exact zeros of a digit's background make every
    max-pooling window there a tie, where the function is not differentiable
@@ -195,7 +195,8 @@ class _Demo:
                 self.skip("case 1 with tensorflow_probability",
                           "not installed (pip install 'polygrad[tensorflow]')")
         else:
-            self.skip("case 1 with TensorFlow", "not installed (pip install 'polygrad[tensorflow]')")
+            self.skip("case 1 with TensorFlow",
+                      "not installed (pip install 'polygrad[tensorflow]')")
 
         if _installed("torch"):
             def torch_case() -> Outcome:
@@ -240,7 +241,8 @@ class _Demo:
             detail = (
                 f"worst entry {report.entries.names[worst]}: autodiff "
                 f"{report.entries.autodiff[worst]:.5g} vs reference "
-                f"{report.entries.reference[worst]:.5g} ± {report.entries.reference_error[worst]:.1g};"
+                f"{report.entries.reference[worst]:.5g} "
+                f"± {report.entries.reference_error[worst]:.1g};"
                 f" Taylor slope {t.slope:.2f} (1 = wrong gradient)"
             )
             return Outcome("custom gradient, bug", framework, str(report.verdict), "MISMATCH",
@@ -287,11 +289,12 @@ class _Demo:
     # ---- case 2 -------------------------------------------------------------------
     @staticmethod
     def digit() -> tuple[np.ndarray, int]:
+        from scipy.ndimage import zoom  # scipy comes with scikit-learn
         from sklearn.datasets import load_digits
 
         d = load_digits()
         img = d.images[0] / 16.0  # 8x8, values in [0, 1]
-        big = np.kron(img, np.ones((4, 4)))[2:-2, 2:-2]  # 32x32 -> 28x28
+        big = np.clip(zoom(img, 3.5, order=1), 0.0, 1.0)  # bilinear, 28x28 (anti-aliased)
         big = big + 0.01 * np.random.default_rng(0).random(big.shape)
         return big, int(d.target[0])
 

@@ -123,7 +123,8 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         "working": f"{d.get('working_dtype')} central differences (no float64 evaluation)",
     }.get(method, str(method))
     lines.append(
-        f"  reference: {how} + Richardson extrapolation; median step {_g(ref.get('median_step'), 3)} "
+        f"  reference: {how} + Richardson extrapolation; "
+        f"median step {_g(ref.get('median_step'), 3)} "
         f"(relative to |x|), median relative error bar {_g(ref.get('median_relative_error'), 2)}; "
         f"function noise {_g(ref.get('noise'), 3)} ({_g(ref.get('noise_relative'), 2)} relative); "
         f"{ref.get('evaluations')} evaluations in {ref.get('seconds', 0):.2f} s"
@@ -138,7 +139,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
             "told apart from an unstable computation"
         )
     order = e.worst(max_rows)
-    header = f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} {'|diff|':>10} {'tolerance':>10}"
+    header = (
+        f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} "
+        f"{'|diff|':>10} {'tolerance':>10}"
+    )
     lines.append("  worst entries:")
     lines.append(header)
     for i in order:
@@ -149,7 +153,8 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         vtxt = _paint(f"{str(v):<12}", _COLORS.get(str(v), "0"), color)
         lines.append(
             f"  {name:<28} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
-            f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} {_g(e.tolerance[i], 2):>10}"
+            f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} "
+            f"{_g(e.tolerance[i], 2):>10}"
         )
         if str(v) == "NONSMOOTH":
             inside = "lies" if e.within_one_sided[i] else "does NOT lie"
@@ -188,7 +193,13 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         lines.append(txt)
     taylor = d.get("taylor")
     if taylor and taylor.get("explanation"):
-        lines.append(f"  Taylor test (supporting evidence): {taylor['explanation']}")
+        txt = f"  Taylor test (supporting evidence): {taylor['explanation']}"
+        if taylor.get("verdict") == "wrong" and "NONSMOOTH" in report.counts():
+            txt += (
+                " — expected here: the function has kinks next to this point, and a kink "
+                "crossed by the steps leaves a first-order remainder"
+            )
+        lines.append(txt)
     for note in d.get("notes", []):
         lines.append(f"  note: {note}")
     return "\n".join(lines)

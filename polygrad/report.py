@@ -126,9 +126,9 @@ class Report:
     verdict : Verdict
         The worst verdict over all compared entries.
     ok : bool
-        True for ``PASS``, and for ``NONSMOOTH`` when every non-smooth entry's
-        autodiff value lies between the one-sided derivatives (a valid
-        one-sided derivative or subgradient) and nothing else failed.
+        True for ``PASS``; for ``NONSMOOTH`` as the ``nonsmooth=`` option of
+        :func:`polygrad.check` says (by default a kink is not an error; the
+        report says whether autodiff lies between the one-sided derivatives).
     entries : Entries
         Every compared quantity (Jacobian entries, or projections ``uᵀJw``).
     quantity : str
@@ -177,7 +177,8 @@ class Report:
         return render_text(self)
 
     def __repr__(self) -> str:
-        return f"<polygrad.Report {self.verdict} ok={self.ok} ({len(self.entries.names)} {self.quantity})>"
+        size = len(self.entries.names)
+        return f"<polygrad.Report {self.verdict} ok={self.ok} ({size} {self.quantity})>"
 
 
 def _jsonable(x: Any) -> Any:

@@ -310,7 +310,8 @@ def _render(s: Sweep) -> str:
     para = (
         f"  Errors are max |difference quotient - reference| over directions and outputs. "
         f"f carries round-off noise σ ≈ {_fmt(sigma)} in {s.working_dtype}, so a central "
-        f"difference is off by about σ/(√2 h) from round-off — {_fmt(sigma / math.sqrt(2) / small)} "
+        f"difference is off by about σ/(√2 h) from round-off — "
+        f"{_fmt(sigma / math.sqrt(2) / small)} "
         f"at h = {_pow2(small)} — and this grows as the step shrinks; truncation adds "
         f"|f'''| h²/6 with |f'''| ≈ {_fmt(third)} (± {_fmt(third_err)}), which shrinks with it. "
         f"The best central step is h ≈ {_pow2(s.optimal_step)} with an expected error of "

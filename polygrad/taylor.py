@@ -125,7 +125,8 @@ class TaylorResult:
             rel = self.first_order_error / max(abs(self.directional_derivative), 1e-300)
             return (
                 txt + f" — first order, so the directional derivative is wrong by about "
-                f"{_g(self.first_order_error)} ({_g(100 * rel)}% of {_g(self.directional_derivative)})"
+                f"{_g(self.first_order_error)} ({_g(100 * rel)}% of "
+                f"{_g(self.directional_derivative)})"
             )
         return txt + " (between 1 = wrong and 2 = correct): inconclusive"
 
@@ -244,7 +245,8 @@ def taylor_target(
         dd = float(u @ jv)
         terms = float(np.sum(np.abs(jv)))
     else:
-        raise ValueError(f"mode={mode!r}: this function provides no {'VJP' if mode == 'rev' else 'JVP'}")
+        what = "VJP" if mode == "rev" else "JVP"
+        raise ValueError(f"mode={mode!r}: this function provides no {what}")
     hs = _default_steps(target.eps) if steps is None else np.asarray(steps, dtype=np.float64)
     hs = np.sort(hs)[::-1]
     if hs.ndim != 1 or hs.size < 3 or np.any(~(hs > 0)):

@@ -84,9 +84,7 @@ def test_missing_chain_rule_factor_is_mismatch():
 
 def test_relu_at_zero_is_nonsmooth_with_one_sided_derivatives():
     x = np.array([1.0, 0.0, -2.0, 0.5], dtype=np.float32)
-    report = pg.check(
-        lambda x: np.sum(np.maximum(x, 0)), x, grad=lambda x: (x > 0).astype(x.dtype)
-    )
+    report = pg.check(lambda x: np.sum(np.maximum(x, 0)), x, grad=lambda x: (x > 0).astype(x.dtype))
     assert report.verdict == Verdict.NONSMOOTH
     assert report.ok  # autodiff's 0 is the left derivative: a valid one-sided value
     e = report.entries
@@ -104,11 +102,17 @@ def test_floor_at_integer_is_nonsmooth_never_mismatch():
 
 
 def test_subgradient_outside_one_sided_range_is_not_ok():
-    report = pg.check(
-        lambda x: np.sum(np.abs(x)), np.array([0.0, 1.0]), grad=lambda x: np.array([3.0, 1.0])
-    )
+    f = lambda x: np.sum(np.abs(x))  # noqa: E731
+    x = np.array([0.0, 1.0])
+    report = pg.check(f, x, grad=lambda x: np.array([3.0, 1.0]), nonsmooth="within")
     assert report.verdict == Verdict.NONSMOOTH
     assert not report.ok
+    assert not report.entries.within_one_sided[0]
+    assert "does NOT lie between them" in str(report)
+    # by default a kink is not an error; "fail" makes any kink fail
+    assert pg.check(f, x, grad=lambda x: np.array([3.0, 1.0])).ok
+    assert not pg.check(f, x, grad=np.sign, nonsmooth="fail").ok
+    assert pg.check(f, x, grad=np.sign, nonsmooth="within").ok
 
 
 def test_nan_gradient_where_smooth_is_nonfinite():
@@ -160,8 +164,11 @@ def test_jacobian_vjp_and_jvp_of_vector_function():
     assert pg.check(f, x, jac=jac, mode="both").verdict == Verdict.PASS
     assert pg.check(f, x, vjp=lambda u, x: u @ jac(x)).verdict == Verdict.PASS
     assert pg.check(f, x, jvp=lambda t, x: jac(x) @ t[0]).verdict == Verdict.PASS
-    wrong_t = pg.check(f, x, vjp=lambda u, x: jac(x).T @ u[:2].repeat(2)[:3] if False else
-                       (u @ jac(x))[::-1].copy())
+    wrong_t = pg.check(
+        f,
+        x,
+        vjp=lambda u, x: jac(x).T @ u[:2].repeat(2)[:3] if False else (u @ jac(x))[::-1].copy(),
+    )
     assert wrong_t.verdict == Verdict.MISMATCH
 
 

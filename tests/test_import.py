@@ -32,6 +32,11 @@ def test_public_api():
     for name in ("check", "assert_gradients", "Report", "Verdict", "GradientCheckError"):
         assert hasattr(pg, name)
     assert {v.name for v in pg.Verdict} >= {
-        "PASS", "MISMATCH", "UNSTABLE", "NONSMOOTH", "NONFINITE", "INCONCLUSIVE"
+        "PASS",
+        "MISMATCH",
+        "UNSTABLE",
+        "NONSMOOTH",
+        "NONFINITE",
+        "INCONCLUSIVE",
     }
     assert issubclass(pg.GradientCheckError, AssertionError)

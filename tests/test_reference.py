@@ -23,8 +23,10 @@ EPS64 = float(np.finfo(np.float64).eps)
 
 # closed-form test functions: (f(x) vectorised over rows, gradient)
 FUNCS = {
-    "exp_sin": (lambda X: np.sum(np.exp(X) * np.sin(3 * X), axis=1),
-                lambda x: np.exp(x) * np.sin(3 * x) + 3 * np.exp(x) * np.cos(3 * x)),
+    "exp_sin": (
+        lambda X: np.sum(np.exp(X) * np.sin(3 * X), axis=1),
+        lambda x: np.exp(x) * np.sin(3 * x) + 3 * np.exp(x) * np.cos(3 * x),
+    ),
     "log1p_sq": (lambda X: np.sum(np.log1p(X**2), axis=1), lambda x: 2 * x / (1 + x**2)),
     "tanh": (lambda X: np.sum(np.tanh(X), axis=1), lambda x: 1 - np.tanh(x) ** 2),
     "poly": (lambda X: np.sum(X**3 - 2 * X**2 + 0.5 * X, axis=1), lambda x: 3 * x**2 - 4 * x + 0.5),
@@ -156,8 +158,9 @@ def test_jump_detected_on_one_side():
 
     x = np.array([4.0])
     f0 = fn(x[None])[0]
-    dd = directional_derivatives(fn, x, np.array([[4.0]]), f0, np.full((1, 1), 1e-15),
-                                 EPS64, "float64", 0.25, 10)
+    dd = directional_derivatives(
+        fn, x, np.array([[4.0]]), f0, np.full((1, 1), 1e-15), EPS64, "float64", 0.25, 10
+    )
     assert dd.jump_left[0, 0] and not dd.jump_right[0, 0]
     assert dd.right.value[0, 0] == 0.0
     assert dd.left.value[0, 0] == np.inf

@@ -231,7 +231,9 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
             "inputs. Cast it (e.g. x.astype(np.float32)), or leave it out of argnums."
         )
     if kind == "c":
-        raise InputTypeError(f"{name} is complex ({a.dtype}); complex inputs are not supported yet.")
+        raise InputTypeError(
+            f"{name} is complex ({a.dtype}); complex inputs are not supported yet."
+        )
     if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
     if a.size and not np.all(np.isfinite(a.astype(np.float64))):

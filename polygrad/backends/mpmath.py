@@ -155,7 +155,10 @@ def mp_evaluator(
         if ctx is None:
             ctx = contexts[dps] = make_context(dps)
         flat = np.empty(x0.size, dtype=object)
-        flat[:] = [ctx.mpf(float(a)) + ctx.mpf(float(b)) for a, b in zip(x0.ravel(), dx.ravel())]
+        flat[:] = [
+            ctx.mpf(float(a)) + ctx.mpf(float(b))
+            for a, b in zip(x0.ravel(), dx.ravel(), strict=True)
+        ]
         leaves, off = [], 0
         for shape in shapes:
             size = int(np.prod(shape, dtype=np.int64))

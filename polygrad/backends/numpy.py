@@ -25,7 +25,9 @@ def output_layout(out_leaves: list[np.ndarray]) -> Layout:
     """Layout of a function's output leaves (``f`` or ``f[0]``, ``f[1]``... for several)."""
     if len(out_leaves) == 1:
         return Layout.from_shapes(["f"], [out_leaves[0].shape])
-    return Layout.from_shapes([f"f[{i}]" for i in range(len(out_leaves))], [a.shape for a in out_leaves])
+    return Layout.from_shapes(
+        [f"f[{i}]" for i in range(len(out_leaves))], [a.shape for a in out_leaves]
+    )
 
 
 def check_not_mutated(after: list[np.ndarray], before: list[np.ndarray]) -> None:
@@ -109,7 +111,9 @@ class PointFunction:
     def leaves_at(self, x: np.ndarray, dtype: str) -> list[Any]:
         """Checked leaves at flat point ``x``: ``dtype`` is 'working', 'float64' or 'object'."""
         out = []
-        for arr, leaf, dt in zip(self.layout.split(x), self.layout.leaves, self.leaf_dtypes, strict=True):
+        for arr, leaf, dt in zip(
+            self.layout.split(x), self.layout.leaves, self.leaf_dtypes, strict=True
+        ):
             if dtype == "working":
                 arr = arr.astype(dt)
             elif dtype == "float64":
@@ -132,8 +136,21 @@ class PointFunction:
         return self.f(*self.args_with(self.leaves_at(x, dtype)))
 
 
+def _outer(g: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda U: U[:, :1] * g[None, :]
+
+
+def _left(J: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda U: U @ J
+
+
+def _right(J: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda V: V @ J.T
+
+
 class NumpyBackend(Backend):
-    """NumPy arrays, Python floats; derivatives supplied through ``grad=``/``jac=``/``vjp=``/``jvp=``."""
+    """NumPy arrays and Python floats; the derivative comes from ``grad=``, ``jac=``, ``vjp=``
+    or ``jvp=``."""
 
     name = "numpy"
     module = ""
@@ -205,7 +222,9 @@ class NumpyBackend(Backend):
         def flat_derivative(value: Any, what: str, expect: str) -> np.ndarray:
             """Flatten a supplied derivative shaped like the checked inputs."""
             parts = value if len(argnums) > 1 else (value,)
-            if len(argnums) > 1 and (not isinstance(value, (tuple, list)) or len(value) != len(argnums)):
+            if len(argnums) > 1 and (
+                not isinstance(value, (tuple, list)) or len(value) != len(argnums)
+            ):
                 raise ShapeMismatchError(
                     f"{what} must return a tuple of {len(argnums)} arrays (one per checked "
                     f"argument), got {type(value).__name__}"
@@ -227,7 +246,11 @@ class NumpyBackend(Backend):
             return np.concatenate(flat_parts)
 
         def check_dtype(arr_leaves: list[np.ndarray], dtype: str) -> bool:
-            return all(np.asarray(a).dtype == np.float64 for a in arr_leaves) if dtype == "float64" else True
+            return (
+                all(np.asarray(a).dtype == np.float64 for a in arr_leaves)
+                if dtype == "float64"
+                else True
+            )
 
         vjp_fns: dict[str, Callable[[np.ndarray], np.ndarray] | None] = {}
         jvp_fns: dict[str, Callable[[np.ndarray], np.ndarray] | None] = {}
@@ -242,7 +265,7 @@ class NumpyBackend(Backend):
                 raw = supplied.grad(*args_d)
                 g = flat_derivative(raw, "grad", "a gradient has the shape of its input")
                 precise = check_dtype(flatten(raw)[0], dtype)
-                vjp_fns[dtype] = (lambda g: lambda U: U[:, :1] * g[None, :])(g) if precise else None
+                vjp_fns[dtype] = _outer(g) if precise else None
                 jvp_fns[dtype] = None
             elif supplied.jac is not None:
                 raw = supplied.jac(*args_d)
@@ -259,18 +282,26 @@ class NumpyBackend(Backend):
                     cols.append(arr.astype(np.float64).reshape(m, leaf.size))
                 J = np.concatenate(cols, axis=1)
                 precise = check_dtype([np.asarray(p) for p in parts], dtype)
-                vjp_fns[dtype] = (lambda J: lambda U: U @ J)(J) if precise else None
-                jvp_fns[dtype] = (lambda J: lambda V: V @ J.T)(J) if precise else None
+                vjp_fns[dtype] = _left(J) if precise else None
+                jvp_fns[dtype] = _right(J) if precise else None
             elif supplied.vjp is not None:
                 vjp_user = supplied.vjp
 
-                def vjp_rows(U: np.ndarray, dtype: str = dtype, args_d: tuple = args_d) -> np.ndarray:
+                def vjp_rows(
+                    U: np.ndarray, dtype: str = dtype, args_d: tuple = args_d
+                ) -> np.ndarray:
                     rows = []
                     for u in U:
                         cot = u.reshape(out_layout.leaves[0].shape).astype(
                             np.float64 if dtype == "float64" else wd
                         )
-                        rows.append(flat_derivative(vjp_user(cot, *args_d), "vjp", "a VJP has the shape of the input"))
+                        rows.append(
+                            flat_derivative(
+                                vjp_user(cot, *args_d),  # noqa: B023 - the same callable on every pass
+                                "vjp",
+                                "a VJP has the shape of the input",
+                            )
+                        )
                     return np.stack(rows)
 
                 vjp_fns[dtype] = vjp_rows
@@ -279,14 +310,17 @@ class NumpyBackend(Backend):
                 jvp_user = supplied.jvp
                 assert jvp_user is not None
 
-                def jvp_rows(V: np.ndarray, dtype: str = dtype, args_d: tuple = args_d) -> np.ndarray:
+                def jvp_rows(
+                    V: np.ndarray, dtype: str = dtype, args_d: tuple = args_d
+                ) -> np.ndarray:
                     rows = []
                     for v in V:
                         tangents = tuple(
                             t.astype(np.float64 if dtype == "float64" else dt)
                             for t, dt in zip(pf.layout.split(v), pf.leaf_dtypes, strict=True)
                         )
-                        out = np.asarray(jvp_user(tangents, *args_d), dtype=np.float64).ravel()
+                        out = jvp_user(tangents, *args_d)  # noqa: B023 - the same callable every pass
+                        out = np.asarray(out, dtype=np.float64).ravel()
                         if out.size != m:
                             raise ShapeMismatchError(
                                 f"jvp returned {out.size} values; the function has {m} outputs"
@@ -309,7 +343,9 @@ class NumpyBackend(Backend):
         evaluate_mp = None
         mp_reason = None
         try:
-            evaluate_mp = mp_evaluator(lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves])
+            evaluate_mp = mp_evaluator(
+                lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves]
+            )
             y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
             if y_mp.size != m:
                 raise TypeError("the output size changed on mpmath input")

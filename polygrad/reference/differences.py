@@ -292,8 +292,12 @@ def _solve(
         for key, t in (("c", c), ("r", r), ("l", l)):
             tabs[key].append((t, st[np.minimum(t.level, st.size - 1)]))
         for key, v in (
-            ("jump_r", jr), ("sgn_r", sr), ("jump_l", jl), ("sgn_l", sl),
-            ("finest", np.full(rows.size, st[-1])), ("largest", np.full(rows.size, st[0])),
+            ("jump_r", jr),
+            ("sgn_r", sr),
+            ("jump_l", jl),
+            ("sgn_l", sl),
+            ("finest", np.full(rows.size, st[-1])),
+            ("largest", np.full(rows.size, st[0])),
         ):
             parts.setdefault(key, []).append(v)  # type: ignore[arg-type]
     idx = np.concatenate(order)
@@ -306,17 +310,27 @@ def _solve(
     def tab(key: str) -> tuple[TableauResult, np.ndarray]:
         ts = [t for t, _ in tabs[key]]
         res = TableauResult(
-            *(gather([getattr(t, f) for t in ts]) for f in
-              ("value", "error", "truncation", "noise", "level", "order"))
+            *(
+                gather([getattr(t, f) for t in ts])
+                for f in ("value", "error", "truncation", "noise", "level", "order")
+            )
         )
         return res, gather([s for _, s in tabs[key]])
 
     (c, sc), (r, sr_), (l, sl_) = tab("c"), tab("r"), tab("l")
     return _Solution(
-        c, r, l, sc, sr_, sl_,
-        gather(parts["jump_r"]), gather(parts["sgn_r"]),
-        gather(parts["jump_l"]), gather(parts["sgn_l"]),
-        gather(parts["finest"]), gather(parts["largest"]),
+        c,
+        r,
+        l,
+        sc,
+        sr_,
+        sl_,
+        gather(parts["jump_r"]),
+        gather(parts["sgn_r"]),
+        gather(parts["jump_l"]),
+        gather(parts["sgn_l"]),
+        gather(parts["finest"]),
+        gather(parts["largest"]),
     )
 
 
