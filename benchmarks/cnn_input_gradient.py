@@ -316,7 +316,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         [
             r["framework"],
             r["tool"],
-            f"{r['seconds']:.2f}",
+            f"{r['seconds']:.3g}",
             "?" if r["evaluations"] is None else str(r["evaluations"]),
             r["result"],
             r["comparison"],
@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="14x14 input (smoke run)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
     size = 14 if args.quick else 28
 
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     import tensorflow as tf
     import torch
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "benchmark": "cnn_input_gradient",
         "quick": args.quick,
@@ -389,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": total,
         "results": rows,
     }
-    RESULTS.write_text(json.dumps(payload, indent=2, default=str) + "\n")
-    print("wrote benchmarks/results/cnn_input_gradient.json")
+    args.out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+    print(f"wrote {args.out}")
     return 0
 
 

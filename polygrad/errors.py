@@ -56,5 +56,8 @@ class GradientCheckError(AssertionError):
     """
 
     def __init__(self, report: object) -> None:
-        super().__init__(str(report))
+        from .render import render_text
+
+        # plain text: an exception message may end up in a log file or a CI page
+        super().__init__(render_text(report, color=False))  # type: ignore[arg-type]
         self.report = report

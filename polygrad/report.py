@@ -176,6 +176,16 @@ class Report:
 
         return render_text(self)
 
+    def plot(self, path: Any = None, ax: Any = None) -> Any:
+        """Heat map of ``|autodiff - reference| / tolerance`` per Jacobian entry.
+
+        Needs matplotlib (``pip install 'polygrad[plot]'``). Saves to ``path``
+        (PNG/SVG by extension) when given; returns the matplotlib figure.
+        """
+        from .plot import plot_report
+
+        return plot_report(self, path, ax=ax)
+
     def __repr__(self) -> str:
         size = len(self.entries.names)
         return f"<polygrad.Report {self.verdict} ok={self.ok} ({size} {self.quantity})>"

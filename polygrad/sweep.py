@@ -334,7 +334,7 @@ def _render(s: Sweep) -> str:
 
 
 def _default_steps(eps: float) -> np.ndarray:
-    k = max(10, int(math.ceil(2.0 / 3.0 * math.log2(1.0 / eps))))
+    k = max(10, int(math.ceil(0.6 * math.log2(1.0 / eps))) + 1)
     return 2.0 ** -np.arange(1, k + 1, dtype=np.float64)
 
 
@@ -586,8 +586,8 @@ def sweep(
         The point: arrays of one framework, Python floats, or pytrees of them.
     steps : sequence of float, optional
         Steps ``h`` in units of the direction (relative to ``|x|`` for the default
-        directions). Default: ``2^-1, 2^-2, ...`` down to about ``eps^(2/3)`` of the
-        working dtype (``2^-16`` for float32), wide enough to show both the
+        directions). Default: ``2^-1, 2^-2, ...`` down to about ``2 eps^0.6`` of the
+        working dtype (``2^-15`` for float32), wide enough to show both the
         truncation and the round-off side.
     argnums : int or tuple of int
         Which arguments to perturb.

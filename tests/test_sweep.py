@@ -34,7 +34,7 @@ def _assert_case1(s: pg.Sweep) -> None:
     err = s.central_error[:, 0]
     # the user's observation: from ~1e-7 at 2^-5 up to ~1e-4 at 2^-13
     e5, e13 = s.measured_error_at(2.0**-5), s.measured_error_at(2.0**-13)
-    assert e5 < 1e-6
+    assert e5 < 3e-6
     assert 2e-5 < e13 < 1e-3
     assert e13 > 30 * e5
     # overall growth below the optimum: a log-log fit over the user's steps has slope ~ -1
@@ -59,7 +59,7 @@ def test_case1_numpy_float32():
     x = np.ones(1, np.float32)
     s = pg.sweep(_np_f, x, _scale().astype(np.float32))
     assert s.backend == "numpy"
-    assert s.steps[0] == 0.5 and s.steps[-1] == 2.0**-16
+    assert s.steps[0] == 0.5 and s.steps[-1] == 2.0**-15
     _assert_case1(s)
     text = str(s)
     assert "best" in text and "round-off" in text and "2^-13" in text
@@ -101,7 +101,9 @@ def test_truncation_side_and_forward_differences():
     # third derivative of exp(sin x) at 0.3 along x[0]
     c, sn = math.cos(0.3), math.sin(0.3)
     g3 = math.exp(sn) * (c**3 - 3 * c * sn - c)
-    assert s.third_derivative[0, 0] == pytest.approx(g3, rel=1e-4)
+    w = s.directions[0, 0]  # a power of two near |x[0]|
+    assert w == 0.25
+    assert s.third_derivative[0, 0] == pytest.approx(g3 * w**3, rel=1e-4)
     # forward differences: best error much worse than central
     assert s.optimal_error_forward > 10 * s.optimal_error
     assert np.all(s.optimal_steps > 0)
