@@ -131,8 +131,17 @@ def _reference(
             noise_info["total"] += int(noise.inform.size)
             parts.append(
                 directional_derivatives(
-                    fn, target.x0, W, f0, noise.sigma, eps, method, h_max, levels,
-                    max_rows=batch_size, target_relative_error=max(1e-12, 1e3 * eps),
+                    fn,
+                    target.x0,
+                    W,
+                    f0,
+                    noise.sigma,
+                    eps,
+                    method,
+                    h_max,
+                    levels,
+                    max_rows=batch_size,
+                    target_relative_error=max(1e-12, 1e3 * eps),
                 )
             )
     if len(parts) == 1:
@@ -165,7 +174,11 @@ def _naive_roundoff(
     """Predict the error of a plain fixed-step central difference in the working dtype."""
     try:
         nz = estimate_noise(
-            target.evaluate, target.x0, direction[None], target.y0, target.eps,
+            target.evaluate,
+            target.x0,
+            direction[None],
+            target.y0,
+            target.eps,
             _ecnoise_step(target.eps),
         )
     except Exception:  # noqa: BLE001 - only an explanation; never fail the check on it
@@ -173,7 +186,10 @@ def _naive_roundoff(
     sig = nz.sigma[0]
     i = int(np.argmax(sig))
     sigma = float(sig[i])
-    out: dict[str, Any] = {"noise": sigma, "noise_ulps": sigma / max(target.eps * abs(target.y0[i]), 1e-300)}
+    out: dict[str, Any] = {
+        "noise": sigma,
+        "noise_ulps": sigma / max(target.eps * abs(target.y0[i]), 1e-300),
+    }
     if ref_fn is not None:
         h = 2.0**-4
         ts = np.array([2 * h, h, -h, -2 * h])
@@ -563,7 +579,9 @@ def _compare(
             rms = np.sqrt(np.mean(np.where(np.isfinite(ref), ref, 0.0) ** 2, axis=0))
             scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
             names = [
-                f"Jw[{i}]" + (f" {out_names[o]}" if m > 1 else "") for i in range(k) for o in range(m)
+                f"Jw[{i}]" + (f" {out_names[o]}" if m > 1 else "")
+                for i in range(k)
+                for o in range(m)
             ]
         flat = lambda a: a.reshape(-1)  # noqa: E731
     ad = flat(ad)
@@ -573,8 +591,20 @@ def _compare(
     scale = flat(np.broadcast_to(scale, np.shape(ref) if np.ndim(scale) == 1 else scale.shape))
     jumps = flat(np.broadcast_to(jumps, jumps.shape))
     return _decide(
-        names, ad, ad64_f, ad64 is not None, ref, ref_err, left, left_err, right, right_err,
-        jumps, scale, target.eps, ref_eps,
+        names,
+        ad,
+        ad64_f,
+        ad64 is not None,
+        ref,
+        ref_err,
+        left,
+        left_err,
+        right,
+        right_err,
+        jumps,
+        scale,
+        target.eps,
+        ref_eps,
     )
 
 
@@ -644,9 +674,7 @@ def _decide(
     status = np.where(bad_64, SEVERITY[Verdict.MISMATCH], status)
     status = np.where(nonsmooth, SEVERITY[Verdict.NONSMOOTH], status)
     status = np.where(ref_finite != ad_finite, SEVERITY[Verdict.NONFINITE], status)
-    status = np.where(
-        ~ref_finite & ~ad_finite & ~nonsmooth, SEVERITY[Verdict.INCONCLUSIVE], status
-    )
+    status = np.where(~ref_finite & ~ad_finite & ~nonsmooth, SEVERITY[Verdict.INCONCLUSIVE], status)
     within = np.where(nonsmooth, within, True)
     return Entries(
         names=names,
@@ -682,9 +710,13 @@ def _median_relative(value: np.ndarray, error: np.ndarray) -> float:
     return float(np.median(rel)) if rel.size else float("nan")
 
 
-def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256) -> np.ndarray:
+def _rows(
+    fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256
+) -> np.ndarray:
     assert fn is not None
-    return np.concatenate([np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)])
+    return np.concatenate(
+        [np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)]
+    )
 
 
 def _output_names(target: Target) -> list[str]:
@@ -700,14 +732,26 @@ def _concat_entries(blocks: list[Entries], prefix: bool, modes: list[str]) -> En
         names += [f"{tag} {nm}" for nm in b.names]
     fields = {}
     for name in (
-        "autodiff", "autodiff64", "reference", "reference_error", "left", "left_error",
-        "right", "right_error", "tolerance", "tolerance64", "status", "within_one_sided",
+        "autodiff",
+        "autodiff64",
+        "reference",
+        "reference_error",
+        "left",
+        "left_error",
+        "right",
+        "right_error",
+        "tolerance",
+        "tolerance64",
+        "status",
+        "within_one_sided",
     ):
         fields[name] = np.concatenate([getattr(b, name) for b in blocks])
     return Entries(names=names, **fields)
 
 
-def _detection_power(entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray) -> dict[str, Any]:
+def _detection_power(
+    entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray
+) -> dict[str, Any]:
     """What size of gradient error the projections would have caught."""
     tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
     tau = float(np.nanmin(tol)) if tol.size else float("nan")
