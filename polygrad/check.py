@@ -30,6 +30,7 @@ from .backends import select_backend
 from .backends.base import Supplied, Target
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
 from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
+from .reference.curvature import derivative_coefficients, rounding_noise
 from .reference.differences import DirectionalDerivatives
 from .report import SEVERITY, Entries, Report, Verdict
 
@@ -171,19 +172,18 @@ def _reference(
 def _naive_roundoff(
     target: Target, direction: np.ndarray, ref_fn: Callable[[np.ndarray], np.ndarray] | None
 ) -> dict[str, Any] | None:
-    """Predict the error of a plain fixed-step central difference in the working dtype."""
+    """Predict the error of a plain fixed-step central difference in the working dtype.
+
+    The same estimators as :func:`polygrad.sweep` (one random direction): the
+    working-dtype noise and, from float64 evaluations, the third derivative.
+    """
+    W = direction[None, :]
     try:
-        nz = estimate_noise(
-            target.evaluate,
-            target.x0,
-            direction[None],
-            target.y0,
-            target.eps,
-            _ecnoise_step(target.eps),
-        )
+        sig = rounding_noise(
+            target.evaluate, target.x0, W, target.y0, target.eps, _ecnoise_step(target.eps)
+        )[0]
     except Exception:  # noqa: BLE001 - only an explanation; never fail the check on it
         return None
-    sig = nz.sigma[0]
     i = int(np.argmax(sig))
     sigma = float(sig[i])
     out: dict[str, Any] = {
@@ -191,13 +191,13 @@ def _naive_roundoff(
         "noise_ulps": sigma / max(target.eps * abs(target.y0[i]), 1e-300),
     }
     if ref_fn is not None:
-        h = 2.0**-4
-        ts = np.array([2 * h, h, -h, -2 * h])
-        g = ref_fn(target.x0[None, :] + ts[:, None] * direction[None, :])[:, i]
-        third = abs((g[0] - 2 * g[1] + 2 * g[2] - g[3]) / (2 * h**3))
-        # differences below the float64 round-off of g are no evidence of curvature
-        if third * 2 * h**3 <= 64 * F64_EPS * float(np.max(np.abs(g))):
-            third = 0.0
+        f0 = ref_fn(target.x0[None, :])[0]
+        noise64 = estimate_noise(ref_fn, target.x0, W, f0, F64_EPS, _ecnoise_step(F64_EPS))
+        _, _, g3, g3_err = derivative_coefficients(
+            ref_fn, target.x0, W, f0, noise64.sigma, F64_EPS, 4096
+        )
+        # a third derivative within its own error bar is no evidence of curvature
+        third = float(abs(g3[0, i])) if abs(g3[0, i]) > g3_err[0, i] else 0.0
         out["third_derivative"] = third
         if third > 0 and sigma > 0:
             h_opt = (3 * sigma / third) ** (1 / 3)
@@ -547,7 +547,6 @@ def _compare(
             for j in range(n)
             for i in range(m)
         ]
-        flat = (lambda a: a.reshape(-1)) if True else None
     else:
         assert W is not None
         k = W.shape[0]
@@ -583,13 +582,17 @@ def _compare(
                 for i in range(k)
                 for o in range(m)
             ]
-        flat = lambda a: a.reshape(-1)  # noqa: E731
-    ad = flat(ad)
-    ad64_f = flat(ad64) if ad64 is not None else np.full(ad.shape, np.nan)
-    ref, ref_err = flat(ref), flat(ref_err)
-    right, right_err, left, left_err = flat(right), flat(right_err), flat(left), flat(left_err)
-    scale = flat(np.broadcast_to(scale, np.shape(ref) if np.ndim(scale) == 1 else scale.shape))
-    jumps = flat(np.broadcast_to(jumps, jumps.shape))
+
+    ad = np.ravel(ad)
+    ad64_f = np.ravel(ad64) if ad64 is not None else np.full(ad.shape, np.nan)
+    ref, ref_err = np.ravel(ref), np.ravel(ref_err)
+    right, right_err, left, left_err = (
+        np.ravel(right),
+        np.ravel(right_err),
+        np.ravel(left),
+        np.ravel(left_err),
+    )
+    scale, jumps = np.ravel(scale), np.ravel(jumps)
     return _decide(
         names,
         ad,

@@ -49,12 +49,12 @@ from .backends import select_backend
 from .backends.base import Supplied, Target
 from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher
 from .progress import progress
-from .reference import directional_derivatives, estimate_noise, neville
-from .reference.richardson import step_ladder
+from .reference import directional_derivatives, estimate_noise
+from .reference.curvature import derivative_coefficients, rounding_noise
+from .reference.differences import evaluate_ladder
 
 __all__ = ["Sweep", "sweep", "sweep_target"]
 
-_COEF_LEVELS = 14
 """Steps ``2^-1 ... 2^-14`` of the ladder on which ``g''`` and ``g'''`` are estimated."""
 
 
@@ -365,77 +365,6 @@ def _directions(
     return W, [f"w[{i}]" for i in range(W.shape[0])]
 
 
-def _working_noise(target: Target, W: np.ndarray) -> np.ndarray:
-    """Noise standard deviation of ``f`` in the working dtype along each direction, ``(d, m)``.
-
-    ECnoise's estimate where it detects noise (it may be below ``eps |f|``: a
-    function whose last operation rounds contributes about ``eps |f| / √12``);
-    the conservative floor ``eps |f|`` where it does not.
-
-    ECnoise can underestimate the noise of simple functions, whose values at
-    power-of-two offsets are computed almost exactly; the rounding of the
-    result alone has a standard deviation of ``ulp(f) / √12`` (uniform
-    rounding error), which is used as a lower bound, and also where ECnoise
-    finds the function constant at the sampling resolution (code 2). Where the
-    sampling step was too large (code 3) the conservative ``eps |f|`` is used.
-    """
-    raw = estimate_noise(
-        target.evaluate, target.x0, W, target.y0, 0.0, _ecnoise_step(target.eps)
-    )
-    af = np.abs(target.y0)[None, :]
-    with np.errstate(divide="ignore"):
-        ulp = np.where(af > 0, target.eps * 2.0 ** np.floor(np.log2(np.where(af > 0, af, 1.0))),
-                       0.0)
-    rounding = ulp / math.sqrt(12.0)
-    sigma = np.where(raw.inform == 1, np.maximum(raw.sigma, rounding), rounding)
-    return np.where(raw.inform == 3, np.maximum(sigma, target.eps * af), sigma)
-
-
-def _derivative_coefficients(
-    fn: Callable[[np.ndarray], np.ndarray],
-    x0: np.ndarray,
-    W: np.ndarray,
-    f0: np.ndarray,
-    sigma: np.ndarray,
-    eps: float,
-    batch_size: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``g''(0)``, ``g'''(0)`` along each direction with error bars, by Neville extrapolation.
-
-    With ``C(h) = g' + c h² + O(h⁴)`` (``c = g'''/6``) the sequence
-    ``(C(2h) - C(h)) / (3 h²) = c + O(h²)`` is extrapolated like a central
-    difference; with ``F(h) = g' + b h + O(h²)`` (``b = g''/2``) the sequence
-    ``(F(2h) - F(h)) / h = b + O(h)`` like a one-sided one.
-
-    Returns
-    -------
-    g2, g2_err, g3, g3_err : ndarray, shape (d, m)
-    """
-    steps = step_ladder(0.5, _COEF_LEVELS)
-    d, n = W.shape
-    signs = np.array([1.0, -1.0])
-    X = (x0[None, None, None, :] + (steps[None, :, None, None] * signs[None, None, :, None])
-         * W[:, None, None, :]).reshape(-1, n)
-    Y = np.concatenate(
-        [fn(X[a : a + batch_size]) for a in range(0, X.shape[0], batch_size)]
-    ).reshape(d, steps.size, 2, -1)
-    Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
-    Ym = np.moveaxis(Y[:, :, 1], 1, 0)
-    h = steps[:, None, None]
-    with np.errstate(all="ignore"):
-        C = (Yp - Ym) / (2 * h)
-        F = (Yp - f0) / h
-        hs = h[1:]
-        c_seq = (C[:-1] - C[1:]) / (3 * hs**2)
-        b_seq = (F[:-1] - F[1:]) / hs
-    # noise: C(h) has sd σ/(√2 h), F(h) has sd √2 σ/h (independent across steps)
-    sd_c = sigma[None] * np.sqrt(1 / (2 * (2 * hs) ** 2) + 1 / (2 * hs**2)) / (3 * hs**2)
-    sd_b = sigma[None] * np.sqrt(2 / (2 * hs) ** 2 + 2 / hs**2) / hs
-    c = neville(c_seq, steps[1:], 2, 2, sd_c, eps)
-    b = neville(b_seq, steps[1:], 1, 1, sd_b, eps)
-    return 2 * b.value, 2 * b.error, 6 * c.value, 6 * c.error
-
-
 def _best_step(
     s: Sweep, kind: str, h_max: float, per_direction: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -492,19 +421,15 @@ def sweep_target(
             max_rows=batch_size,
         )
         bar.update()
-        noise_w = _working_noise(target, W)
+        noise_w = rounding_noise(
+            target.evaluate, target.x0, W, target.y0, target.eps, _ecnoise_step(target.eps)
+        )
         bar.update()
-        g2, g2e, g3, g3e = _derivative_coefficients(
+        g2, g2e, g3, g3e = derivative_coefficients(
             ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, batch_size
         )
         bar.update()
-        signs = np.array([1.0, -1.0])
-        X = (target.x0[None, None, None, :]
-             + (hs[None, :, None, None] * signs[None, None, :, None]) * W[:, None, None, :])
-        X = X.reshape(-1, n)
-        Y = np.concatenate(
-            [target.evaluate(X[a : a + batch_size]) for a in range(0, X.shape[0], batch_size)]
-        ).reshape(d, hs.size, 2, -1)
+        Y = evaluate_ladder(target.evaluate, target.x0, W, hs, batch_size)
         bar.update()
     Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
     Ym = np.moveaxis(Y[:, :, 1], 1, 0)

@@ -91,11 +91,7 @@ class PointFunction:
             self.treedefs[i] = td
             for leaf, path in zip(leaves, paths, strict=True):
                 arr = np.asarray(leaf)
-                if isinstance(leaf, float) and arr.dtype == np.float64:
-                    pass
                 name = f"arg{i}{path}" if len(argnums) > 1 or path else "x"
-                if len(argnums) == 1 and not path:
-                    name = "x"
                 validate_float_array(arr, name)
                 leaves_all.append(arr)
                 names.append(name)
@@ -109,7 +105,7 @@ class PointFunction:
         self.working_dtype = np.result_type(*self.leaf_dtypes) if self.leaf_dtypes else np.float64
 
     def leaves_at(self, x: np.ndarray, dtype: str) -> list[Any]:
-        """Checked leaves at flat point ``x``: ``dtype`` is 'working', 'float64' or 'object'."""
+        """Checked leaves at flat point ``x``: ``dtype`` is 'working' or 'float64'."""
         out = []
         for arr, leaf, dt in zip(
             self.layout.split(x), self.layout.leaves, self.leaf_dtypes, strict=True

@@ -24,7 +24,7 @@ import numpy as np
 
 from .richardson import Estimate, TableauResult, _to_float, neville, step_ladder
 
-__all__ = ["DirectionalDerivatives", "directional_derivatives"]
+__all__ = ["DirectionalDerivatives", "directional_derivatives", "evaluate_ladder"]
 
 JUMP_RATIO = 0.65
 """``|g(h/2) - g(0)| / |g(h) - g(0)|`` above which a difference is not shrinking."""
@@ -54,14 +54,30 @@ class DirectionalDerivatives:
     jump_left: np.ndarray
 
 
-def _evaluate(
+def evaluate_ladder(
     fn: Callable[[np.ndarray], np.ndarray],
     x0: np.ndarray,
     W: np.ndarray,
     steps: np.ndarray,
     max_rows: int,
 ) -> np.ndarray:
-    """f at x0 ± h w for every direction and step → (d, L, 2, m)."""
+    """``fn`` at ``x0 ± h w`` for every direction and step, in batches of whole directions.
+
+    Parameters
+    ----------
+    fn : callable
+        ``(B, n) -> (B, m)`` batch evaluation.
+    x0 : ndarray, shape (n,)
+    W : ndarray, shape (d, n)
+    steps : ndarray, shape (L,)
+    max_rows : int
+        Largest batch passed to ``fn`` (at least one direction's ``2 L`` rows).
+
+    Returns
+    -------
+    ndarray, shape (d, L, 2, m)
+        ``[..., 0, :]`` at ``x0 + h w``, ``[..., 1, :]`` at ``x0 - h w``.
+    """
     d, n = W.shape
     L = steps.size
     per_dir = 2 * L
@@ -186,7 +202,7 @@ def directional_derivatives(
     """
     steps = step_ladder(h_max, levels)
     sigma = np.broadcast_to(sigma, (W.shape[0], f0.size)).copy()
-    Y = _evaluate(fn, x0, W, steps, max_rows)
+    Y = evaluate_ladder(fn, x0, W, steps, max_rows)
     evals = Y.shape[0] * Y.shape[1] * 2
     sol = _solve(Y, f0, steps, sigma, eps)
     for _ in range(max_refinements):
@@ -222,11 +238,11 @@ def directional_derivatives(
         a = more_up.size
         Y_new[:, a : a + steps.size] = Y
         if more_dn.size:
-            Yd = _evaluate(fn, x0, W[down], more_dn, max_rows)
+            Yd = evaluate_ladder(fn, x0, W[down], more_dn, max_rows)
             Y_new[down, a + steps.size :] = Yd
             evals += Yd.shape[0] * Yd.shape[1] * 2
         if more_up.size:
-            Yu = _evaluate(fn, x0, W[up], more_up, max_rows)
+            Yu = evaluate_ladder(fn, x0, W[up], more_up, max_rows)
             Y_new[up, :a] = Yu
             evals += Yu.shape[0] * Yu.shape[1] * 2
         Y, steps = Y_new, new_steps
