@@ -208,6 +208,21 @@ def _naive_roundoff(
     return out
 
 
+def normalize_argnums(argnums: int | tuple[int, ...], nargs: int) -> tuple[int, ...]:
+    """``argnums`` as a tuple of non-negative indices into ``nargs`` arguments.
+
+    Raises
+    ------
+    ValueError
+        An index outside ``-nargs .. nargs - 1``.
+    """
+    out = (argnums,) if isinstance(argnums, int) else tuple(int(a) for a in argnums)
+    for a in out:
+        if not -nargs <= a < nargs:
+            raise ValueError(f"argnums={argnums} but only {nargs} argument(s) were given")
+    return tuple(a % nargs for a in out)
+
+
 def check(
     f: Callable[..., Any],
     *args: Any,
@@ -302,16 +317,9 @@ def check(
         The framework for these arrays is not installed.
     """
     t_start = time.perf_counter()
-    if isinstance(argnums, int):
-        argnums_t: tuple[int, ...] = (argnums,)
-    else:
-        argnums_t = tuple(int(a) for a in argnums)
     if not args:
         raise TypeError("check(f, *args): pass the point at which to check the derivative")
-    for a in argnums_t:
-        if not -len(args) <= a < len(args):
-            raise ValueError(f"argnums={argnums} but only {len(args)} argument(s) were given")
-    argnums_t = tuple(a % len(args) for a in argnums_t)
+    argnums_t = normalize_argnums(argnums, len(args))
     for option, value, allowed in (
         ("mode", mode, ("auto", "rev", "fwd", "both")),
         ("reference", reference, ("auto", "mp", "float64", "working")),

@@ -47,7 +47,7 @@ import numpy as np
 
 from .backends import select_backend
 from .backends.base import Supplied, Target
-from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher
+from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher, normalize_argnums
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise
 from .reference.curvature import derivative_coefficients, rounding_noise
@@ -547,8 +547,7 @@ def sweep(
     """
     if not args:
         raise TypeError("sweep(f, *args): pass the point at which to sweep")
-    argnums_t = (argnums,) if isinstance(argnums, int) else tuple(int(a) for a in argnums)
-    argnums_t = tuple(a % len(args) for a in argnums_t)
+    argnums_t = normalize_argnums(argnums, len(args))
     be = select_backend(args, backend)
     supplied = Supplied(grad, jac, vjp, jvp)
     if not be.supports_autodiff and not supplied.given():

@@ -39,7 +39,7 @@ import numpy as np
 
 from .backends import select_backend
 from .backends.base import Supplied, Target
-from .check import F64_EPS, _ecnoise_step, _pow2_scales
+from .check import F64_EPS, _ecnoise_step, _pow2_scales, normalize_argnums
 from .reference import estimate_noise
 
 __all__ = ["TaylorResult", "taylor_test", "taylor_target"]
@@ -354,8 +354,7 @@ def taylor_test(
         raise TypeError("taylor_test(f, *args): pass the point at which to test")
     if mode not in ("auto", "rev", "fwd"):
         raise ValueError(f"mode={mode!r}; choose 'auto', 'rev' or 'fwd'")
-    argnums_t = (argnums,) if isinstance(argnums, int) else tuple(int(a) for a in argnums)
-    argnums_t = tuple(a % len(args) for a in argnums_t)
+    argnums_t = normalize_argnums(argnums, len(args))
     be = select_backend(args, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

@@ -105,3 +105,10 @@ def test_missing_framework_names_extra(monkeypatch):
 def test_unknown_backend():
     with pytest.raises(ValueError, match="unknown backend 'mxnet'"):
         pg.check(sq, np.ones(2), grad=lambda x: 2 * x, backend="mxnet")
+
+
+def test_argnums_out_of_range_in_sweep_and_taylor():
+    with pytest.raises(ValueError, match="argnums=3"):
+        pg.sweep(sq, np.ones(2), argnums=3)
+    with pytest.raises(ValueError, match="argnums=3"):
+        pg.taylor_test(sq, np.ones(2), grad=lambda x: 2 * x, argnums=3)
