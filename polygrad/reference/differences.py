@@ -189,7 +189,8 @@ def directional_derivatives(
         How often, and by how many steps, the ladder may be extended:
         downwards for directions limited by truncation at the finest step,
         upwards (up to steps of 32) for directions whose error bar exceeds
-        ``target_relative_error`` times the derivative.
+        ``target_relative_error`` times the derivative (or, if larger, times the
+        root mean square of the derivatives of that output along all ``W``).
     target_relative_error : float
         Accuracy below which the ladder is not extended upwards.
     h_floor : float
@@ -205,6 +206,7 @@ def directional_derivatives(
     Y = evaluate_ladder(fn, x0, W, steps, max_rows)
     evals = Y.shape[0] * Y.shape[1] * 2
     sol = _solve(Y, f0, steps, sigma, eps)
+    kinked = np.zeros(W.shape[0], dtype=bool)
     for _ in range(max_refinements):
         # The ladder moves where the best estimate sits at its edge: downwards where it
         # is still limited by truncation at the finest step (a length scale shorter
@@ -224,11 +226,21 @@ def directional_derivatives(
                 | (np.abs(cv - rv) > 2.0 * (c.error + r.error))
                 | (np.abs(cv - lv) > 2.0 * (c.error + l.error))
             )
-        down |= np.any(split & np.isfinite(rv) & np.isfinite(lv), axis=1)
+        split_any = np.any(split & np.isfinite(rv) & np.isfinite(lv), axis=1)
+        down |= split_any
         down &= sol.finest > h_floor
+        # a direction whose one-sided derivatives disagreed has a kink above its finest
+        # steps: longer steps would cross it again, so its ladder never moves up
+        kinked |= split_any
         cval = _to_float(np.asarray(c.value))
-        up = (c.error > target_relative_error * np.abs(cval)) & (cval != 0)
-        up = np.any(up, axis=1) & ~down & (sol.largest * 2.0**refine_levels <= 2.0**5)
+        # accuracy relative to the entry, or to the typical derivative of that output
+        # (an entry far smaller than its neighbours needs no more digits than they do)
+        with np.errstate(all="ignore"):
+            typical = np.sqrt(np.nanmean(np.where(np.isfinite(cval), cval, np.nan) ** 2, axis=0))
+        size = np.maximum(np.abs(cval), np.nan_to_num(typical))
+        up = (c.error > target_relative_error * size) & (size != 0)
+        up = np.any(up, axis=1) & ~down & ~kinked
+        up &= sol.largest * 2.0**refine_levels <= 2.0**5
         if not np.any(down | up):
             break
         more_dn = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1) if np.any(down) else steps[:0]
