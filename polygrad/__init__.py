@@ -12,6 +12,7 @@ the arrays passed to :func:`check` and its framework imported only then.
 """
 
 from .check import assert_gradients, check
+from .compare import Comparison, compare
 from .errors import (
     GradientCheckError,
     InputMutationError,
@@ -29,6 +30,7 @@ from .taylor import TaylorResult, taylor_test
 __version__ = "0.1.0"
 
 __all__ = [
+    "Comparison",
     "GradientCheckError",
     "InputMutationError",
     "InputTypeError",
@@ -44,6 +46,7 @@ __all__ = [
     "__version__",
     "assert_gradients",
     "check",
+    "compare",
     "sweep",
     "taylor_test",
 ]

@@ -99,7 +99,9 @@ def test_float32_evaluate_vjp_jvp_against_hand_jacobian():
     np.testing.assert_allclose(t.evaluate64(X), want, rtol=1e-14, atol=1e-16)
     np.testing.assert_allclose(t.vjp64(U), U @ J, rtol=1e-13, atol=1e-16)
     np.testing.assert_allclose(t.jvp64(V), V @ J.T, rtol=1e-13, atol=1e-16)
-    assert t.evaluate_mp is None and "mpmath" in t.mp_unavailable_reason
+    assert t.evaluate_mp is not None and t.mp_unavailable_reason is None
+    y_mp = t.evaluate_mp(t.x0, np.zeros_like(t.x0), 30)
+    np.testing.assert_allclose([float(v) for v in y_mp], want[7], rtol=1e-14)
     assert t.notes == []
 
 

@@ -93,7 +93,9 @@ def test_evaluate_vjp_jvp_match_hand_computed(dtype, rng):
     assert [leaf.name for leaf in t.input_layout.leaves] == ["x"]
     assert t.output_layout.leaves[0].shape == (2,)
     np.testing.assert_array_equal(t.x0, [0.5, -1.0, 2.0])
-    assert t.evaluate_mp is None and "not implemented" in t.mp_unavailable_reason
+    assert t.evaluate_mp is not None and t.mp_unavailable_reason is None
+    y_mp = t.evaluate_mp(t.x0, np.zeros_like(t.x0), 30)
+    np.testing.assert_allclose([float(v) for v in y_mp], t.evaluate64(t.x0[None])[0], rtol=1e-15)
 
     X = rng.standard_normal((5, 3))
     Xw = X.astype(npdt)

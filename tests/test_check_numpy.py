@@ -239,3 +239,111 @@ def test_assert_gradients_raises_with_report():
     assert isinstance(info.value, AssertionError)
     assert "MISMATCH" in str(info.value)
     assert info.value.report.verdict == Verdict.MISMATCH
+
+
+def test_large_float32_full_check_short_ladder_and_sampled_noise():
+    """A float32 gradient needs far fewer float64 digits than float64 allows: the full
+    check of 600 entries uses a four-step ladder and noise measured on a sample of the
+    directions, still names one entry wrong by 1e-3, and stays cheap."""
+    x = np.random.default_rng(5).standard_normal(600).astype(np.float32)
+
+    def grad(x, bug=False):
+        g = 1 / (1 + np.exp(-x))  # float32 for float32 input, float64 for float64
+        if bug:
+            g[123] *= 1 + 1e-3
+        return g
+
+    f = lambda x: np.sum(np.logaddexp(0, x))  # noqa: E731
+    good = pg.check(f, x, grad=grad, strategy="full")
+    assert good.verdict == Verdict.PASS
+    ref = good.details["reference"]
+    assert ref["noise_measured_along"].startswith("32 sampled directions")
+    assert ref["target_accuracy"] == pytest.approx(0.1 * 2.0**-23)
+    # 4 steps x 2 sides per entry, the noise sample, and a few refinements
+    assert ref["evaluations"] < 10 * x.size
+    # the error bars meet the target: a tenth of float32's epsilon, relative
+    assert ref["median_relative_error"] < ref["target_accuracy"]
+
+    bad = pg.check(f, x, grad=lambda x: grad(x, bug=True), strategy="full")
+    assert bad.verdict == Verdict.MISMATCH
+    assert bad.counts() == {"MISMATCH": 1, "PASS": 599}
+    assert bad.entries.names[bad.entries.worst(1)[0]] == "x[123]"
+
+
+def test_large_float32_full_check_large_offset_moves_ladder_up():
+    """|f| ten million times larger than its derivative: the short ladder's round-off is
+    too large, the steps move up, and the correct gradient still passes."""
+    x = np.random.default_rng(6).uniform(0.5, 1.5, 400).astype(np.float32)
+    f = lambda x: np.float32(1e7) + np.sum(x**2) * np.float32(1e-3)  # noqa: E731
+    report = pg.check(f, x, grad=lambda x: (2e-3 * x).astype(np.float32), strategy="full")
+    assert report.verdict == Verdict.PASS
+    assert report.details["reference"]["median_step"] > 2.0**-9
+
+
+def test_large_float32_full_check_kinks_only_at_zeros():
+    """relu over 512 entries, 8 of them exactly at the kink: NONSMOOTH there only."""
+    x = np.random.default_rng(7).uniform(0.1, 2.0, 512).astype(np.float32)
+    x *= np.where(np.arange(512) % 2 == 0, 1, -1).astype(np.float32)
+    zeros = np.arange(0, 512, 64)
+    x[zeros] = 0
+    report = pg.check(
+        lambda x: np.sum(np.maximum(x, 0) * np.float32(1.5)),
+        x,
+        grad=lambda x: np.where(x > 0, 1.5, 0.0).astype(np.float32),
+        strategy="full",
+    )
+    assert report.verdict == Verdict.NONSMOOTH and report.ok
+    kinks = np.flatnonzero(report.entries.status == report.entries.status.max())
+    np.testing.assert_array_equal(kinks, zeros)
+
+
+def test_progress_bar_follows_the_reference_evaluations(monkeypatch):
+    """The progress bar is shown for long checks and counts every reference evaluation."""
+    import contextlib
+    import sys
+
+    check_module = sys.modules["polygrad.check"]
+    calls = []
+
+    @contextlib.contextmanager
+    def fake_progress(total, description, enabled=True):
+        class Bar:
+            done = 0
+
+            def update(self, k=1):
+                Bar.done += k
+
+        yield Bar()
+        calls.append((total, description, enabled, Bar.done))
+
+    monkeypatch.setattr(check_module, "progress", fake_progress)
+    x = np.linspace(0.5, 1.5, 12)
+    report = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos, reference="float64")
+    monkeypatch.setattr(check_module, "PROGRESS_AFTER_SECONDS", 0.0)
+    report_long = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos, reference="float64")
+    (total, desc, enabled, done), (_, _, enabled_long, done_long) = calls
+    assert desc == "polygrad check" and not enabled and enabled_long
+    assert done == report.details["reference"]["evaluations"]
+    assert done_long == report_long.details["reference"]["evaluations"]
+    assert total >= x.size * 2 * 4
+
+
+def test_auto_reference_uses_mp_only_when_affordable(monkeypatch):
+    """reference="auto" times one mp evaluation and keeps mp only if the whole mp
+    reference is estimated to fit in MP_AUTO_SECONDS; otherwise the report says why."""
+    import sys
+
+    check_module = sys.modules["polygrad.check"]
+    x = np.linspace(0.5, 1.5, 4)
+    f, g = (
+        (lambda x: np.sum(np.exp(x) * np.sin(x))),
+        (lambda x: np.exp(x) * (np.sin(x) + np.cos(x))),
+    )
+    assert pg.check(f, x, grad=g).details["reference"]["method"] == "mp"
+    monkeypatch.setattr(check_module, "MP_AUTO_SECONDS", 0.0)
+    report = pg.check(f, x, grad=g)
+    assert report.verdict == Verdict.PASS
+    assert report.details["reference"]["method"] == "float64"
+    assert any("an mp reference would take about" in n for n in report.details["notes"])
+    # an explicit request is honoured whatever the cost
+    assert pg.check(f, x, grad=g, reference="mp").details["reference"]["method"] == "mp"

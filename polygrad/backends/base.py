@@ -232,7 +232,9 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
         )
     if kind == "c":
         raise InputTypeError(
-            f"{name} is complex ({a.dtype}); complex inputs are not supported yet."
+            f"{name} is complex ({a.dtype}); a backend sees only real inputs: check complex "
+            "functions with polygrad.check or polygrad.compare, which realify them (see "
+            "polygrad.complex)."
         )
     if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
@@ -353,6 +355,51 @@ class Backend(ABC):
         cotangent. Backends without autodiff raise ``NotImplementedError``.
         """
         raise NotImplementedError(f"order=2 needs autodiff; the {self.name} backend has none")
+
+    complex_convention: ClassVar[str] = "conjugate-wirtinger"
+    """How the framework's complex VJPs relate to polygrad's (see :mod:`polygrad.complex`)."""
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        """This framework's array holding a copy of the NumPy array ``a`` (same dtype)."""
+        return np.array(a, copy=True)
+
+    def complex_parts(self, x: Any) -> tuple[Any, Any]:
+        """Real and imaginary parts of a complex array of this framework (or of mpmath numbers)."""
+        if isinstance(x, np.ndarray) and x.dtype == object:
+            import mpmath
+
+            re = np.vectorize(mpmath.re, otypes=[object])(x)
+            im = np.vectorize(mpmath.im, otypes=[object])(x)
+            return re, im
+        return x.real, x.imag
+
+    def make_complex(self, re: Any, im: Any) -> Any:
+        """The complex array ``re + i im`` from two real arrays of this framework."""
+        return re + 1j * im
+
+    def stack_pair(self, re: Any, im: Any) -> Any:
+        """Stack two real arrays on a new last axis: shape ``S`` → ``S + (2,)``."""
+        return np.stack([np.asarray(re), np.asarray(im)], axis=-1)
+
+    def native_vjp(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        cotangent: np.ndarray,
+    ) -> list[np.ndarray]:
+        """The framework's own VJP of ``f`` (one output array) at ``args``, for ``cotangent``.
+
+        Used to show a framework's complex convention: the result is in the
+        framework's convention (see :mod:`polygrad.complex`), one NumPy array
+        per checked argument (each an array, not a pytree).
+
+        Raises
+        ------
+        NotImplementedError
+            The backend has no autodiff.
+        """
+        raise NotImplementedError(f"the {self.name} backend has no autodiff")
 
     def version(self) -> str:
         """Version string of the framework."""

@@ -22,6 +22,11 @@ last chunk is padded), so a point's value never depends on the batch it was
 computed in, and each callable compiles once. A function that cannot be
 vmapped (NumPy inside, a custom rule without batching support...) is run one
 row at a time, and a note says so.
+
+The mp reference (``Target.evaluate_mp``) traces ``f`` once, in float64, to a
+jaxpr and re-executes it on mpmath numbers (:mod:`.jaxpr_mp`). Every primitive
+is checked before the check starts; one without an mpmath rule leaves
+``evaluate_mp`` unset, and ``mp_unavailable_reason`` names it.
 """
 
 from __future__ import annotations
@@ -38,9 +43,6 @@ from .numpy import as_float_output, output_layout
 
 __all__ = ["JaxBackend"]
 
-MP_UNAVAILABLE = (
-    "re-executing a JAX function on mpmath numbers (through its jaxpr) is not implemented yet"
-)
 # Primitives whose sub-jaxpr is simply called: the promoter inlines them.
 _CALL_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"}
 _CUSTOM_PRIMITIVES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"}
@@ -400,6 +402,48 @@ class JaxBackend(Backend):
         """A host copy of ``x`` (any device), in its own dtype."""
         return np.array(x, copy=True)
 
+    complex_convention = "wirtinger"
+
+    def from_numpy(self, a: np.ndarray) -> Any:
+        """A ``jax.Array`` of ``a``'s dtype (float64 kept, whatever the x64 setting)."""
+        import jax.numpy as jnp
+
+        with _x64():
+            return jnp.asarray(a)
+
+    def make_complex(self, re: Any, im: Any) -> Any:
+        import jax
+
+        return jax.lax.complex(re, im)
+
+    def stack_pair(self, re: Any, im: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.stack([re, im], axis=-1)
+
+    def native_vjp(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        cotangent: np.ndarray,
+    ) -> list[np.ndarray]:
+        import jax
+        import jax.numpy as jnp
+
+        wide = any(np.dtype(getattr(args[i], "dtype", np.float32)).itemsize >= 8 for i in argnums)
+        with _x64() if wide else contextlib.nullcontext():
+
+            def of_checked(*checked: Any) -> Any:
+                new = list(args)
+                for i, c in zip(argnums, checked, strict=True):
+                    new[i] = c
+                return f(*new)
+
+            out, pull = jax.vjp(of_checked, *(args[i] for i in argnums))
+            grads = pull(jnp.asarray(np.asarray(cotangent), dtype=out.dtype).reshape(out.shape))
+            return [np.asarray(g) for g in grads]
+
     def make_target(
         self,
         f: Callable[..., Any],
@@ -470,6 +514,7 @@ class JaxBackend(Backend):
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
         if not is64:
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
+        evaluate_mp, mp_reason = _mp_evaluator(flat)
         return Target(
             x0=flat.x0,
             y0=y0,
@@ -481,12 +526,12 @@ class JaxBackend(Backend):
             vjp64=vjp64,
             jvp=work.jvp,
             jvp64=jvp64,
-            evaluate_mp=None,
+            evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
             output_layout=output_layout(out_leaves),
             backend=self.name,
             notes=notes,
-            mp_unavailable_reason=MP_UNAVAILABLE,
+            mp_unavailable_reason=mp_reason,
         )
 
     def _promote(
@@ -576,6 +621,26 @@ class JaxBackend(Backend):
             return grads[0] if len(argnums) == 1 else grads
 
         return vjp_with_fixed_cotangent
+
+
+def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+    """``evaluate_mp`` from ``f``'s jaxpr (see :mod:`.jaxpr_mp`), or why there is none.
+
+    ``f`` is traced in float64 (so its float literals keep float64 precision);
+    when it does not accept float64 input (mixed-dtype ``lax`` calls), in the
+    working dtypes: casts are the identity on mpmath numbers either way.
+    """
+    from .jaxpr_mp import build_evaluate_mp
+
+    def of_leaves(*leaves: Any) -> list[Any]:
+        return flat(*leaves, args=flat.promoted_args())
+
+    ev, why = build_evaluate_mp(of_leaves, flat.leaves)
+    if ev is None and why is not None and why.startswith("f could not be traced"):
+        ev2, why2 = build_evaluate_mp(flat, flat.leaves, flat.dtypes)
+        if ev2 is not None or not (why2 or "").startswith("f could not be traced"):
+            return ev2, why2
+    return ev, why
 
 
 def _all_float64(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:

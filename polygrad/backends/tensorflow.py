@@ -360,6 +360,40 @@ class TensorflowBackend(Backend):
     def version(self) -> str:
         return str(self.tf.__version__)
 
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return self.tf.constant(a)
+
+    def complex_parts(self, x: Any) -> tuple[Any, Any]:
+        return self.tf.math.real(x), self.tf.math.imag(x)
+
+    def make_complex(self, re: Any, im: Any) -> Any:
+        return self.tf.complex(re, im)
+
+    def stack_pair(self, re: Any, im: Any) -> Any:
+        return self.tf.stack([re, im], axis=-1)
+
+    def native_vjp(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        cotangent: np.ndarray,
+    ) -> list[np.ndarray]:
+        tf = self.tf
+        new = list(args)
+        checked = [tf.convert_to_tensor(args[i]) for i in argnums]
+        with tf.GradientTape() as tape:
+            for i, c in zip(argnums, checked, strict=True):
+                tape.watch(c)
+                new[i] = c
+            out = tf.convert_to_tensor(f(*new))
+        cot = tf.reshape(tf.constant(np.asarray(cotangent), dtype=out.dtype), tf.shape(out))
+        grads = tape.gradient(out, checked, output_gradients=cot)
+        return [
+            np.zeros(tuple(c.shape)) if g is None else np.asarray(g)
+            for g, c in zip(grads, checked, strict=True)
+        ]
+
     # -- helpers ------------------------------------------------------------------------------
     def _flat_outputs(self, out: Any) -> list[Any]:
         """The output pytree as a list of 1-D tensors."""

@@ -34,6 +34,14 @@ return float64 for float64 input, ``evaluate64`` is None and the notes say
 that the reference is computed in the working dtype. To make such a function
 promotable, pass its model (or tensors) as arguments instead of closing over
 them.
+
+The mp reference (``evaluate_mp``) traces the function once to an ATen graph
+with ``make_fx`` and re-executes it on mpmath numbers
+(:mod:`polygrad.backends.torch_graph_mp`); float32 parameters and constants
+enter exactly and no float32 rounding is applied. A function that cannot be
+traced, whose graph depends on the input values, or that uses an operator
+without an mpmath rule (or a random one) gets ``evaluate_mp = None`` and an
+``mp_unavailable_reason`` naming the cause.
 """
 
 from __future__ import annotations
@@ -55,7 +63,7 @@ from .numpy import check_not_mutated, output_layout
 
 __all__ = ["TorchBackend"]
 
-MP_UNAVAILABLE = "high-precision (mpmath) evaluation of torch functions is not implemented"
+MP_UNAVAILABLE = "high-precision (mpmath) evaluation is unavailable for this function"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -397,6 +405,36 @@ class TorchBackend(Backend):
     def version(self) -> str:
         return str(self.torch.__version__)
 
+    def from_numpy(self, a: np.ndarray) -> Any:
+        return self.torch.from_numpy(np.array(a, copy=True))
+
+    def make_complex(self, re: Any, im: Any) -> Any:
+        return self.torch.complex(re, im)
+
+    def stack_pair(self, re: Any, im: Any) -> Any:
+        return self.torch.stack([re, im], dim=-1)
+
+    def native_vjp(
+        self,
+        f: Callable[..., Any],
+        args: tuple[Any, ...],
+        argnums: tuple[int, ...],
+        cotangent: np.ndarray,
+    ) -> list[np.ndarray]:
+        torch = self.torch
+        new = list(args)
+        with torch.enable_grad():
+            checked = [args[i].detach().clone().requires_grad_() for i in argnums]
+            for i, c in zip(argnums, checked, strict=True):
+                new[i] = c
+            out = f(*new)
+            cot = torch.as_tensor(np.asarray(cotangent)).to(out.dtype).reshape(out.shape)
+            grads = torch.autograd.grad(out, checked, cot, allow_unused=True)
+        return [
+            np.zeros(tuple(c.shape)) if g is None else g.detach().cpu().resolve_conj().numpy()
+            for g, c in zip(grads, checked, strict=True)
+        ]
+
     # ---------------------------------------------------------------- targets
     def make_target(
         self,
@@ -428,7 +466,11 @@ class TorchBackend(Backend):
         Returns
         -------
         Target
-            Callables on float64 NumPy arrays; ``evaluate_mp`` is None.
+            Callables on float64 NumPy arrays; ``evaluate_mp`` re-executes the
+            function's ATen graph on mpmath numbers
+            (:mod:`polygrad.backends.torch_graph_mp`), or is None with
+            ``mp_unavailable_reason`` naming the operator or the tracing
+            problem.
 
         Raises
         ------
@@ -481,6 +523,7 @@ class TorchBackend(Backend):
             jvp64 = jvp
         else:
             jvp64 = wide.jvp_or_none(rng, " in float64") if wide is not None else None
+        evaluate_mp, mp_reason = self._mp_evaluator(work, primals)
 
         return Target(
             x0=x0,
@@ -493,12 +536,12 @@ class TorchBackend(Backend):
             vjp64=wide.vjp if wide is not None else None,
             jvp=jvp,
             jvp64=jvp64,
-            evaluate_mp=None,
+            evaluate_mp=evaluate_mp,
             input_layout=Layout.from_shapes(names, [tuple(p.shape) for p in primals]),
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            mp_unavailable_reason=MP_UNAVAILABLE,
+            mp_unavailable_reason=mp_reason,
         )
 
     def gradient_function(
@@ -677,6 +720,17 @@ class TorchBackend(Backend):
             )
             return None
         return prog
+
+    def _mp_evaluator(
+        self, work: _Program, primals: list[Any]
+    ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
+        """``(evaluate_mp, None)``, or ``(None, reason)`` when the graph cannot run on mpmath."""
+        from .torch_graph_mp import torch_mp_evaluator
+
+        try:
+            return torch_mp_evaluator(work.call, primals), None
+        except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
+            return None, f"{MP_UNAVAILABLE}: {exc}"
 
     def _check_deterministic(self, out_a: Any, out_b: Any, eps: float, notes: list[str]) -> None:
         """Raise if two calls at the same point differ by more than a few ULPs."""

@@ -1,0 +1,778 @@
+"""compare(): one function in several frameworks, judged against one reference.
+
+``polygrad.compare({"tf": f_tf, "jax": f_jax, "torch": f_torch}, x)``
+
+1. converts the arguments (NumPy arrays, or any backend's arrays) to every
+   framework, in the requested ``dtype``;
+2. evaluates every implementation at the same point and compares the
+   **primal** values with the reference value: a forward mismatch is reported
+   as such (column ``forward``), not as a gradient problem;
+3. computes one reference derivative, from the best source available: mp
+   re-execution of an implementation that supports it, else float64 central
+   differences with Richardson extrapolation of one implementation, chosen
+   among those whose primal values agree with the most others;
+4. computes every implementation's VJPs/JVPs (or full Jacobian) on the same
+   cotangents/tangents and judges them against that reference with the
+   decision rule of :func:`polygrad.check` (same verdicts, same tolerances).
+
+Complex inputs and outputs are checked through their realification in each
+framework (see :mod:`polygrad.complex`); the comparison names each
+framework's complex VJP convention. At a kink every implementation gets the
+one-sided derivatives and whether its value lies between them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ._pytree import flatten, tree_map
+from .backends import BACKEND_MODULES, _backend_class, get_backend, select_backend
+from .backends.base import Backend, Supplied, Target
+from .check import C_AD, F64_EPS, _compare, _concat_entries, check, normalize_argnums
+from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
+from .errors import InputTypeError, ShapeMismatchError
+from .report import SEVERITY, Report, Verdict, _jsonable
+
+__all__ = ["Comparison", "ComparisonEntry", "compare"]
+
+_ALIASES = {"tf": "tensorflow", "keras": "tensorflow", "pytorch": "torch", "np": "numpy"}
+_DERIVATIVE_KEYS = ("grad", "jac", "vjp", "jvp")
+
+
+@dataclass(frozen=True)
+class ComparisonEntry:
+    """One implementation's result in a :class:`Comparison`.
+
+    Attributes
+    ----------
+    name : str
+        The key of the implementation in the mapping passed to :func:`compare`.
+    backend : str
+        ``"numpy"``, ``"torch"``, ``"jax"`` or ``"tensorflow"``.
+    version : str
+        Version of the framework.
+    working_dtype : str
+        The real dtype the implementation computed in (``"float32"`` for
+        ``complex64`` inputs).
+    forward : Verdict
+        ``PASS`` when the primal values agree with the reference value within
+        ``forward_tolerance``; ``MISMATCH`` (or ``NONFINITE``) otherwise.
+    forward_error, forward_tolerance : float
+        Largest ``|f - f_ref|`` over the outputs, and the largest allowed
+        (round-off of the working dtype times the condition of ``f``).
+    gradient : Verdict
+        The worst verdict of the derivative entries (as in :class:`Report`).
+    ok : bool
+        Forward values agree and the gradient is ok under the ``nonsmooth`` policy.
+    max_error : float
+        Largest ``|autodiff - reference|`` over the entries.
+    error_bar : float
+        Largest reference error bar over the entries.
+    report : Report
+        The full per-entry report of this implementation against the shared reference.
+    complex_convention : str or None
+        The framework's complex VJP convention (a key of
+        :data:`polygrad.complex.CONVENTIONS`) when inputs or outputs are complex.
+    complex_native : dict or None
+        For complex inputs (one array per checked argument, one output array):
+        ``cotangent`` (polygrad's, all ones), ``native`` (the framework's own
+        VJP for the cotangent of its convention), ``converted`` (``native`` in
+        polygrad's convention) and ``agrees`` (``converted`` equals the VJP of
+        the realified function within round-off). Complex arrays are
+        ``{"real": [...], "imag": [...]}`` in :meth:`to_dict`.
+    kinks : list of dict
+        One per NONSMOOTH entry: ``name``, ``autodiff``, ``left``, ``right``,
+        ``within`` (autodiff between the one-sided derivatives, within tolerance).
+    """
+
+    name: str
+    backend: str
+    version: str
+    working_dtype: str
+    forward: Verdict
+    forward_error: float
+    forward_tolerance: float
+    gradient: Verdict
+    ok: bool
+    max_error: float
+    error_bar: float
+    report: Report
+    complex_convention: str | None = None
+    complex_native: dict[str, Any] | None = None
+    kinks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Verdict:
+        """The forward verdict when the primal values disagree, else the gradient verdict."""
+        return self.forward if self.forward != Verdict.PASS else self.gradient
+
+    def to_dict(self, max_entries: int = 20) -> dict[str, Any]:
+        """JSON-serialisable summary (with the ``max_entries`` worst entries)."""
+        return _jsonable(
+            {
+                "name": self.name,
+                "backend": self.backend,
+                "version": self.version,
+                "working_dtype": self.working_dtype,
+                "verdict": str(self.verdict),
+                "forward": str(self.forward),
+                "forward_error": self.forward_error,
+                "forward_tolerance": self.forward_tolerance,
+                "gradient": str(self.gradient),
+                "ok": self.ok,
+                "max_error": self.max_error,
+                "error_bar": self.error_bar,
+                "complex_convention": self.complex_convention,
+                "complex_native": _complex_json(self.complex_native),
+                "kinks": self.kinks,
+                "report": self.report.to_dict(max_entries),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of :func:`compare`: one row per implementation.
+
+    Attributes
+    ----------
+    entries : dict of str to ComparisonEntry
+        Per implementation, in the order given.
+    reference : dict
+        The shared reference: ``source`` (the implementation it came from),
+        ``method`` (``"mp"``, ``"float64"`` or ``"working"``), ``dps``, the
+        reference primal values and the report details of the reference run.
+    details : dict
+        Inputs, outputs, strategy, modes, complex conventions, timings, notes.
+    """
+
+    entries: dict[str, ComparisonEntry]
+    reference: dict[str, Any]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when every implementation is ok."""
+        return all(e.ok for e in self.entries.values())
+
+    def verdicts(self) -> dict[str, Verdict]:
+        """Implementation name → its verdict."""
+        return {k: e.verdict for k, e in self.entries.items()}
+
+    def __getitem__(self, name: str) -> ComparisonEntry:
+        return self.entries[name]
+
+    def to_dict(self, max_entries: int = 20) -> dict[str, Any]:
+        """JSON-serialisable form: ``ok``, ``reference``, ``details`` and every implementation."""
+        return {
+            "ok": self.ok,
+            "verdicts": {k: str(v) for k, v in self.verdicts().items()},
+            "reference": _jsonable(self.reference),
+            "details": _jsonable(self.details),
+            "implementations": {k: e.to_dict(max_entries) for k, e in self.entries.items()},
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """:meth:`to_dict` as a JSON string (``kwargs`` go to :func:`json.dumps`)."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        return _render(self)
+
+    def __repr__(self) -> str:
+        verdicts = ", ".join(f"{k}={v}" for k, v in self.verdicts().items())
+        return f"<polygrad.Comparison ok={self.ok} ({verdicts})>"
+
+
+# ------------------------------------------------------------------------------ rendering
+def _g(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{float(x):.{digits}g}"
+
+
+def _render(c: Comparison) -> str:
+    d, ref = c.details, c.reference
+    src = ref["method"] + (f" at {ref['dps']} digits" if ref["method"] == "mp" else " differences")
+    lines = [
+        f"polygrad.compare: {'OK' if c.ok else 'FAILED'} — {len(c.entries)} implementations, "
+        f"{d['inputs']} input(s) -> {d['outputs']} output(s), {d['quantity']}, "
+        f"mode {'+'.join(d['modes'])}",
+        f"  reference: {src} of {ref['source']!r} (the implementation whose primal values "
+        "agree with the most others)",
+        "",
+    ]
+    header = (
+        "implementation",
+        "backend",
+        "dtype",
+        "forward",
+        "verdict",
+        "max |AD-ref|",
+        "error bar",
+        "ok",
+    )
+    rows = [header]
+    for e in c.entries.values():
+        rows.append(
+            (
+                e.name,
+                f"{e.backend} {e.version}",
+                e.working_dtype,
+                str(e.forward),
+                str(e.gradient),
+                _g(e.max_error),
+                _g(e.error_bar, 2),
+                "yes" if e.ok else "no",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        cells = "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True))
+        lines.append(("  " + cells).rstrip())
+    for e in c.entries.values():
+        if e.forward != Verdict.PASS:
+            lines.append(
+                f"  {e.name}: the function value differs from the reference by "
+                f"{_g(e.forward_error)} (allowed {_g(e.forward_tolerance, 2)}): a forward "
+                "mismatch, so its gradient is of a different function"
+            )
+    kinks = [(e.name, k) for e in c.entries.values() for k in e.kinks]
+    if kinks:
+        lines.append("")
+        lines.append(
+            "  non-smooth points (one-sided derivatives; is autodiff within [left, right]?)"
+        )
+        for name, k in kinks[:12]:
+            lines.append(
+                f"    {name}: {k['name']}: autodiff {_g(k['autodiff'], 6)}, left "
+                f"{_g(k['left'], 6)}, right {_g(k['right'], 6)} -> "
+                + ("within" if k["within"] else "NOT within")
+            )
+        if len(kinks) > 12:
+            lines.append(f"    ... {len(kinks) - 12} more")
+    conv = d.get("complex_conventions")
+    if conv:
+        lines.append("")
+        lines.append(
+            "  complex: gradients compared in polygrad's convention dL/da + i dL/db "
+            "(= 2 dL/dz̄ for real L); each framework's own convention:"
+        )
+        for name, cv in conv.items():
+            lines.append(f"    {name}: {cv} — {CONVENTIONS[cv]}")
+            nat = c.entries[name].complex_native
+            if nat:
+                lines.append(
+                    f"      own VJP for cotangent {_cfmt(nat['cotangent'])}: "
+                    f"{_cfmt(nat['native'][0])} -> polygrad's {_cfmt(nat['converted'][0])} ("
+                    + ("agrees with" if nat["agrees"] else "DIFFERS from")
+                    + " the VJP of the realified function)"
+                )
+    for note in d.get("notes", []):
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def _cfmt(a: Any, k: int = 3) -> str:
+    vals = np.ravel(np.asarray(a))
+    text = ", ".join(f"{complex(v):.4g}".strip("()") for v in vals[:k])
+    return text + (", ..." if vals.size > k else "")
+
+
+def _complex_json(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _complex_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_complex_json(v) for v in x]
+    if isinstance(x, np.ndarray) and x.dtype.kind == "c":
+        return {"real": x.real.tolist(), "imag": x.imag.tolist()}
+    return x
+
+
+# ------------------------------------------------------------------------- resolution
+def _backend_from_name(name: str) -> str | None:
+    """The backend a key names: a backend name or alias, alone or before ``-``, ``_``, ``:``."""
+    key = name.lower()
+    for sep in ("-", "_", ":", " ", "."):
+        key = key.split(sep)[0]
+    key = _ALIASES.get(key, key)
+    return key if key in BACKEND_MODULES else None
+
+
+def _owning_backend(out: Any) -> str | None:
+    """The backend whose arrays ``out`` (a pytree) holds, or None."""
+    leaves = flatten(out)[0]
+    for key in BACKEND_MODULES:
+        if key == "numpy":
+            continue
+        be_cls = _backend_class(key)
+        if be_cls.is_loaded() and leaves and all(be_cls.owns(leaf) for leaf in leaves):
+            return key
+    if leaves and all(isinstance(np.asarray(leaf), np.ndarray) for leaf in leaves):
+        return "numpy"
+    return None
+
+
+def _infer_backend(name: str, f: Callable[..., Any], args_np: tuple[Any, ...]) -> str:
+    """The framework of ``f``: the one whose arrays in gives its arrays out.
+
+    Frameworks are tried only among those already imported.
+
+    Raises
+    ------
+    InputTypeError
+        No framework fits; the message says how to name it.
+    """
+    import sys
+
+    for key, (_, _, module) in BACKEND_MODULES.items():
+        if key == "numpy" or module not in sys.modules:
+            continue
+        be = get_backend(key)
+        try:
+            out = f(*_to_backend(be, args_np))
+        except Exception:  # noqa: BLE001 - not this framework
+            continue
+        if _owning_backend(out) == key:
+            return key
+    raise InputTypeError(
+        f"cannot tell the framework of implementation {name!r}: name it after its framework "
+        "('torch', 'jax', 'tf', 'numpy', optionally followed by '-' and a label) or pass "
+        "{'f': f, 'backend': 'jax'}"
+    )
+
+
+def _resolve(
+    name: str, spec: Any, args_np: tuple[Any, ...]
+) -> tuple[Backend, Callable[..., Any], Supplied]:
+    """(backend, function, supplied derivatives) of one implementation.
+
+    ``spec`` is a function; ``(f, grad)`` (a NumPy function with its gradient);
+    or a dict ``{"f": f, "backend": ..., "grad"/"jac"/"vjp"/"jvp": ...}``.
+    """
+    backend: str | None = None
+    supplied = Supplied()
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"f", "backend", *_DERIVATIVE_KEYS}
+        if "f" not in spec or unknown:
+            raise TypeError(
+                f"implementation {name!r}: a dict needs 'f' and may have 'backend', 'grad', "
+                f"'jac', 'vjp', 'jvp' (got {sorted(spec)})"
+            )
+        f = spec["f"]
+        backend = spec.get("backend")
+        supplied = Supplied(**{k: spec[k] for k in _DERIVATIVE_KEYS if k in spec})
+        if backend is None and supplied.given():
+            backend = "numpy"
+    elif isinstance(spec, tuple):
+        if len(spec) != 2 or not all(callable(s) for s in spec):
+            raise TypeError(
+                f"implementation {name!r}: a tuple must be (f, grad) for a NumPy function"
+            )
+        f, supplied, backend = spec[0], Supplied(grad=spec[1]), "numpy"
+    elif callable(spec):
+        f = spec
+    else:
+        raise TypeError(f"implementation {name!r} is {type(spec).__name__}, not a function")
+    if not callable(f):
+        raise TypeError(f"implementation {name!r}: f is not callable")
+    if backend is None:
+        backend = _backend_from_name(name)
+    if backend is None:
+        owner = select_backend((f,)).name  # a torch.nn.Module...
+        backend = owner if owner != "numpy" else None
+    if backend is None:
+        backend = _infer_backend(name, f, args_np)
+    return get_backend(backend), f, supplied
+
+
+# -------------------------------------------------------------------------- arguments
+def _as_numpy_args(args: tuple[Any, ...], dtype: str | None) -> tuple[Any, ...]:
+    """The arguments as NumPy arrays (Python floats too), cast to ``dtype`` if given."""
+    src = select_backend(args)
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, (bool, np.bool_)) or x is None or isinstance(x, str):
+            return x
+        if src.owns(x) or isinstance(x, (float, int, complex, np.generic, np.ndarray)):
+            a = np.asarray(src.to_numpy(x) if src.owns(x) else x)
+        else:
+            return x
+        if dtype is not None and a.dtype.kind in "fc":
+            real = np.dtype(dtype)
+            if real.kind != "f":
+                raise ValueError(f"dtype={dtype!r}: give a real floating dtype (float32...)")
+            a = a.astype(np.result_type(real, 1j) if a.dtype.kind == "c" else real)
+        return a
+
+    return tuple(tree_map(leaf, a) for a in args)
+
+
+def _to_backend(be: Backend, args_np: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        tree_map(lambda x: be.from_numpy(x) if isinstance(x, np.ndarray) else x, a) for a in args_np
+    )
+
+
+# ----------------------------------------------------------------------------- compare
+@dataclass
+class _Impl:
+    name: str
+    backend: Backend
+    f: Callable[..., Any]
+    supplied: Supplied
+    args: tuple[Any, ...]
+    target: Target
+    complex_any: bool
+
+
+def compare(
+    implementations: Mapping[str, Any],
+    *args: Any,
+    argnums: int | tuple[int, ...] = 0,
+    dtype: str | None = None,
+    mode: str = "auto",
+    reference: str = "auto",
+    strategy: str = "auto",
+    projections: int = 8,
+    dps: int = 50,
+    seed: int = 0,
+    batch_size: int = 4096,
+    budget: float = 60.0,
+    nonsmooth: str = "allow",
+) -> Comparison:
+    """Check one function implemented in several frameworks against one reference.
+
+    Parameters
+    ----------
+    implementations : mapping of str to implementation
+        Name → a function of any supported framework; ``(f, grad)`` for a
+        NumPy function with its gradient (polygrad's convention for complex
+        inputs); or ``{"f": f, "backend": "jax", "vjp": ...}``. The framework
+        is taken from ``"backend"``, else from the name when it is (or starts
+        with, before ``-``/``_``/``:``) a backend name or alias (``"tf"``,
+        ``"torch"``, ``"jax"``, ``"numpy"``...), else from the function (a
+        ``torch.nn.Module``...), else by calling it with each imported
+        framework's arrays.
+    *args
+        The point: NumPy arrays, Python numbers, or arrays of any one
+        framework, in tuples/lists/dicts; converted to every implementation's
+        framework.
+    argnums : int or tuple of int
+        The differentiated arguments.
+    dtype : str, optional
+        Cast floating arguments to this real dtype (complex arguments to the
+        complex dtype of that precision) before converting them; by default
+        the arguments keep their dtypes.
+    mode, reference, strategy, projections, dps, seed, batch_size, budget, nonsmooth
+        As in :func:`polygrad.check`; ``reference="auto"`` uses mp when an
+        implementation whose primal values agree with the majority can run on
+        mpmath numbers and the problem is small.
+
+    Returns
+    -------
+    Comparison
+        ``print(c)`` gives the table; ``c.ok``, ``c["jax"].verdict``,
+        ``c.to_dict()``.
+
+    Raises
+    ------
+    ValueError
+        No implementations, or an unknown option value.
+    TypeError, InputTypeError
+        An implementation is not a function or its framework cannot be told.
+    ShapeMismatchError
+        Implementations have different numbers of inputs or outputs.
+    InputValueError, NondeterministicFunctionError, InputMutationError
+        As in :func:`polygrad.check` (the message names the implementation).
+    """
+    t_start = time.perf_counter()
+    if not implementations:
+        raise ValueError("compare() needs at least one implementation")
+    if not args:
+        raise TypeError("compare(implementations, *args): pass the point of the comparison")
+    if reference not in ("auto", "mp", "float64", "working"):
+        raise ValueError(f"reference={reference!r}; choose one of auto, mp, float64, working")
+    if nonsmooth not in ("allow", "within", "fail"):
+        raise ValueError(f"nonsmooth={nonsmooth!r}; choose one of allow, within, fail")
+    argnums_t = normalize_argnums(argnums, len(args))
+    args_np = _as_numpy_args(args, dtype)
+
+    impls: list[_Impl] = []
+    for name, spec in implementations.items():
+        try:
+            be, f, supplied = _resolve(str(name), spec, args_np)
+            be_args = _to_backend(be, args_np)
+            f_r, args_r, supplied_r, cinfo = realify(be, f, be_args, argnums_t, supplied)
+            target = be.make_target(f_r, args_r, argnums_t, supplied_r, batch_size, "inputs")
+        except Exception as exc:
+            exc.add_note(f"(in implementation {name!r} of polygrad.compare)")
+            raise
+        impls.append(_Impl(str(name), be, f, supplied, be_args, target, cinfo.any))
+    sizes = {(i.target.n, i.target.m) for i in impls}
+    if len(sizes) > 1:
+        shown = ", ".join(f"{i.name}: {i.target.n} in / {i.target.m} out" for i in impls)
+        raise ShapeMismatchError(f"the implementations differ in input/output sizes ({shown})")
+
+    ref_impl = _choose_reference(impls, reference)
+    n = ref_impl.target.n
+    ref_option = reference
+    if reference == "auto" and ref_impl.target.evaluate_mp is not None and n * n <= 4096:
+        ref_option = "mp"
+    cap: dict[str, Any] = {}
+    try:
+        ref_report = check(
+            ref_impl.f,
+            *ref_impl.args,
+            argnums=argnums_t,
+            backend=ref_impl.backend.name,
+            mode=mode,
+            reference=ref_option,
+            strategy=strategy,
+            projections=projections,
+            dps=dps,
+            seed=seed,
+            batch_size=batch_size,
+            budget=budget,
+            nonsmooth=nonsmooth,
+            _capture=cap,
+            **{k: getattr(ref_impl.supplied, k) for k in ref_impl.supplied.given()},
+        )
+    except Exception as exc:
+        exc.add_note(f"(in the reference run of implementation {ref_impl.name!r})")
+        raise
+    dd = cap["dd"]
+    y_ref, y_ref_err = _reference_primal(cap["target"], cap["ref_method"], dps)
+
+    entries: dict[str, ComparisonEntry] = {}
+    conventions: dict[str, str] = {}
+    for impl in impls:
+        if impl is ref_impl:
+            report = ref_report
+        else:
+            report = _judge(impl, cap, ref_report, nonsmooth, ref_impl.name)
+        t = impl.target
+        fwd, fwd_err, fwd_tol = _forward(t, y_ref, y_ref_err, dd, cap)
+        e = report.entries
+        with np.errstate(all="ignore"):
+            diff = np.abs(e.autodiff - e.reference)
+        at_kink = e.status == SEVERITY[Verdict.NONSMOOTH]
+        kinks = [
+            {
+                "name": e.names[j],
+                "autodiff": float(e.autodiff[j]),
+                "left": float(e.left[j]),
+                "right": float(e.right[j]),
+                "within": bool(e.within_one_sided[j]),
+            }
+            for j in np.flatnonzero(at_kink)
+        ]
+        if impl.complex_any:
+            conventions[impl.name] = impl.backend.complex_convention
+        entries[impl.name] = ComparisonEntry(
+            name=impl.name,
+            backend=impl.backend.name,
+            version=impl.backend.version(),
+            working_dtype=t.working_dtype,
+            forward=fwd,
+            forward_error=fwd_err,
+            forward_tolerance=fwd_tol,
+            gradient=report.verdict,
+            ok=bool(report.ok and fwd == Verdict.PASS),
+            max_error=float(np.nanmax(diff[~at_kink])) if np.any(~at_kink) else float("nan"),
+            error_bar=float(np.nanmax(e.reference_error)) if e.reference_error.size else 0.0,
+            report=report,
+            complex_convention=impl.backend.complex_convention if impl.complex_any else None,
+            complex_native=_native(impl, argnums_t) if impl.complex_any else None,
+            kinks=kinks,
+        )
+    ref_details = ref_report.details
+    reference_info = {
+        "source": ref_impl.name,
+        "backend": ref_impl.backend.name,
+        "method": cap["ref_method"],
+        "dps": dps if cap["ref_method"] == "mp" else None,
+        "primal": y_ref,
+        "primal_error": y_ref_err,
+        "details": ref_details.get("reference", {}),
+    }
+    notes = [
+        f"{impl.name}: {note}"
+        for impl in impls
+        for note in (ref_report.notes if impl is ref_impl else impl.target.notes)
+    ]
+    notes += [
+        f"{impl.name}: its inputs differ from those of the reference run (largest difference "
+        f"{np.max(np.abs(impl.target.x0 - cap['target'].x0)):.3g}); compare in one dtype"
+        for impl in impls
+        if not np.array_equal(impl.target.x0, cap["target"].x0)
+    ]
+    details = {
+        "inputs": n,
+        "outputs": ref_impl.target.m,
+        "input_names": ref_details.get("input_names", []),
+        "quantity": ref_report.quantity,
+        "strategy": ref_details.get("strategy"),
+        "modes": cap["modes"],
+        "dtype": dtype,
+        "complex_conventions": conventions,
+        "notes": list(dict.fromkeys(notes)),
+        "seconds": time.perf_counter() - t_start,
+    }
+    return Comparison(entries=entries, reference=reference_info, details=details)
+
+
+def _native(impl: _Impl, argnums: tuple[int, ...]) -> dict[str, Any] | None:
+    """The framework's own complex VJP, converted to polygrad's convention and cross-checked.
+
+    None for NumPy implementations (their derivatives are given in polygrad's
+    convention) and when a checked argument or the output is not one array.
+    """
+    be, t = impl.backend, impl.target
+    if t.vjp is None or not be.supports_autodiff:
+        return None
+    if any(len(flatten(impl.args[i])[0]) != 1 for i in argnums):
+        return None
+    try:
+        out = impl.f(*_copies(be, impl.args))
+        if len(flatten(out)[0]) != 1:
+            return None
+        out_np = np.asarray(be.to_numpy(out))
+        u = np.ones(out_np.shape, dtype=complex if out_np.dtype.kind == "c" else float)
+        conv = be.complex_convention
+        native = be.native_vjp(impl.f, impl.args, argnums, from_polygrad(u, conv))
+    except Exception:  # noqa: BLE001 - only an illustration of the convention
+        return None
+    converted = [to_polygrad(g, conv) for g in native]
+    u_real = np.stack([u.real, u.imag], axis=-1) if u.dtype.kind == "c" else u
+    g_real = t.vjp(u_real.reshape(1, -1))[0]
+    agrees = True
+    for conv_k, part in zip(converted, t.input_layout.split(g_real), strict=True):
+        mine = part[..., 0] + 1j * part[..., 1] if np.iscomplexobj(conv_k) else part
+        scale = np.max(np.abs(mine), initial=0.0) + 1e-300
+        agrees &= bool(np.all(np.abs(conv_k - mine) <= C_AD * t.eps * scale))
+    return {"cotangent": u, "native": native, "converted": converted, "agrees": agrees}
+
+
+def _choose_reference(impls: list[_Impl], reference: str) -> _Impl:
+    """The implementation whose primal values agree with the most others.
+
+    Ties go to one that runs on mpmath numbers (unless ``reference`` excludes
+    mp), then to one with a float64 evaluation, then to the first given.
+    """
+    ys = [i.target.y0 for i in impls]
+    scores = []
+    for a, ia in enumerate(impls):
+        agree = 0
+        for b, ib in enumerate(impls):
+            eps = max(ia.target.eps, ib.target.eps)
+            scale = np.abs(ys[a]) + np.abs(ys[b]) + np.sqrt(np.mean(ys[a] ** 2))
+            with np.errstate(all="ignore"):
+                ok = np.all(np.abs(ys[a] - ys[b]) <= 4 * C_AD * eps * scale)
+            agree += int(bool(ok)) if a != b else 0
+        mp = ia.target.evaluate_mp is not None and reference in ("auto", "mp")
+        scores.append((agree, mp, ia.target.evaluate64 is not None, -a))
+    return impls[max(range(len(impls)), key=lambda k: scores[k])]
+
+
+def _reference_primal(target: Target, method: str, dps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The function value at ``x0`` from the reference source, with its error bar."""
+    if method == "mp" and target.evaluate_mp is not None:
+        try:
+            y = target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
+            y = np.array([float(v) for v in y])
+            return y, np.abs(y) * F64_EPS
+        except Exception:  # noqa: BLE001 - fall back to float64
+            pass
+    if target.evaluate64 is not None:
+        y = target.evaluate64(target.x0[None, :])[0]
+        return y, 4 * F64_EPS * (np.abs(y) + np.sqrt(np.mean(y**2)))
+    y = target.y0
+    return y, 4 * target.eps * (np.abs(y) + np.sqrt(np.mean(y**2)))
+
+
+def _forward(
+    target: Target,
+    y_ref: np.ndarray,
+    y_ref_err: np.ndarray,
+    dd: Any,
+    cap: dict[str, Any],
+) -> tuple[Verdict, float, float]:
+    """Forward verdict, largest error and its tolerance.
+
+    The tolerance is ``C_AD · eps · (|f| + RMS f + Σ_j |∂f/∂x_j| |x_j|)`` plus
+    the reference value's own error: round-off of the evaluation including
+    the effect of rounding the inputs to the working dtype (the condition of
+    ``f``), from the reference derivatives when the full Jacobian was computed.
+    """
+    y = target.y0
+    scale = np.abs(y_ref) + np.sqrt(np.mean(y_ref**2))
+    if cap["full"]:
+        J = np.where(np.isfinite(dd.central.value), dd.central.value, 0.0)  # (n, m), scaled
+        xs = np.abs(target.x0) / cap["s"]
+        scale = scale + np.sum(np.abs(J) * xs[:, None], axis=0)
+    tol = C_AD * target.eps * scale + 2 * y_ref_err
+    with np.errstate(all="ignore"):
+        err = np.abs(y - y_ref)
+    finite = np.isfinite(y)
+    if not np.array_equal(finite, np.isfinite(y_ref)):
+        return Verdict.NONFINITE, float("inf"), float(np.max(tol))
+    err = np.where(finite, err, 0.0)
+    worst = int(np.argmax(err / np.maximum(tol, 1e-300)))
+    verdict = Verdict.PASS if np.all(err <= tol) else Verdict.MISMATCH
+    return verdict, float(err[worst]), float(tol[worst])
+
+
+def _judge(
+    impl: _Impl, cap: dict[str, Any], ref_report: Report, nonsmooth: str, ref_name: str
+) -> Report:
+    """One implementation's autodiff against the captured reference, as a :class:`Report`."""
+    t = impl.target
+    have = {"rev": t.vjp is not None, "fwd": t.jvp is not None}
+    modes = [md for md in cap["modes"] if have[md]] or [md for md in ("rev", "fwd") if have[md]]
+    if not modes:
+        raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
+    blocks = []
+    for md in modes:
+        rng = np.random.default_rng()
+        rng.bit_generator.state = cap["rng_state"]  # the same cotangents as the reference run
+        blocks.append(
+            _compare(t, cap["dd"], md, cap["full"], cap["s"], cap["W_all"], rng, cap["ref_eps"])
+        )
+    entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
+    worst = int(entries.status.max()) if entries.status.size else 0
+    verdict = {v: k for k, v in SEVERITY.items()}[worst]
+    at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+    if nonsmooth == "allow":
+        ok = verdict in (Verdict.PASS, Verdict.NONSMOOTH)
+    elif nonsmooth == "within":
+        ok = verdict == Verdict.PASS or (
+            verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[at_kink]))
+        )
+    else:
+        ok = verdict == Verdict.PASS
+    details = {
+        k: v
+        for k, v in ref_report.details.items()
+        if k not in ("naive_central_difference", "taylor", "notes")
+    }
+    rules = dict(details.get("rules", {}))
+    rules["has_float64_autodiff"] = bool(
+        (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
+    )
+    details.update(
+        backend=t.backend,
+        working_dtype=t.working_dtype,
+        eps=t.eps,
+        modes=modes,
+        rules=rules,
+        notes=list(t.notes) + [f"judged against the reference computed from {ref_name!r}"],
+    )
+    return replace(ref_report, verdict=verdict, ok=ok, entries=entries, details=details)
