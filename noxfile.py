@@ -1,57 +1,132 @@
-"""nox sessions: the test matrix (numpy-only, each framework, all), lint and types."""
+"""nox sessions: the test matrix (numpy-only, each framework, all), lint and types.
+
+Every install uses ``-c constraints.txt`` (the tested versions), except
+``minimal-versions``, which replaces the pins of the runtime dependencies by
+the oldest supported ones from ``constraints-min.txt``. The single-framework
+sessions install only that framework's extra and run pytest with
+``--polygrad-backends=<framework>``: the ``backend`` fixture of polygrad's
+pytest plugin runs that framework only, and tests marked
+``@pytest.mark.polygrad_backends(...)`` for other frameworks are deselected.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
-nox.options.sessions = ["tests-all", "lint"]
+# `nox` alone runs the whole matrix (what CI runs); `nox -s NAME` runs one session
+nox.options.sessions = [
+    "tests-numpy",
+    "tests-torch",
+    "tests-jax",
+    "tests-tensorflow",
+    "tests-all",
+    "minimal-versions",
+    "lint",
+    "types",
+    "docs",
+]
 CONSTRAINTS = ("-c", "constraints.txt")
+# tests of the testing helpers; they adapt to the frameworks a session selects
+TESTING_TESTS = ("tests/test_plugin.py", "tests/test_strategies.py", "tests/test_init_nox.py")
+NUMPY_TESTS = (
+    "tests/test_reference.py",
+    "tests/test_check_numpy.py",
+    "tests/test_errors.py",
+    "tests/test_import.py",
+    *TESTING_TESTS,
+)
+
+
+def _pytest(session: nox.Session, framework: str, *files: str) -> None:
+    args = ("-q", f"--polygrad-backends={framework}", *files, *session.posargs)
+    session.run("python", "-m", "pytest", *args)
 
 
 @nox.session(name="tests-numpy")
 def tests_numpy(session: nox.Session) -> None:
+    """NumPy only: no framework installed, so the MissingBackendError paths run for real."""
     session.install("-e", ".[test]", *CONSTRAINTS)
-    session.run(
-        "pytest",
-        "-q",
-        "tests/test_reference.py",
-        "tests/test_check_numpy.py",
-        "tests/test_errors.py",
-        "tests/test_import.py",
-    )
+    _pytest(session, "numpy", *NUMPY_TESTS)
 
 
 @nox.session(name="tests-torch")
 def tests_torch(session: nox.Session) -> None:
     session.install("-e", ".[torch,test]", *CONSTRAINTS)
-    session.run("pytest", "-q", "tests/test_backend_torch.py")
+    _pytest(
+        session, "torch", "tests/test_backend_torch.py", "tests/test_mp_torch.py", *TESTING_TESTS
+    )
 
 
 @nox.session(name="tests-jax")
 def tests_jax(session: nox.Session) -> None:
     session.install("-e", ".[jax,test]", *CONSTRAINTS)
-    session.run("pytest", "-q", "tests/test_backend_jax.py")
+    _pytest(session, "jax", "tests/test_backend_jax.py", "tests/test_mp_jax.py", *TESTING_TESTS)
 
 
 @nox.session(name="tests-tensorflow")
 def tests_tensorflow(session: nox.Session) -> None:
     session.install("-e", ".[tensorflow,test]", *CONSTRAINTS)
-    session.run("pytest", "-q", "tests/test_backend_tensorflow.py")
+    _pytest(session, "tensorflow", "tests/test_backend_tensorflow.py", *TESTING_TESTS)
 
 
 @nox.session(name="tests-all")
 def tests_all(session: nox.Session) -> None:
-    session.install("-e", ".[all,test]", *CONSTRAINTS)
-    session.run("pytest", "-q")
+    """Everything (the docs build and examples too); all four frameworks are required."""
+    session.install("-e", ".[all,test,docs]", *CONSTRAINTS)
+    session.run("python", "-m", "pytest", "-q", *session.posargs)
+
+
+def _min_constraints(session: nox.Session) -> str:
+    """constraints.txt with the runtime pins replaced by those of constraints-min.txt."""
+
+    def pins(path: str) -> dict[str, str]:
+        out = {}
+        for line in Path(path).read_text().splitlines():
+            req = line.split("#", 1)[0].strip()
+            if req:
+                out[req.split("==")[0].strip().lower().replace("_", "-")] = req
+        return out
+
+    merged = {**pins("constraints.txt"), **pins("constraints-min.txt")}
+    path = Path(session.virtualenv.location) / "constraints-merged.txt"
+    path.write_text("\n".join(merged.values()) + "\n")
+    return str(path)
+
+
+@nox.session(name="minimal-versions")
+def minimal_versions(session: nox.Session) -> None:
+    """The oldest supported numpy and mpmath (constraints-min.txt), with the NumPy tests."""
+    session.install("-e", ".", "pytest", "hypothesis", "nox", "-c", _min_constraints(session))
+    versions = "import numpy, mpmath; print(numpy.__version__, mpmath.__version__)"
+    session.run("python", "-c", versions)
+    _pytest(session, "numpy", *NUMPY_TESTS)
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """The gradient zoo against today's checkers; writes docs/benchmarks.md (--quick: smoke)."""
+    session.install("-e", ".[bench]", *CONSTRAINTS)
+    session.run("python", "-m", "benchmarks", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", *CONSTRAINTS)
     session.run("ruff", "check", "polygrad", "tests", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "polygrad", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (figures drawn at build time) into site/."""
+    session.install("-e", ".[all,docs]", *CONSTRAINTS)
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site")
 
 
 @nox.session
 def types(session: nox.Session) -> None:
-    session.install("-e", ".", "mypy", *CONSTRAINTS)
-    session.run("mypy", "--ignore-missing-imports", "polygrad")
+    """mypy on polygrad (settings in pyproject.toml), without the frameworks installed."""
+    session.install("-e", ".", "mypy", "pytest", "hypothesis", *CONSTRAINTS)
+    session.run("mypy")

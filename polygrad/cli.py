@@ -1,4 +1,4 @@
-"""Command line: ``polygrad check | sweep | taylor | backends | demo``.
+"""Command line: ``polygrad check | sweep | taylor | backends | demo | init-nox``.
 
 Exit status: 0 when the check passes (``report.ok``), 1 on a failing verdict,
 2 on bad usage (unknown file or function, unparsable point, a NumPy function
@@ -11,6 +11,7 @@ Examples::
     polygrad sweep model.py:loss --at "1.0" --dtype float32 --plot sweep.png
     polygrad backends
     polygrad demo --out polygrad-demo
+    polygrad init-nox --frameworks torch,jax --path myproject
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def parse_point(text: str) -> np.ndarray:
         value = json.loads(t)
         arr = np.asarray(value, dtype=np.float64)
     except (ValueError, TypeError) as exc:
-        raise UsageError(f"--at {text!r}: expected numbers such as \"1.0, 2.0\" ({exc})") from exc
+        raise UsageError(f'--at {text!r}: expected numbers such as "1.0, 2.0" ({exc})') from exc
     if arr.size == 0:
         raise UsageError("--at: the point is empty")
     return arr
@@ -142,8 +143,7 @@ def _to_backend(x: np.ndarray, backend: str, dtype: str) -> Any:
 
 
 def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[str, Any], str]:
-    from .backends import BACKEND_MODULES
-    from .backends.__init__ import _ALIASES
+    from .backends import _ALIASES, BACKEND_MODULES
 
     f, mod = load_function(args.function)
     backend = args.backend or _framework_of(mod)
@@ -164,8 +164,10 @@ def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[
         spec = getattr(args, key, None)
         if spec:
             options[key] = load_function(spec, mod)[0]
-    if backend == "numpy" and args.command in ("check", "taylor") and not (
-        options.get("grad") or options.get("jac")
+    if (
+        backend == "numpy"
+        and args.command in ("check", "taylor")
+        and not (options.get("grad") or options.get("jac"))
     ):
         name = args.function.rpartition(":")[2]
         for key in ("grad", "jac"):
@@ -213,7 +215,7 @@ def _parse_steps(text: str | None) -> np.ndarray | None:
             out.append(2.0 ** float(part[2:]) if part.startswith("2^") else float(part))
         except ValueError as exc:
             raise UsageError(
-                f"--steps: cannot read {part!r} (use e.g. \"2^-5, 2^-6\" or 1e-3)"
+                f'--steps: cannot read {part!r} (use e.g. "2^-5, 2^-6" or 1e-3)'
             ) from exc
     return np.asarray(out)
 
@@ -315,14 +317,18 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print(f"{'backend':<11} {'installed':<10} {'version':<14} {'float64':<8} devices")
     for r in rows:
         if not r["installed"]:
-            print(f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} "
-                  f"pip install 'polygrad[{r['extra']}]'")
+            print(
+                f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} "
+                f"pip install 'polygrad[{r['extra']}]'"
+            )
             continue
         dev = ", ".join(r.get("devices", [])) or ("-" if args.no_devices else "none found")
         if "error" in r:
             dev += f"  (error: {r['error']})"
-        print(f"{r['backend']:<11} {'yes':<10} {r['version']:<14} "
-              f"{'yes' if r['float64'] else 'no':<8} {dev}")
+        print(
+            f"{r['backend']:<11} {'yes':<10} {r['version']:<14} "
+            f"{'yes' if r['float64'] else 'no':<8} {dev}"
+        )
     return 0
 
 
@@ -332,12 +338,34 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.out, quick=args.quick)
 
 
+def _cmd_init_nox(args: argparse.Namespace) -> int:
+    from .testing.nox_template import write_noxfile
+
+    names = [n for n in args.frameworks.split(",") if n.strip()] if args.frameworks else None
+    try:
+        path = write_noxfile(args.path, names, force=args.force)
+    except FileExistsError as exc:
+        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"--frameworks: {exc}") from exc
+    sessions = [
+        line.split('"')[1]
+        for line in path.read_text().splitlines()
+        if line.startswith("@nox.session(name=")
+    ]
+    print(f"wrote {path} with sessions {', '.join(sessions)}; run them with: nox")
+    return 0
+
+
 def _add_point_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("function", help="path/to/file.py:function")
     p.add_argument("--at", required=True, help='the point, e.g. "1.0, 2.0" or "[[1, 2], [3, 4]]"')
-    p.add_argument("--dtype", default="float32",
-                   choices=["float16", "bfloat16", "float32", "float64"],
-                   help="working dtype of the input (default float32)")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float16", "bfloat16", "float32", "float64"],
+        help="working dtype of the input (default float32)",
+    )
     p.add_argument(
         "--backend", help="numpy, torch, jax or tensorflow (default: from the file's imports)"
     )
@@ -385,6 +413,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="polygrad-demo", help="output folder (default ./polygrad-demo)")
     p.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(run=_cmd_demo)
+
+    p = sub.add_parser(
+        "init-nox", help="write a noxfile.py with one gradient-test session per framework"
+    )
+    p.add_argument(
+        "--frameworks",
+        metavar="NAMES",
+        help="comma-separated: numpy, torch, jax, tensorflow (default: all four)",
+    )
+    p.add_argument("--path", default=".", metavar="DIR", help="project folder (default: .)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing noxfile.py")
+    p.set_defaults(run=_cmd_init_nox)
     return parser
 
 
@@ -415,4 +455,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
-

@@ -127,8 +127,9 @@ class _Demo:
         self.say(f"  [   skipped] {what}: {why}")
 
     # ---- case 1 -------------------------------------------------------------------
-    def case1(self, framework: str, f: Callable[..., Any], x: Any, scale: Any,
-              **options: Any) -> Outcome:
+    def case1(
+        self, framework: str, f: Callable[..., Any], x: Any, scale: Any, **options: Any
+    ) -> Outcome:
         import polygrad as pg
         from polygrad.sweep import sweep
 
@@ -149,35 +150,45 @@ class _Demo:
             f"at h=2^-13 (round-off, max {worst_user:.1g} over the user's steps), "
             f"{s.measured_error_at(s.optimal_step):.1g} at the best step h={s.optimal_step:.3g}"
         )
-        return Outcome("case 1 normal log-density", framework, str(report.verdict), "PASS",
-                       detail, files=files)
+        return Outcome(
+            "case 1 normal log-density", framework, str(report.verdict), "PASS", detail, files=files
+        )
 
     def all_case1(self) -> None:
         sc = _scale(N_DIM)
         x0 = np.full(N_DIM, EVAL_AT)
 
         def np_f(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
-            return np.sum(-(x - 0.0) ** 2 / (2 * scale**2))
+            return np.sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
         def np_grad(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
             return -(x - 0.0) / scale**2
 
-        self.run("case 1", "numpy (exact gradient)", "PASS", lambda: self.case1(
-            "numpy", np_f, x0.astype(np.float32), sc.astype(np.float32), grad=np_grad))
+        self.run(
+            "case 1",
+            "numpy (exact gradient)",
+            "PASS",
+            lambda: self.case1(
+                "numpy", np_f, x0.astype(np.float32), sc.astype(np.float32), grad=np_grad
+            ),
+        )
 
         if _installed("tensorflow"):
+
             def tf_hand() -> Outcome:
                 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
                 import tensorflow as tf
 
                 def f(x: Any, scale: Any) -> Any:
-                    return tf.reduce_sum(-(x - 0.0) ** 2 / (2 * scale**2))
+                    return tf.reduce_sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
-                return self.case1("tensorflow", f, tf.constant(x0, tf.float32),
-                                  tf.constant(sc, tf.float32))
+                return self.case1(
+                    "tensorflow", f, tf.constant(x0, tf.float32), tf.constant(sc, tf.float32)
+                )
 
             self.run("case 1", "tensorflow", "PASS", tf_hand)
             if _installed("tensorflow_probability"):
+
                 def tf_tfp() -> Outcome:
                     import tensorflow as tf
                     import tensorflow_probability as tfp
@@ -187,40 +198,54 @@ class _Demo:
                             tfp.distributions.Normal(tf.zeros_like(scale), scale).log_prob(x)
                         )
 
-                    return self.case1("tensorflow (tfp)", f, tf.constant(x0, tf.float32),
-                                      tf.constant(sc, tf.float32))
+                    return self.case1(
+                        "tensorflow (tfp)",
+                        f,
+                        tf.constant(x0, tf.float32),
+                        tf.constant(sc, tf.float32),
+                    )
 
                 self.run("case 1", "tensorflow (tfp)", "PASS", tf_tfp)
             else:
-                self.skip("case 1 with tensorflow_probability",
-                          "not installed (pip install 'polygrad[tensorflow]')")
+                self.skip(
+                    "case 1 with tensorflow_probability",
+                    "not installed (pip install 'polygrad[tensorflow]')",
+                )
         else:
-            self.skip("case 1 with TensorFlow",
-                      "not installed (pip install 'polygrad[tensorflow]')")
+            self.skip(
+                "case 1 with TensorFlow", "not installed (pip install 'polygrad[tensorflow]')"
+            )
 
         if _installed("torch"):
+
             def torch_case() -> Outcome:
                 import torch
 
                 def f(x: Any, scale: Any) -> Any:
-                    return torch.sum(-(x - 0.0) ** 2 / (2 * scale**2))
+                    return torch.sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
-                return self.case1("torch", f, torch.tensor(x0, dtype=torch.float32),
-                                  torch.tensor(sc, dtype=torch.float32))
+                return self.case1(
+                    "torch",
+                    f,
+                    torch.tensor(x0, dtype=torch.float32),
+                    torch.tensor(sc, dtype=torch.float32),
+                )
 
             self.run("case 1", "torch", "PASS", torch_case)
         else:
             self.skip("case 1 with PyTorch", "not installed (pip install 'polygrad[torch]')")
 
         if _installed("jax"):
+
             def jax_case() -> Outcome:
                 import jax.numpy as jnp
 
                 def f(x: Any, scale: Any) -> Any:
-                    return jnp.sum(-(x - 0.0) ** 2 / (2 * scale**2))
+                    return jnp.sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
-                return self.case1("jax", f, jnp.asarray(x0, jnp.float32),
-                                  jnp.asarray(sc, jnp.float32))
+                return self.case1(
+                    "jax", f, jnp.asarray(x0, jnp.float32), jnp.asarray(sc, jnp.float32)
+                )
 
             self.run("case 1", "jax", "PASS", jax_case)
         else:
@@ -245,10 +270,17 @@ class _Demo:
                 f"± {report.entries.reference_error[worst]:.1g};"
                 f" Taylor slope {t.slope:.2f} (1 = wrong gradient)"
             )
-            return Outcome("custom gradient, bug", framework, str(report.verdict), "MISMATCH",
-                           detail, files=files)
+            return Outcome(
+                "custom gradient, bug",
+                framework,
+                str(report.verdict),
+                "MISMATCH",
+                detail,
+                files=files,
+            )
 
         if _installed("torch"):
+
             def torch_bug() -> Outcome:
                 import torch
 
@@ -273,6 +305,7 @@ class _Demo:
 
             self.run("custom gradient, bug", "torch autograd.Function", "MISMATCH", torch_bug)
         else:
+
             def np_bug() -> Outcome:
                 def f(x: np.ndarray) -> np.ndarray:
                     return np.sum(np.sin(x * x))
@@ -281,8 +314,9 @@ class _Demo:
                     return np.cos(x * x) * x  # planted bug: should be 2 * x
 
                 x = x0.astype(np.float32)
-                return finish(pg.check(f, x, grad=grad), pg.taylor_test(f, x, grad=grad),
-                              "numpy hand-written")
+                return finish(
+                    pg.check(f, x, grad=grad), pg.taylor_test(f, x, grad=grad), "numpy hand-written"
+                )
 
             self.run("custom gradient, bug", "numpy hand-written", "MISMATCH", np_bug)
 
@@ -300,8 +334,10 @@ class _Demo:
 
     def case2(self) -> None:
         if not _installed("sklearn"):
-            self.skip("case 2 (CNN input gradient)",
-                      "needs scikit-learn for the digit images (pip install scikit-learn)")
+            self.skip(
+                "case 2 (CNN input gradient)",
+                "needs scikit-learn for the digit images (pip install scikit-learn)",
+            )
             return
         use_keras = _installed("tensorflow") and (_installed("keras") or _installed("tf_keras"))
         if use_keras:
@@ -309,9 +345,10 @@ class _Demo:
         elif _installed("torch"):
             self.run("case 2 CNN input gradient", "torch", "PASS", self.case2_torch)
         else:
-            self.skip("case 2 (CNN input gradient)",
-                      "needs Keras or PyTorch (pip install 'polygrad[tensorflow]' or "
-                      "'polygrad[torch]')")
+            self.skip(
+                "case 2 (CNN input gradient)",
+                "needs Keras or PyTorch (pip install 'polygrad[tensorflow]' or 'polygrad[torch]')",
+            )
 
     def _case2_outcome(self, report: Any, framework: str) -> Outcome:
         files = [self._save_json("case2-cnn-report", report.to_dict())]
@@ -328,8 +365,7 @@ class _Demo:
             f"{ref.get('evaluations')} model evaluations in {ref.get('seconds', 0):.1f} s"
         )
         status = "PASS" if report.ok else str(report.verdict)
-        return Outcome("case 2 CNN input gradient", framework, status, "PASS", detail,
-                       files=files)
+        return Outcome("case 2 CNN input gradient", framework, status, "PASS", detail, files=files)
 
     def case2_keras(self) -> Outcome:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -340,16 +376,18 @@ class _Demo:
 
         keras.utils.set_random_seed(0)
         img, label = self.digit()
-        model = keras.Sequential([
-            keras.Input((28, 28, 1)),
-            keras.layers.Conv2D(8, 3, activation="relu"),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Conv2D(16, 3, activation="relu"),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(0.5),
-            keras.layers.Dense(10, activation="softmax"),
-        ])
+        model = keras.Sequential(
+            [
+                keras.Input((28, 28, 1)),
+                keras.layers.Conv2D(8, 3, activation="relu"),
+                keras.layers.MaxPooling2D(2),
+                keras.layers.Conv2D(16, 3, activation="relu"),
+                keras.layers.MaxPooling2D(2),
+                keras.layers.Flatten(),
+                keras.layers.Dropout(0.5),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
         y = np.zeros((1, 10), np.float32)
         y[0, label] = 1.0
 
@@ -368,9 +406,15 @@ class _Demo:
         torch.manual_seed(0)
         img, label = self.digit()
         model = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(16 * 5 * 5, 10),
+            torch.nn.Conv2d(1, 8, 3),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(),
+            torch.nn.Dropout(0.5),
+            torch.nn.Linear(16 * 5 * 5, 10),
         ).eval()
         target = torch.tensor([label])
 
@@ -381,8 +425,9 @@ class _Demo:
         return self._case2_outcome(pg.check(loss, x), "torch")
 
 
-def run_demo(out: str | Path = "polygrad-demo", quick: bool = False,
-             say: Callable[[str], None] = print) -> int:
+def run_demo(
+    out: str | Path = "polygrad-demo", quick: bool = False, say: Callable[[str], None] = print
+) -> int:
     """Run the demo, print a summary, write plots and JSON reports to ``out``.
 
     Parameters
@@ -403,8 +448,9 @@ def run_demo(out: str | Path = "polygrad-demo", quick: bool = False,
     return 0 if d.ok else 1
 
 
-def demo(out: str | Path = "polygrad-demo", quick: bool = False,
-         say: Callable[[str], None] = print) -> DemoResult:
+def demo(
+    out: str | Path = "polygrad-demo", quick: bool = False, say: Callable[[str], None] = print
+) -> DemoResult:
     """Run the demo and return its :class:`DemoResult` (see :func:`run_demo`)."""
     t0 = time.perf_counter()
     out = Path(out)
@@ -431,8 +477,7 @@ def demo(out: str | Path = "polygrad-demo", quick: bool = False,
     say("")
     n_ok = sum(o.as_expected for o in res.outcomes)
     ran = [o for o in res.outcomes if o.status != "SKIPPED"]
-    say(f"Summary: {n_ok} of {len(ran)} examples gave the expected verdict in "
-        f"{res.seconds:.0f} s.")
+    say(f"Summary: {n_ok} of {len(ran)} examples gave the expected verdict in {res.seconds:.0f} s.")
     say("  PASS means autodiff agrees with a float64 reference within its error bar plus the")
     say("  round-off of float32; the growing disagreement of the plain difference in case 1 is")
     say("  round-off of the check itself (see the *-sweep.png plots: the V-shaped curve and the")
@@ -445,10 +490,16 @@ def demo(out: str | Path = "polygrad-demo", quick: bool = False,
         say("  skipped: " + "; ".join(res.skipped))
     if not dm.plots:
         say("  plots were not drawn: matplotlib is not installed (pip install 'polygrad[plot]')")
-    (out / "summary.json").write_text(json.dumps({
-        "seconds": res.seconds,
-        "outcomes": [o.__dict__ for o in res.outcomes],
-        "skipped": res.skipped,
-    }, indent=2, default=str))
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "seconds": res.seconds,
+                "outcomes": [o.__dict__ for o in res.outcomes],
+                "skipped": res.skipped,
+            },
+            indent=2,
+            default=str,
+        )
+    )
     say(f"  plots and JSON reports: {out}")
     return res

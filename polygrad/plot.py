@@ -71,18 +71,29 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
     grid = np.geomspace(h.min(), h.max(), 200)
     gt, gr = (a.max(axis=1) for a in s.predict(grid, "central"))
     ax.loglog(h, np.maximum(ce, tiny), "o-", color="C0", label="central difference (measured)")
-    ax.loglog(h, np.maximum(fe, tiny), "s", color="C1", alpha=0.6, ms=4,
-              label="forward difference (measured)")
+    ax.loglog(
+        h,
+        np.maximum(fe, tiny),
+        "s",
+        color="C1",
+        alpha=0.6,
+        ms=4,
+        label="forward difference (measured)",
+    )
     ax.loglog(grid, gr, ":", color="C3", label="predicted round-off  σ/(√2 h)")
     if np.any(pt > 0):
-        ax.loglog(grid, np.maximum(gt, tiny), "--", color="C2",
-                  label="predicted truncation  |f'''| h²/6")
+        ax.loglog(
+            grid, np.maximum(gt, tiny), "--", color="C2", label="predicted truncation  |f'''| h²/6"
+        )
     ax.loglog(grid, gt + gr, "-", color="0.5", lw=0.8, label="predicted total")
     ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
     ax.annotate(
         f"best h ≈ {s.optimal_step:.3g}\nerror ≈ {s.optimal_error:.2g}",
-        (s.optimal_step, s.optimal_error), textcoords="offset points", xytext=(-8, 12),
-        ha="right", fontsize=8,
+        (s.optimal_step, s.optimal_error),
+        textcoords="offset points",
+        xytext=(-8, 12),
+        ha="right",
+        fontsize=8,
     )
     pos = np.concatenate([ce[ce > 0], pr[pr > 0]])
     if pos.size:
@@ -121,12 +132,25 @@ def plot_taylor(t: TaylorResult, path: str | Path | None = None, ax: Any = None)
     tiny = np.finfo(np.float64).tiny
     ax.loglog(h, np.maximum(r, tiny), "o-", color="C0", ms=4, label="remainder r(h)")
     if np.any(t.used):
-        ax.loglog(h[t.used], r[t.used], "o", color="C3", ms=7, mfc="none",
-                  label=f"fitted: slope {t.slope:.2f}")
+        ax.loglog(
+            h[t.used],
+            r[t.used],
+            "o",
+            color="C3",
+            ms=7,
+            mfc="none",
+            label=f"fitted: slope {t.slope:.2f}",
+        )
         h0, r0 = h[t.used][0], r[t.used][0]
         for p, style in ((2, "--"), (1, ":")):
-            ax.loglog(h, r0 * (h / h0) ** p, style, color="0.4", lw=0.8,
-                      label=f"slope {p}" + (" (correct)" if p == 2 else " (wrong gradient)"))
+            ax.loglog(
+                h,
+                r0 * (h / h0) ** p,
+                style,
+                color="0.4",
+                lw=0.8,
+                label=f"slope {p}" + (" (correct)" if p == 2 else " (wrong gradient)"),
+            )
     ax.loglog(h, t.floor, "-", color="C7", lw=0.8, label="round-off floor")
     pos = r[np.isfinite(r) & (r > 0)]
     if pos.size:

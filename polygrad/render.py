@@ -73,8 +73,8 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
 
-def _g(x: float, digits: int = 4) -> str:
-    x = float(x)
+def _g(x: float | None, digits: int = 4) -> str:
+    x = float("nan") if x is None else float(x)
     if np.isnan(x):
         return "-"
     if np.isinf(x):

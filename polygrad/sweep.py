@@ -338,9 +338,7 @@ def _default_steps(eps: float) -> np.ndarray:
     return 2.0 ** -np.arange(1, k + 1, dtype=np.float64)
 
 
-def _directions(
-    target: Target, directions: Any, seed: int
-) -> tuple[np.ndarray, list[str]]:
+def _directions(target: Target, directions: Any, seed: int) -> tuple[np.ndarray, list[str]]:
     n = target.n
     s = _pow2_scales(target.x0)
     if directions is None:
@@ -417,7 +415,15 @@ def sweep_target(
         noise_ref = estimate_noise(ref_fn, target.x0, W, f0_ref, ref_eps, _ecnoise_step(ref_eps))
         h_max, levels = _ladder(ref_eps)
         dd = directional_derivatives(
-            ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, method, h_max, levels,
+            ref_fn,
+            target.x0,
+            W,
+            f0_ref,
+            noise_ref.sigma,
+            ref_eps,
+            method,
+            h_max,
+            levels,
             max_rows=batch_size,
         )
         bar.update()
@@ -553,5 +559,6 @@ def sweep(
     if not be.supports_autodiff and not supplied.given():
         supplied = Supplied(jvp=_zero_jvp(f))  # a sweep needs no derivative
     target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
-    return sweep_target(target, steps=steps, directions=directions, seed=seed,
-                        batch_size=batch_size)
+    return sweep_target(
+        target, steps=steps, directions=directions, seed=seed, batch_size=batch_size
+    )

@@ -277,7 +277,10 @@ def taylor_target(
         slope = float(np.polyfit(np.log(hs[pick]), np.log(residual[pick]), 1)[0])
         first = float(residual[pick[-1]] / hs[pick[-1]])
         verdict = (
-            "consistent" if slope >= SLOPE_CORRECT else "wrong" if slope <= SLOPE_WRONG
+            "consistent"
+            if slope >= SLOPE_CORRECT
+            else "wrong"
+            if slope <= SLOPE_WRONG
             else "unclear"
         )
     else:
@@ -285,10 +288,20 @@ def taylor_target(
     if not np.all(np.isfinite(residual)):
         notes.append("f is not finite at some of the steps; they were left out")
     return TaylorResult(
-        steps=hs, residual=residual, floor=floor, used=used, slope=slope,
-        rates=rates, directional_derivative=dd, first_order_error=first, verdict=verdict,
-        mode=mode, evaluation=evaluation, working_dtype=target.working_dtype,
-        direction=v, notes=notes,
+        steps=hs,
+        residual=residual,
+        floor=floor,
+        used=used,
+        slope=slope,
+        rates=rates,
+        directional_derivative=dd,
+        first_order_error=first,
+        verdict=verdict,
+        mode=mode,
+        evaluation=evaluation,
+        working_dtype=target.working_dtype,
+        direction=v,
+        notes=notes,
     )
 
 

@@ -47,7 +47,10 @@ def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     e.pop("FORCE_COLOR", None)
     e.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "polygrad", *args], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "polygrad", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env=e,
     )
 
@@ -62,22 +65,39 @@ def user_files(tmp_path):
 def test_check_pass_fail_and_json(user_files, tmp_path):
     f = str(user_files / "model.py")
     out = tmp_path / "out" / "report.json"
-    ok = run("check", f"{f}:logdensity", "--at", "1.0, 2.0", "--dtype", "float32",
-             "--json", str(out))
+    ok = run(
+        "check", f"{f}:logdensity", "--at", "1.0, 2.0", "--dtype", "float32", "--json", str(out)
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("polygrad: PASS") and "\x1b[" not in ok.stdout  # piped: plain
     data = json.loads(out.read_text())
     assert data["verdict"] == "PASS" and data["ok"] is True
     assert data["details"]["working_dtype"] == "float32"
-    bad = run("check", f"{f}:logdensity", "--at", "1.0", "--grad", "buggy_grad",
-              "--plot", str(tmp_path / "entries.png"))
+    bad = run(
+        "check",
+        f"{f}:logdensity",
+        "--at",
+        "1.0",
+        "--grad",
+        "buggy_grad",
+        "--plot",
+        str(tmp_path / "entries.png"),
+    )
     assert bad.returncode == 1
     assert "MISMATCH" in bad.stdout and "Taylor test" in bad.stdout
     png = (tmp_path / "entries.png").read_bytes()
     assert png[:8] == PNG and len(png) > 5_000
     # --grad given as file.py:function
-    ok2 = run("check", f"{f}:logdensity", "--at", "[0.5, -1.5]", "--dtype", "float64",
-              "--grad", f"{f}:logdensity_grad")
+    ok2 = run(
+        "check",
+        f"{f}:logdensity",
+        "--at",
+        "[0.5, -1.5]",
+        "--dtype",
+        "float64",
+        "--grad",
+        f"{f}:logdensity_grad",
+    )
     assert ok2.returncode == 0 and "float64" in ok2.stdout
 
 
@@ -112,8 +132,18 @@ def test_framework_from_imports_and_taylor(user_files, tmp_path):
 def test_sweep_with_plot(user_files, tmp_path):
     f = str(user_files / "model.py")
     png = tmp_path / "sweep.png"
-    r = run("sweep", f"{f}:logdensity", "--at", "1.0", "--dtype", "float32", "--plot", str(png),
-            "--json", str(tmp_path / "sweep.json"))
+    r = run(
+        "sweep",
+        f"{f}:logdensity",
+        "--at",
+        "1.0",
+        "--dtype",
+        "float32",
+        "--plot",
+        str(png),
+        "--json",
+        str(tmp_path / "sweep.json"),
+    )
     assert r.returncode == 0, r.stderr
     assert "best" in r.stdout and "2^-13" in r.stdout
     data = png.read_bytes()

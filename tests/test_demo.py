@@ -17,7 +17,10 @@ def test_demo_runs_everything(tmp_path):
     t0 = time.perf_counter()
     r = subprocess.run(
         [sys.executable, "-m", "polygrad", "demo", "--out", str(out)],
-        capture_output=True, text=True, timeout=240, env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
     )
     wall = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout + r.stderr

@@ -20,7 +20,7 @@ def _scale() -> np.ndarray:
 
 
 def _np_f(x, scale):
-    return np.sum(-(x - 0.0) ** 2 / (2 * scale**2))
+    return np.sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
 
 def _np_grad(x, scale):
@@ -72,7 +72,7 @@ def test_case1_tensorflow_float32_both_forms():
     tfp = pytest.importorskip("tensorflow_probability")
 
     def hand(x, scale):
-        return tf.reduce_sum(-(x - 0.0) ** 2 / (2 * scale**2))
+        return tf.reduce_sum(-((x - 0.0) ** 2) / (2 * scale**2))
 
     def with_tfp(x, scale):
         return tf.reduce_sum(tfp.distributions.Normal(tf.zeros_like(scale), scale).log_prob(x))

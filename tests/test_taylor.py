@@ -21,8 +21,10 @@ FUNCTIONS = {
     "logsumexp": (lambda x: np.log(np.sum(np.exp(x))), lambda x: np.exp(x) / np.sum(np.exp(x))),
     "rosenbrock": (
         lambda x: np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2),
-        lambda x: np.concatenate([[0.0], 200 * (x[1:] - x[:-1] ** 2)])
-        + np.concatenate([-400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1]), [0.0]]),
+        lambda x: (
+            np.concatenate([[0.0], 200 * (x[1:] - x[:-1] ** 2)])
+            + np.concatenate([-400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1]), [0.0]])
+        ),
     ),
     "quadratic form": (lambda x: 0.5 * x @ A @ x, lambda x: A @ x),
     "tanh squared": (lambda x: np.sum(np.tanh(x) ** 2), lambda x: 2 * np.tanh(x) / np.cosh(x) ** 2),
@@ -142,8 +144,14 @@ def _framework_cases():
                 (x,) = ctx.saved_tensors
                 return g * 1.01 * (torch.cos(x) * x + torch.sin(x))
 
-        cases.append(("torch", lambda x: torch.sum(torch.sin(x) * x), Bad.apply,
-                      torch.tensor(x0, dtype=torch.float32)))
+        cases.append(
+            (
+                "torch",
+                lambda x: torch.sum(torch.sin(x) * x),
+                Bad.apply,
+                torch.tensor(x0, dtype=torch.float32),
+            )
+        )
     try:
         import jax
         import jax.numpy as jnp
@@ -170,8 +178,14 @@ def _framework_cases():
 
             return tf.reduce_sum(tf.sin(x) * x), grad
 
-        cases.append(("tensorflow", lambda x: tf.reduce_sum(tf.sin(x) * x), bad_tf,
-                      tf.constant(x0, tf.float32)))
+        cases.append(
+            (
+                "tensorflow",
+                lambda x: tf.reduce_sum(tf.sin(x) * x),
+                bad_tf,
+                tf.constant(x0, tf.float32),
+            )
+        )
     return cases
 
 

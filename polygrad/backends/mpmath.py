@@ -81,7 +81,7 @@ def make_context(dps: int) -> Any:
     def _fmod(x: Any, y: Any) -> Any:
         return x - y * ctx.floor(x / y) if x * y >= 0 else x - y * ctx.ceil(x / y)
 
-    extra = {"_exp2": _exp2, "_log2": _log2, "fmod": _fmod}
+    extra: dict[str, Callable[..., Any]] = {"_exp2": _exp2, "_log2": _log2, "fmod": _fmod}
     for ufunc_name, fname in MP_UFUNC_METHODS.items():
         impl = extra.get(fname) or getattr(ctx, fname)
         if ufunc_name in _BINARY:
@@ -130,7 +130,7 @@ def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
 def mp_evaluator(
     call: Callable[[list[np.ndarray]], Any],
     shapes: list[tuple[int, ...]],
-) -> Callable[[np.ndarray, int], np.ndarray]:
+) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
     """Wrap ``call(leaves)`` so that it evaluates on mpmath numbers.
 
     Parameters

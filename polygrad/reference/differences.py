@@ -303,7 +303,7 @@ def _solve(
     valid = ~np.all(np.isnan(Y), axis=(2, 3))  # (d, L)
     patterns, inverse = np.unique(valid, axis=0, return_inverse=True)
     inverse = np.asarray(inverse).reshape(-1)
-    parts: dict[str, np.ndarray] = {}
+    parts: dict[str, list[np.ndarray]] = {}
     tabs: dict[str, list] = {"c": [], "r": [], "l": []}
     order = []
     for p, pattern in enumerate(patterns):
@@ -327,7 +327,7 @@ def _solve(
             ("finest", np.full(rows.size, st[-1])),
             ("largest", np.full(rows.size, st[0])),
         ):
-            parts.setdefault(key, []).append(v)  # type: ignore[arg-type]
+            parts.setdefault(key, []).append(v)
     idx = np.concatenate(order)
     back = np.empty(d, dtype=np.int64)
     back[idx] = np.arange(d)

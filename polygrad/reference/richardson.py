@@ -149,8 +149,8 @@ def neville(
     with np.errstate(all="ignore"):
         sd_rel = np.where(sd_max > 0, noise_sd / np.where(sd_max > 0, sd_max, 1.0), 0.0)
     # coefficient vectors of each tableau column over the D_k: carried exactly
-    prev_T = None
-    prev_C = None
+    prev_T = np.empty(0, dtype=D.dtype)  # the previous column (set at j = 0)
+    prev_C = np.empty((0, L))
     fine = _Best(batch, D.dtype)
     best_val = np.full(batch, np.nan, dtype=D.dtype)
     best_err = np.full(batch, np.inf)
