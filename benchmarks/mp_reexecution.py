@@ -1,4 +1,4 @@
-"""Time the re-execution of JAX functions on mpmath numbers (``polygrad.backends.jaxpr_mp``).
+"""Time the re-execution of JAX functions on mpmath numbers (``polygrad.mpexec.jaxpr``).
 
 For a few typical functions (an elementwise chain, a small MLP, softmax
 cross-entropy, a scan-based recurrence, a small CNN with pooling), the
@@ -80,8 +80,8 @@ def time_one(
     """Seconds per evaluation and per thousand primitive applications at ``dps`` digits."""
     import jax
 
-    from polygrad.backends.jaxpr_mp import _Interpreter
     from polygrad.backends.mpmath import make_context
+    from polygrad.mpexec.jaxpr import _Interpreter
 
     with jax.enable_x64(True):
         x = np.random.default_rng(1).standard_normal(shape)

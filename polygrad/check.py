@@ -572,17 +572,7 @@ def check(
         blocks.append(_compare(target, dd, md, full, s, W_all, rng, ref_eps))
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
 
-    worst = int(entries.status.max()) if entries.status.size else 0
-    verdict = {v: k for k, v in SEVERITY.items()}[worst]
-    at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
-    if nonsmooth == "allow":
-        ok = verdict in (Verdict.PASS, Verdict.NONSMOOTH)
-    elif nonsmooth == "within":
-        ok = verdict == Verdict.PASS or (
-            verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[at_kink]))
-        )
-    else:
-        ok = verdict == Verdict.PASS
+    verdict, ok = _overall(entries, nonsmooth)
     details.update(
         backend=target.backend,
         working_dtype=target.working_dtype,
@@ -875,6 +865,24 @@ def _rows(
 
 def _output_names(target: Target) -> list[str]:
     return [target.output_layout.name_of(i) for i in range(target.m)]
+
+
+def _overall(entries: Entries, nonsmooth: str) -> tuple[Verdict, bool]:
+    """The worst verdict of ``entries`` and whether the check passes under ``nonsmooth``.
+
+    ``nonsmooth`` is ``check``'s option: ``"allow"`` passes NONSMOOTH,
+    ``"within"`` passes it when every entry at a kink lies within its one-sided
+    derivatives, anything else passes PASS only.
+    """
+    worst = int(entries.status.max()) if entries.status.size else 0
+    verdict = {v: k for k, v in SEVERITY.items()}[worst]
+    if nonsmooth == "allow":
+        return verdict, verdict in (Verdict.PASS, Verdict.NONSMOOTH)
+    if nonsmooth == "within":
+        at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+        within = bool(np.all(entries.within_one_sided[at_kink]))
+        return verdict, verdict == Verdict.PASS or (verdict == Verdict.NONSMOOTH and within)
+    return verdict, verdict == Verdict.PASS
 
 
 def _concat_entries(blocks: list[Entries], prefix: bool, modes: list[str]) -> Entries:

@@ -35,7 +35,7 @@ import numpy as np
 from ._pytree import flatten, tree_map
 from .backends import BACKEND_MODULES, _backend_class, get_backend, select_backend
 from .backends.base import Backend, Supplied, Target
-from .check import C_AD, F64_EPS, _compare, _concat_entries, check, normalize_argnums
+from .check import C_AD, F64_EPS, _compare, _concat_entries, _overall, check, normalize_argnums
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
 from .report import SEVERITY, Report, Verdict, _jsonable
@@ -747,17 +747,7 @@ def _judge(
             _compare(t, cap["dd"], md, cap["full"], cap["s"], cap["W_all"], rng, cap["ref_eps"])
         )
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
-    worst = int(entries.status.max()) if entries.status.size else 0
-    verdict = {v: k for k, v in SEVERITY.items()}[worst]
-    at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
-    if nonsmooth == "allow":
-        ok = verdict in (Verdict.PASS, Verdict.NONSMOOTH)
-    elif nonsmooth == "within":
-        ok = verdict == Verdict.PASS or (
-            verdict == Verdict.NONSMOOTH and bool(np.all(entries.within_one_sided[at_kink]))
-        )
-    else:
-        ok = verdict == Verdict.PASS
+    verdict, ok = _overall(entries, nonsmooth)
     details = {
         k: v
         for k, v in ref_report.details.items()

@@ -1,4 +1,4 @@
-"""Re-executing JAX functions on mpmath numbers (polygrad.backends.jaxpr_mp).
+"""Re-executing JAX functions on mpmath numbers (polygrad.mpexec.jaxpr).
 
 Each function of the suite is evaluated from its float64 jaxpr at 50 digits and
 compared with JAX's own float64 execution (they must agree to a few ULP times the
@@ -28,13 +28,13 @@ from jax.scipy import special as jsp
 import polygrad as pg
 from polygrad.backends.base import Supplied
 from polygrad.backends.jax import JaxBackend
-from polygrad.backends.jaxpr_mp import (
+from polygrad.backends.mpmath import make_context
+from polygrad.mpexec.jaxpr import (
     UnsupportedPrimitiveError,
     build_evaluate_mp,
     evaluate_jaxpr_mp,
     unsupported_primitives,
 )
-from polygrad.backends.mpmath import make_context
 from polygrad.reference.mp import mp_directional_derivatives
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,13 +26,13 @@ import polygrad as pg
 from polygrad.backends import get_backend
 from polygrad.backends.base import Supplied
 from polygrad.backends.torch import _flat_output
-from polygrad.backends.torch_graph_mp import (
+from polygrad.errors import NondeterministicFunctionError
+from polygrad.mpexec.torch_graph import (
     GraphCaptureError,
     UnsupportedOperatorError,
     covered_operators,
     torch_mp_evaluator,
 )
-from polygrad.errors import NondeterministicFunctionError
 from polygrad.reference.mp import mp_directional_derivatives
 
 F = torch.nn.functional
@@ -618,7 +618,7 @@ def test_second_derivatives_use_mp_through_pytorch_decompositions():
 
 
 def test_alias_guard_flags_copies_of_views_and_unshares_other_results():
-    from polygrad.backends.torch_graph_mp import GraphProgram
+    from polygrad.mpexec.torch_graph import GraphProgram
 
     a = np.arange(6.0).reshape(2, 3)
     # a view operator whose NumPy result is a copy: flagged (None), so a later in-place
@@ -673,3 +673,19 @@ def test_bug_below_float64_resolution_is_found_by_the_mp_reference():
     e = mp.entries
     rel = e.autodiff / e.reference - 1
     np.testing.assert_allclose(rel, 1e-9, rtol=1e-3)  # the mp reference measures the bug
+
+
+def test_fmax_fmin_ignore_nan_constants_like_torch():
+    """fmax/fmin return the other argument where one is NaN (IEEE maxNum), and a NaN
+    constant does not make the graph look input-dependent."""
+    from polygrad.mpexec.torch_graph import torch_mp_evaluator
+
+    c = torch.tensor([float("nan"), 1.0, 2.0], dtype=torch.float64)
+
+    def f(x):
+        return torch.fmax(x, c) * 2 + torch.fmin(x, c)
+
+    x = torch.tensor([0.5, 3.0, 1.0], dtype=torch.float64)
+    y_mp = torch_mp_evaluator(f, [x])(x.numpy(), np.zeros(3), 30)
+    np.testing.assert_array_equal([float(v) for v in y_mp], f(x).numpy())
+    np.testing.assert_array_equal(f(x).numpy(), [1.5, 7.0, 5.0])

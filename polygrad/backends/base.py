@@ -399,6 +399,29 @@ class Backend(ABC):
         NotImplementedError
             The backend has no autodiff.
         """
+
+        def of_checked(*checked: Any) -> Any:
+            new = list(args)
+            for i, c in zip(argnums, checked, strict=True):
+                new[i] = c
+            return f(*new)
+
+        primals = [args[i] for i in argnums]
+        grads = self._pullback(of_checked, primals, np.asarray(cotangent))
+        return [
+            np.zeros(np.shape(self.to_numpy(p))) if g is None else g
+            for g, p in zip(grads, primals, strict=True)
+        ]
+
+    def _pullback(
+        self, g: Callable[..., Any], primals: list[Any], cotangent: np.ndarray
+    ) -> list[np.ndarray | None]:
+        """The framework's VJP of ``g`` (one output array) at ``primals``, for ``cotangent``.
+
+        The hook behind :meth:`native_vjp`: one NumPy array per primal, or
+        None where the output does not depend on it (read as zeros).
+        ``cotangent`` holds as many elements as the output, in any shape.
+        """
         raise NotImplementedError(f"the {self.name} backend has no autodiff")
 
     def version(self) -> str:

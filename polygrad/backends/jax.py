@@ -24,8 +24,8 @@ vmapped (NumPy inside, a custom rule without batching support...) is run one
 row at a time, and a note says so.
 
 The mp reference (``Target.evaluate_mp``) traces ``f`` once, in float64, to a
-jaxpr and re-executes it on mpmath numbers (:mod:`.jaxpr_mp`). Every primitive
-is checked before the check starts; one without an mpmath rule leaves
+jaxpr and re-executes it on mpmath numbers (:mod:`polygrad.mpexec.jaxpr`). Every
+primitive is checked before the check starts; one without an mpmath rule leaves
 ``evaluate_mp`` unset, and ``mp_unavailable_reason`` names it.
 """
 
@@ -421,28 +421,17 @@ class JaxBackend(Backend):
 
         return jnp.stack([re, im], axis=-1)
 
-    def native_vjp(
-        self,
-        f: Callable[..., Any],
-        args: tuple[Any, ...],
-        argnums: tuple[int, ...],
-        cotangent: np.ndarray,
-    ) -> list[np.ndarray]:
+    def _pullback(
+        self, g: Callable[..., Any], primals: list[Any], cotangent: np.ndarray
+    ) -> list[np.ndarray | None]:
         import jax
         import jax.numpy as jnp
 
-        wide = any(np.dtype(getattr(args[i], "dtype", np.float32)).itemsize >= 8 for i in argnums)
+        wide = any(np.dtype(getattr(p, "dtype", np.float32)).itemsize >= 8 for p in primals)
         with _x64() if wide else contextlib.nullcontext():
-
-            def of_checked(*checked: Any) -> Any:
-                new = list(args)
-                for i, c in zip(argnums, checked, strict=True):
-                    new[i] = c
-                return f(*new)
-
-            out, pull = jax.vjp(of_checked, *(args[i] for i in argnums))
-            grads = pull(jnp.asarray(np.asarray(cotangent), dtype=out.dtype).reshape(out.shape))
-            return [np.asarray(g) for g in grads]
+            out, pull = jax.vjp(g, *primals)
+            grads = pull(jnp.asarray(cotangent, dtype=out.dtype).reshape(out.shape))
+            return [np.asarray(v) for v in grads]
 
     def make_target(
         self,
@@ -617,20 +606,20 @@ class JaxBackend(Backend):
             out, pull = jax.vjp(of_checked, *[a[i] for i in argnums])
             leaves, td = jax.tree_util.tree_flatten(out)
             cot = [jnp.asarray(c, dtype=o.dtype) for c, o in zip(cot_np, leaves, strict=True)]
-            grads = pull(td.unflatten(cot))
+            grads = pull(jax.tree_util.tree_unflatten(td, cot))
             return grads[0] if len(argnums) == 1 else grads
 
         return vjp_with_fixed_cotangent
 
 
 def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:
-    """``evaluate_mp`` from ``f``'s jaxpr (see :mod:`.jaxpr_mp`), or why there is none.
+    """``evaluate_mp`` from ``f``'s jaxpr (:mod:`polygrad.mpexec.jaxpr`), or why there is none.
 
     ``f`` is traced in float64 (so its float literals keep float64 precision);
     when it does not accept float64 input (mixed-dtype ``lax`` calls), in the
     working dtypes: casts are the identity on mpmath numbers either way.
     """
-    from .jaxpr_mp import build_evaluate_mp
+    from ..mpexec.jaxpr import build_evaluate_mp
 
     def of_leaves(*leaves: Any) -> list[Any]:
         return flat(*leaves, args=flat.promoted_args())

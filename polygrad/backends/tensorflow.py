@@ -372,27 +372,18 @@ class TensorflowBackend(Backend):
     def stack_pair(self, re: Any, im: Any) -> Any:
         return self.tf.stack([re, im], axis=-1)
 
-    def native_vjp(
-        self,
-        f: Callable[..., Any],
-        args: tuple[Any, ...],
-        argnums: tuple[int, ...],
-        cotangent: np.ndarray,
-    ) -> list[np.ndarray]:
+    def _pullback(
+        self, g: Callable[..., Any], primals: list[Any], cotangent: np.ndarray
+    ) -> list[np.ndarray | None]:
         tf = self.tf
-        new = list(args)
-        checked = [tf.convert_to_tensor(args[i]) for i in argnums]
+        checked = [tf.convert_to_tensor(p) for p in primals]
         with tf.GradientTape() as tape:
-            for i, c in zip(argnums, checked, strict=True):
+            for c in checked:
                 tape.watch(c)
-                new[i] = c
-            out = tf.convert_to_tensor(f(*new))
-        cot = tf.reshape(tf.constant(np.asarray(cotangent), dtype=out.dtype), tf.shape(out))
+            out = tf.convert_to_tensor(g(*checked))
+        cot = tf.reshape(tf.constant(cotangent, dtype=out.dtype), tf.shape(out))
         grads = tape.gradient(out, checked, output_gradients=cot)
-        return [
-            np.zeros(tuple(c.shape)) if g is None else np.asarray(g)
-            for g, c in zip(grads, checked, strict=True)
-        ]
+        return [None if v is None else np.asarray(v) for v in grads]
 
     # -- helpers ------------------------------------------------------------------------------
     def _flat_outputs(self, out: Any) -> list[Any]:

@@ -37,7 +37,7 @@ them.
 
 The mp reference (``evaluate_mp``) traces the function once to an ATen graph
 with ``make_fx`` and re-executes it on mpmath numbers
-(:mod:`polygrad.backends.torch_graph_mp`); float32 parameters and constants
+(:mod:`polygrad.mpexec.torch_graph`); float32 parameters and constants
 enter exactly and no float32 rounding is applied. A function that cannot be
 traced, whose graph depends on the input values, or that uses an operator
 without an mpmath rule (or a random one) gets ``evaluate_mp = None`` and an
@@ -52,7 +52,7 @@ import sys
 import types
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -140,7 +140,7 @@ def _module_classes(torch: Any) -> tuple[type, type]:
                 self.method = None
             elif isinstance(owner, torch.nn.Module):
                 self.model = owner
-                self.method = f.__func__
+                self.method = cast(Any, f).__func__
             else:
                 object.__setattr__(self, "plain", f)
                 self.method = None
@@ -414,26 +414,16 @@ class TorchBackend(Backend):
     def stack_pair(self, re: Any, im: Any) -> Any:
         return self.torch.stack([re, im], dim=-1)
 
-    def native_vjp(
-        self,
-        f: Callable[..., Any],
-        args: tuple[Any, ...],
-        argnums: tuple[int, ...],
-        cotangent: np.ndarray,
-    ) -> list[np.ndarray]:
+    def _pullback(
+        self, g: Callable[..., Any], primals: list[Any], cotangent: np.ndarray
+    ) -> list[np.ndarray | None]:
         torch = self.torch
-        new = list(args)
         with torch.enable_grad():
-            checked = [args[i].detach().clone().requires_grad_() for i in argnums]
-            for i, c in zip(argnums, checked, strict=True):
-                new[i] = c
-            out = f(*new)
-            cot = torch.as_tensor(np.asarray(cotangent)).to(out.dtype).reshape(out.shape)
+            checked = [p.detach().clone().requires_grad_() for p in primals]
+            out = g(*checked)
+            cot = torch.as_tensor(cotangent).to(out.dtype).reshape(out.shape)
             grads = torch.autograd.grad(out, checked, cot, allow_unused=True)
-        return [
-            np.zeros(tuple(c.shape)) if g is None else g.detach().cpu().resolve_conj().numpy()
-            for g, c in zip(grads, checked, strict=True)
-        ]
+        return [None if v is None else v.detach().cpu().resolve_conj().numpy() for v in grads]
 
     # ---------------------------------------------------------------- targets
     def make_target(
@@ -468,7 +458,7 @@ class TorchBackend(Backend):
         Target
             Callables on float64 NumPy arrays; ``evaluate_mp`` re-executes the
             function's ATen graph on mpmath numbers
-            (:mod:`polygrad.backends.torch_graph_mp`), or is None with
+            (:mod:`polygrad.mpexec.torch_graph`), or is None with
             ``mp_unavailable_reason`` naming the operator or the tracing
             problem.
 
@@ -611,7 +601,7 @@ class TorchBackend(Backend):
         if isinstance(f, torch.nn.Module):
             f64: Callable[..., Any] = copy64(f)
         elif isinstance(owner, torch.nn.Module):
-            f64 = types.MethodType(f.__func__, copy64(owner))
+            f64 = types.MethodType(cast(Any, f).__func__, copy64(owner))
         else:
             f64 = f
         return f64, tuple(tree_map(leaf64, a) for a in args), copy64
@@ -725,7 +715,7 @@ class TorchBackend(Backend):
         self, work: _Program, primals: list[Any]
     ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
         """``(evaluate_mp, None)``, or ``(None, reason)`` when the graph cannot run on mpmath."""
-        from .torch_graph_mp import torch_mp_evaluator
+        from ..mpexec.torch_graph import torch_mp_evaluator
 
         try:
             return torch_mp_evaluator(work.call, primals), None

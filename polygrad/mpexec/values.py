@@ -1,0 +1,94 @@
+"""Exact conversion of binary floating-point values to mpmath numbers.
+
+Every value the interpreters receive (inputs, captured weights, literals) is
+a binary float, an integer or a boolean, and each of them is an exact
+``mpf``: no rounding happens on the way in. Floating tensors are held as
+NumPy object arrays of ``mpf`` of one private context
+(:func:`polygrad.backends.mpmath.make_context`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["leaves_at", "mp_array", "mpf_of"]
+
+
+def mpf_of(ctx: Any, v: Any) -> Any:
+    """``v`` as a ``ctx.mpf``, exactly.
+
+    Parameters
+    ----------
+    ctx : mpmath.MPContext
+        The context of the result.
+    v : bool, int, float, NumPy scalar or ctx.mpf
+        Binary floats of any width (float16/32/64, bfloat16) convert exactly;
+        an ``mpf`` of ``ctx`` is returned as it is.
+
+    Returns
+    -------
+    ctx.mpf
+    """
+    if isinstance(v, ctx.mpf):
+        return v
+    if isinstance(v, (bool, np.bool_, int, np.integer)):
+        return ctx.mpf(int(v))
+    return ctx.mpf(float(v))
+
+
+def mp_array(ctx: Any, a: Any) -> np.ndarray:
+    """Object array of ``ctx.mpf`` holding ``a`` exactly.
+
+    Parameters
+    ----------
+    ctx : mpmath.MPContext
+    a : array_like
+        Floats, integers, booleans or ``mpf`` (an object array may mix them),
+        any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        dtype ``object``, the shape of ``a``; a new array.
+    """
+    arr = np.asarray(a)
+    out = np.empty(arr.shape, dtype=object)
+    out.flat[:] = [mpf_of(ctx, v) for v in arr.flat]
+    return out
+
+
+def leaves_at(
+    ctx: Any, x0: np.ndarray, dx: np.ndarray, shapes: Sequence[tuple[int, ...]]
+) -> list[np.ndarray]:
+    """The point ``x0 + dx``, summed exactly in ``ctx``, cut into input leaves.
+
+    Parameters
+    ----------
+    ctx : mpmath.MPContext
+        Its precision must hold the exact sum (any ``dps`` of 40 or more holds
+        the sum of two float64 numbers of similar size; the mp reference uses 50).
+    x0, dx : numpy.ndarray
+        float64, shape ``(n,)``: the flat point and the step of one evaluation.
+    shapes : sequence of tuple of int
+        Shapes of the leaves, in the order of the flat vector; their sizes add
+        up to ``n``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        One object array of ``ctx.mpf`` per shape (each its own memory).
+    """
+    flat = np.empty(np.size(x0), dtype=object)
+    flat[:] = [
+        ctx.mpf(float(a)) + ctx.mpf(float(b))
+        for a, b in zip(np.ravel(x0), np.ravel(dx), strict=True)
+    ]
+    leaves, off = [], 0
+    for shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        leaves.append(flat[off : off + size].copy().reshape(shape))
+        off += size
+    return leaves
