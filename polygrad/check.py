@@ -780,10 +780,13 @@ def _decide(
         scale = np.where(np.isfinite(scale), scale, 0.0)
         tol_w = TOLERANCE_FACTOR * ref_err + C_AD * eps_w * scale
         tol_64 = TOLERANCE_FACTOR * ref_err + C_AD * F64_EPS * scale
-        # For a smooth function the central, left and right estimates share one limit.
-        # Where all three agree within their error bars, the most accurate is the
-        # reference (a kink just beyond the finest step on one side spoils the central
-        # estimate but not the other side's); where they disagree, it is not smooth.
+        # For a smooth function the central, left and right estimates share one limit;
+        # where they disagree, it is not smooth. The central estimate is the reference:
+        # one-sided tableaus converge only at first order, and where f changes by less
+        # than an ulp on one side they converge to the wrong limit with a small error
+        # bar (a tiny entry of a large function). Only where the central estimate is
+        # too coarse to decide (a kink just beyond the finest step spoils it) does a
+        # consistent, more accurate one-sided estimate take its place.
         slack = C_AD * ref_eps * scale
 
         def agree(a, ea, b, eb):
@@ -798,8 +801,10 @@ def _decide(
         kink = sides_finite & ref_finite & ~consistent
         kink |= sides_finite & ~ref_finite & ~agree(left, left_err, right, right_err)
         nonsmooth = kink | jumps
-        pick_r = consistent & sides_finite & (right_err < ref_err) & (right_err <= left_err)
-        pick_l = consistent & sides_finite & ~pick_r & (left_err < ref_err)
+        too_coarse = ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
+        candidate = consistent & sides_finite & too_coarse
+        pick_r = candidate & (right_err < ref_err) & (right_err <= left_err)
+        pick_l = candidate & ~pick_r & (left_err < ref_err)
         ref = np.where(pick_r, right, np.where(pick_l, left, ref))
         ref_err = np.where(pick_r, right_err, np.where(pick_l, left_err, ref_err))
         tol_w = TOLERANCE_FACTOR * ref_err + C_AD * eps_w * scale

@@ -146,7 +146,8 @@ def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[
     from .backends import _ALIASES, BACKEND_MODULES
 
     f, mod = load_function(args.function)
-    backend = args.backend or _framework_of(mod)
+    # a supplied gradient means a NumPy function, whatever else the file imports
+    backend = args.backend or ("numpy" if getattr(args, "grad", None) else _framework_of(mod))
     backend = _ALIASES.get(backend.lower(), backend.lower())
     if backend not in BACKEND_MODULES:
         raise UsageError(

@@ -73,6 +73,19 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
 
+def _relative(r: float | None) -> str:
+    """A noise relative to |f|, or a plain statement when f is near 0 (cancellation)."""
+    if r is None or not np.isfinite(r) or r > 1e-3:
+        return "f is near 0 here: the noise comes from the terms that cancel"
+    return f"{_g(r, 2)} relative"
+
+
+def _ulps(u: float) -> str:
+    if not np.isfinite(u) or u > 1e4:
+        return "f is near 0 here: the noise comes from the terms that cancel"
+    return f"~{_g(u, 2)} ulp of f"
+
+
 def _g(x: float | None, digits: int = 4) -> str:
     x = float("nan") if x is None else float(x)
     if np.isnan(x):
@@ -126,7 +139,7 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         f"  reference: {how} + Richardson extrapolation; "
         f"median step {_g(ref.get('median_step'), 3)} "
         f"(relative to |x|), median relative error bar {_g(ref.get('median_relative_error'), 2)}; "
-        f"function noise {_g(ref.get('noise'), 3)} ({_g(ref.get('noise_relative'), 2)} relative); "
+        f"function noise {_g(ref.get('noise'), 3)} ({_relative(ref.get('noise_relative'))}); "
         f"{ref.get('evaluations')} evaluations in {ref.get('seconds', 0):.2f} s"
     )
     lines.append(
@@ -180,7 +193,7 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     if naive:
         txt = (
             f"  round-off: f has noise {_g(naive['noise'], 2)} in {d.get('working_dtype')} "
-            f"(~{_g(naive['noise_ulps'], 2)} ulp of f); a plain central difference with step h "
+            f"({_ulps(naive['noise_ulps'])}); a plain central difference with step h "
             f"is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
         )
         if "optimal_step" in naive:

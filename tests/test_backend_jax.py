@@ -462,3 +462,15 @@ def test_closure_over_float32_weights_end_to_end():
 
     report = pg.check(loss, jnp.asarray(X_NP, jnp.float32))
     assert report.verdict == pg.Verdict.PASS, str(report)
+
+
+def test_forward_mode_on_custom_vjp_is_a_clear_error():
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * jnp.cos(x),))
+    x = jnp.array([0.5, 1.0])
+    assert pg.check(lambda x: jnp.sum(f(x)), x).verdict == pg.Verdict.PASS
+    with pytest.raises(ValueError, match="custom_vjp.*mode='rev'"):
+        pg.check(lambda x: jnp.sum(f(x)), x, mode="both")

@@ -390,3 +390,12 @@ def test_users_case2_cnn_with_dropout_active_is_nondeterministic():
     loss, x = cnn_loss(training=True)
     with pytest.raises(NondeterministicFunctionError, match="training=False"):
         pg.check(loss, users_cnn(), x, argnums=1)
+
+
+def test_bfloat16_inputs_are_checked_not_crashed():
+    """bfloat16 tensors cannot go through np.asarray; the check reads them with .numpy()."""
+    r = pg.check(lambda x: tf.reduce_sum(tf.tanh(x)), tf.constant([0.5, -1.0], tf.bfloat16))
+    assert r.verdict == pg.Verdict.PASS
+    assert r.details["working_dtype"] == "bfloat16"
+    assert r.details["reference"]["method"] == "float64"
+    np.testing.assert_allclose(r.entries.reference, 1 - np.tanh([0.5, -1.0]) ** 2, rtol=1e-9)

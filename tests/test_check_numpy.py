@@ -347,3 +347,55 @@ def test_auto_reference_uses_mp_only_when_affordable(monkeypatch):
     assert any("an mp reference would take about" in n for n in report.details["notes"])
     # an explicit request is honoured whatever the cost
     assert pg.check(f, x, grad=g, reference="mp").details["reference"]["method"] == "mp"
+
+
+@pytest.mark.parametrize("n", [6, 7])
+def test_value_near_zero_from_cancellation_passes(n):
+    """sum(sin(x)) over points symmetric about 0 is ~1e-16, all cancellation: the noise
+    belongs to the terms, not to |f|, and must not push the steps out to 4 |x|."""
+    x = np.linspace(-3, 3, n).astype(np.float32)
+    good = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
+    assert good.verdict == Verdict.PASS
+    assert good.details["reference"]["median_step"] < 2.0**-5
+    np.testing.assert_allclose(good.entries.reference, np.cos(x.astype(np.float64)), rtol=1e-10)
+    assert "f is near 0 here" in str(good)
+    bad = pg.check(lambda x: np.sum(np.sin(x)), x, grad=lambda x: np.cos(x) * (1 + 1e-3))
+    assert bad.verdict == Verdict.MISMATCH
+
+
+def _lse(x):
+    return np.max(x) + np.log(np.sum(np.exp(x - np.max(x))))
+
+
+def test_tiny_entries_of_a_large_function_are_not_mismatches():
+    """log-sum-exp of 1000 values near 500: most gradient entries are ~1e-13 and change
+    f (~590) by less than an ulp on one side. A one-sided estimate converges to a wrong
+    limit there with a small error bar; the reference must stay the central one."""
+    rng = np.random.default_rng(20240601)
+    x = 500.0 + 30.0 * rng.standard_normal(1000)
+    good = pg.check(_lse, x, grad=lambda x: np.exp(x - _lse(x)))
+    assert good.verdict == Verdict.PASS, str(good)
+    assert good.details["reference"]["method"] == "float64"
+
+    def bad(x):
+        g = np.exp(x - _lse(x))
+        g[np.argmax(g)] *= 1 + 1e-6
+        return g
+
+    assert pg.check(_lse, x, grad=bad).counts()["MISMATCH"] == 1
+
+
+def test_error_bars_cover_richardson_entries_that_agree_by_chance():
+    """A 2-norm of 1000 entries of size 1e3 and a long float64 sum: single tableau
+    entries whose neighbours agree by chance claimed error bars 30-300 times too small
+    (false NONSMOOTH / MISMATCH); the bars are now cross-checked between columns."""
+    x = 1e3 * np.random.default_rng(11).standard_normal(1000)
+    norm = pg.check(lambda x: np.linalg.norm(x), x, grad=lambda x: x / np.linalg.norm(x))
+    assert norm.verdict == Verdict.PASS, str(norm)
+    x = 2.0 * np.random.default_rng(5).standard_normal(1500)
+    rep = pg.check(lambda x: np.sum(np.log1p(x * x)), x, grad=lambda x: 2 * x / (1 + x * x))
+    assert rep.verdict in (Verdict.PASS, Verdict.INCONCLUSIVE), str(rep)
+    assert rep.counts().get("PASS", 0) >= 1490
+    true = 2 * x / (1 + x * x)
+    covered = np.abs(rep.entries.reference - true) <= rep.entries.reference_error
+    assert covered.mean() > 0.99

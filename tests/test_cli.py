@@ -176,3 +176,18 @@ def test_import_polygrad_is_light():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]"
+
+
+def test_supplied_gradient_means_numpy_even_if_the_file_imports_torch(tmp_path):
+    (tmp_path / "mixed.py").write_text(
+        "import numpy as np\nimport torch\n\n"
+        "def f(x):\n    return np.sum(np.sin(x))\n\n"
+        "def g(x):\n    return np.cos(x)\n\n"
+        "def g_bad(x):\n    return 1.01 * np.cos(x)\n"
+    )
+    f = str(tmp_path / "mixed.py")
+    ok = run("check", f"{f}:f", "--at", "0.5, 1.5", "--grad", f"{f}:g")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("polygrad: PASS") and "numpy" in ok.stdout
+    bad = run("check", f"{f}:f", "--at", "0.5, 1.5", "--grad", f"{f}:g_bad")
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout

@@ -50,6 +50,23 @@ _CUSTOM_PRIMITIVES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jax
 _MAX_ROWS = 128
 
 
+def _forward_mode(jvp: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    """``jvp`` with JAX's error for a ``custom_vjp`` function (no JVP rule) made clear."""
+
+    def checked(V: np.ndarray) -> np.ndarray:
+        try:
+            return jvp(V)
+        except TypeError as exc:
+            if "custom_vjp" not in str(exc):
+                raise
+            raise ValueError(
+                "forward mode (JVP) is not available: the function uses jax.custom_vjp, "
+                "which defines only a reverse-mode rule; check it with mode='rev' (the default)"
+            ) from None
+
+    return checked
+
+
 class _CannotPromote(Exception):
     """The jaxpr contains something the float64 promoter does not handle."""
 
@@ -513,8 +530,8 @@ class JaxBackend(Backend):
             evaluate64=ev64,
             vjp=work.vjp,
             vjp64=vjp64,
-            jvp=work.jvp,
-            jvp64=jvp64,
+            jvp=_forward_mode(work.jvp),
+            jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
             evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
             output_layout=output_layout(out_leaves),

@@ -145,6 +145,13 @@ def float64_model_copy(model: Any) -> Any:
     return copy
 
 
+def _numpy(t: Any, dtype: Any = None) -> np.ndarray:
+    """A tensor (or array) as a NumPy array; ``.numpy()`` first, since ``np.asarray``
+    cannot read bfloat16 tensors."""
+    a = t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+    return np.asarray(a) if dtype is None else np.asarray(a).astype(dtype)
+
+
 class _Program:
     """The function as batched NumPy callables, in one set of dtypes.
 
@@ -482,12 +489,12 @@ class TensorflowBackend(Backend):
             tf.Variable(a) if v else tf.constant(a) for a, v in zip(originals, is_var, strict=True)
         ]
         out_tree = raw(first)
-        check_not_mutated([np.asarray(v) for v in first], originals)
+        check_not_mutated([_numpy(v) for v in first], originals)
         self._check_state(models, state)
-        out_layout = output_layout([np.asarray(o) for o in flatten(out_tree)[0]])
+        out_layout = output_layout([_numpy(o) for o in flatten(out_tree)[0]])
         leaves = [tf.constant(a) for a in originals]
-        y1 = np.concatenate([np.asarray(o, np.float64) for o in self._flat_outputs(out_tree)])
-        y2 = np.concatenate([np.asarray(o, np.float64) for o in call(leaves)])
+        y1 = np.concatenate([_numpy(o, np.float64) for o in self._flat_outputs(out_tree)])
+        y2 = np.concatenate([_numpy(o, np.float64) for o in call(leaves)])
         self._check_state(models, state)
         scale = float(np.max(np.abs(y1), initial=0.0)) or 1.0
         if y1.shape != y2.shape or np.max(np.abs(y1 - y2), initial=0.0) > 64 * eps * scale:

@@ -57,7 +57,7 @@ from typing import Any, cast
 import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
-from ..errors import InputTypeError, NondeterministicFunctionError
+from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
 from .base import Backend, Layout, Supplied, Target, chunked, validate_float_array
 from .numpy import check_not_mutated, output_layout
 
@@ -182,6 +182,41 @@ def _module_classes(torch: Any) -> tuple[type, type]:
             return unflatten(td, grads)
 
     return Holder, Gradient
+
+
+def _modules_of(torch: Any, f: Any, args: tuple[Any, ...]) -> list[Any]:
+    """The ``nn.Module`` objects a check calls: ``f``, its owner, and the arguments."""
+    found = [f, getattr(f, "__self__", None), *flatten(args)[0]]
+    out: list[Any] = []
+    for m in found:
+        if isinstance(m, torch.nn.Module) and all(m is not o for o in out):
+            out.append(m)
+    return out
+
+
+def _check_module_state(torch: Any, modules: list[Any], before: list[dict[str, Any]]) -> None:
+    """Restore and raise if calling the function changed a module's parameters or buffers.
+
+    Raises
+    ------
+    InputMutationError
+        A parameter or buffer changed (e.g. BatchNorm running statistics in
+        training mode); its old values have been restored.
+    """
+    for m, old in zip(modules, before, strict=True):
+        now = m.state_dict()
+        changed = [k for k, v in old.items() if k in now and not torch.equal(now[k], v)]
+        if changed:
+            with torch.no_grad():
+                for k, v in old.items():
+                    now[k].copy_(v)
+            raise InputMutationError(
+                f"calling the function changed {changed[0]!r} of the {type(m).__name__} "
+                f"module{f' (and {len(changed) - 1} more)' if len(changed) > 1 else ''}, "
+                "e.g. BatchNorm running statistics in training mode; a gradient check needs a "
+                "function without side effects. Call model.eval() first. The module's "
+                "parameters and buffers have been restored."
+            )
 
 
 class _Program:
@@ -493,8 +528,11 @@ class TorchBackend(Backend):
 
         notes: list[str] = []
         work = _Program(torch, raw, primals, batch_size, notes)
+        modules = _modules_of(torch, f, args)
+        state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
         out_a = work.first_call()
         out_b = work.call(*[p.clone() for p in primals])
+        _check_module_state(torch, modules, state)
         in_dtype = functools.reduce(torch.promote_types, [p.dtype for p in primals])
         wd = max((in_dtype, out_a.dtype), key=lambda d: torch.finfo(d).eps)
         eps = float(torch.finfo(wd).eps)

@@ -99,6 +99,7 @@ def _tableaus(
     steps: np.ndarray,
     sigma: np.ndarray,
     value_eps: float,
+    cross_check: bool = False,
 ) -> tuple:
     h = steps[:, None, None]
     Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
@@ -109,17 +110,20 @@ def _tableaus(
         Fm = (f0 - Ym) / h
     # Round-off grows with the size of the values: the noise measured at x is scaled
     # to each step by |g(±h)| / |g(0)| (large steps can reach much larger values).
+    # The size of f near x is that over the finest steps, not |g(0)| alone, which can
+    # be an accidental zero (cancelling terms) far below its neighbours.
     mag = _to_float(np.maximum(np.abs(Yp), np.abs(Ym)))
-    f0a = _to_float(np.abs(f0))
+    with np.errstate(all="ignore"):
+        f0a = np.maximum(_to_float(np.abs(f0))[None, :], np.nan_to_num(mag[-1]))
     with np.errstate(all="ignore"):
         grow = np.where(f0a > 0, mag / np.where(f0a > 0, f0a, 1.0), 1.0)
     grow = np.where(np.isfinite(grow), np.maximum(grow, 1.0), 1.0)
     sig = np.maximum(sigma[None] * grow, value_eps * np.where(np.isfinite(mag), mag, 0.0))
     sd_c = np.sqrt(2.0) / 2.0 * sig / h
     sd_1 = np.sqrt(2.0) * sig / h
-    c = neville(D, steps, 2, 2, sd_c, value_eps)
-    r = neville(Fp, steps, 1, 1, sd_1, value_eps)
-    l = neville(Fm, steps, 1, 1, sd_1, value_eps)
+    c = neville(D, steps, 2, 2, sd_c, value_eps, cross_check=cross_check)
+    r = neville(Fp, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
+    l = neville(Fm, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
     return c, r, l
 
 
@@ -270,6 +274,7 @@ def directional_derivatives(
             evaluations=evals,
         )
 
+    sol = _solve(Y, f0, steps, sigma, eps, final=True)
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
@@ -292,12 +297,21 @@ class _Solution:
 
 
 def _solve(
-    Y: np.ndarray, f0: np.ndarray, steps: np.ndarray, sigma: np.ndarray, eps: float
+    Y: np.ndarray,
+    f0: np.ndarray,
+    steps: np.ndarray,
+    sigma: np.ndarray,
+    eps: float,
+    final: bool = False,
 ) -> _Solution:
     """Tableaus and jump flags per direction, each on the steps evaluated for it.
 
     Directions are grouped by which steps of the ladder were evaluated for them
     (the ladder is extended only where needed), so no tableau sees a gap.
+    With ``final``, the error bars reported are also cross-checked between
+    tableau columns (see :func:`polygrad.reference.richardson.neville`); the
+    jump test and the ladder's moves use the plain ones (a jump or a kink
+    makes the columns diverge, and the ladder must still move towards it).
     """
     d = Y.shape[0]
     valid = ~np.all(np.isnan(Y), axis=(2, 3))  # (d, L)
@@ -316,6 +330,8 @@ def _solve(
         c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
         jr, sr = _jumps(Yg, f0, sigma[rows], 0, r)
         jl, sl = _jumps(Yg, f0, sigma[rows], 1, l)
+        if final:
+            c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps, cross_check=True)
         order.append(rows)
         for key, t in (("c", c), ("r", r), ("l", l)):
             tabs[key].append((t, st[np.minimum(t.level, st.size - 1)]))

@@ -109,6 +109,7 @@ def neville(
     noise_sd: np.ndarray,
     value_eps: float,
     fine_levels: int = 4,
+    cross_check: bool = False,
 ) -> TableauResult:
     """Richardson-extrapolate a sequence of difference quotients.
 
@@ -134,6 +135,12 @@ def neville(
         ``fine_levels`` finest steps. Otherwise the function is not smooth
         over the large steps (a kink or a singularity within reach of them)
         and the fine-step entry is the estimate.
+    cross_check : bool
+        Widen the error bar of the chosen entry until it overlaps the best
+        entry of every other column, and the truncation estimate of an entry
+        also covers its difference to the next finer entry of its column (see
+        the code comments): for the final error bars, not for steering the
+        step ladder.
 
     Returns
     -------
@@ -152,6 +159,7 @@ def neville(
     prev_T = np.empty(0, dtype=D.dtype)  # the previous column (set at j = 0)
     prev_C = np.empty((0, L))
     fine = _Best(batch, D.dtype)
+    columns: list[tuple[np.ndarray, np.ndarray]] = []
     best_val = np.full(batch, np.nan, dtype=D.dtype)
     best_err = np.full(batch, np.inf)
     best_trunc = np.full(batch, np.inf)
@@ -172,11 +180,17 @@ def neville(
             trunc = np.maximum(
                 _to_float(np.abs(T - prev_T[1:])), _to_float(np.abs(T - prev_T[:-1]))
             )
+        if cross_check and T.shape[0] > 1:
+            # also against the next finer entry of the same column: two estimates of the
+            # same order that disagree show a truncation error the parents can hide
+            trunc[:-1] = np.maximum(trunc[:-1], _to_float(np.abs(T[:-1] - T[1:])))
         Tf = _to_float(T)
         # noise propagated exactly through the coefficients (independent noise)
         noise = sd_max * np.sqrt(np.einsum("kl,l...->k...", C**2, sd_rel**2))
         err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
         err = np.where(np.isfinite(err), err, np.inf)
+        if cross_check:
+            columns.append((Tf, err))
         for k in range(T.shape[0]):
             if k >= L - fine_levels:
                 fine.offer(err[k], T[k], trunc[k], noise[k], k + j, j)
@@ -203,6 +217,22 @@ def neville(
         best_noise = np.where(inconsistent, fine.noise, best_noise)
         best_level = np.where(inconsistent, fine.level, best_level)
         best_order = np.where(inconsistent, fine.order, best_order)
+    # The minimum of many error estimates is biased low (one entry's difference to its
+    # neighbours can be small by chance). The best entry of every other column among
+    # those using no step larger than the chosen entry's (larger steps may cross a
+    # kink that the chosen entry does not see) estimates the same limit: where the two
+    # error bars do not overlap, the chosen one grows to cover the other's interval.
+    start = best_level - best_order  # index of the largest step the chosen entry uses
+    with np.errstate(all="ignore"):
+        for Tc, ec in columns:
+            usable = np.arange(Tc.shape[0]).reshape((-1,) + (1,) * len(batch)) >= start
+            e_use = np.where(usable, ec, np.inf)
+            pick = np.argmin(e_use, axis=0)[None]
+            other_err = np.take_along_axis(e_use, pick, axis=0)[0]
+            other_val = np.take_along_axis(Tc, pick, axis=0)[0]
+            gap = np.abs(_to_float(np.asarray(best_val)) - other_val)
+            apart = np.isfinite(gap) & np.isfinite(other_err) & (gap > best_err + other_err)
+            best_err = np.where(apart, gap + other_err, best_err)
     return TableauResult(best_val, best_err, best_trunc, best_noise, best_level, best_order)
 
 
