@@ -239,10 +239,11 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
     if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
     if a.size and not np.all(np.isfinite(a.astype(np.float64))):
-        bad = np.argwhere(~np.isfinite(a.astype(np.float64)))[:3].tolist()
+        bad = [tuple(i) for i in np.argwhere(~np.isfinite(a.astype(np.float64)))[:3].tolist()]
         raise InputValueError(
-            f"{name} contains NaN or Inf (first at index {bad}); a derivative at a "
-            "non-finite point cannot be checked."
+            f"{name} contains NaN or Inf (first at index {', '.join(map(str, bad))}); a "
+            "derivative at a non-finite point cannot be checked. If those entries are a mask "
+            "(e.g. -inf logits), pass the mask as a separate argument that is not in argnums."
         )
 
 
