@@ -441,7 +441,7 @@ class TensorflowBackend(Backend):
         """Restore and complain if a call changed a model's variables."""
         for model, old in zip(models, before, strict=True):
             for var, value in zip(model.weights, old, strict=True):
-                if not np.array_equal(np.asarray(var), value, equal_nan=True):
+                if not np.array_equal(_numpy(var), value, equal_nan=True):
                     for v, val in zip(model.weights, old, strict=True):
                         v.assign(val)
                     raise InputMutationError(
@@ -484,7 +484,7 @@ class TensorflowBackend(Backend):
             return self._flat_outputs(raw(leaves))
 
         # Two plain calls at x0: side effects, determinism, output layout.
-        state = [[np.array(w) for w in m.weights] for m in models]
+        state = [[_numpy(w).copy() for w in m.weights] for m in models]
         first = [
             tf.Variable(a) if v else tf.constant(a) for a, v in zip(originals, is_var, strict=True)
         ]
