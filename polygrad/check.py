@@ -272,7 +272,16 @@ def normalize_argnums(argnums: int | tuple[int, ...], nargs: int) -> tuple[int, 
     ValueError
         An index outside ``-nargs .. nargs - 1``.
     """
-    out = (argnums,) if isinstance(argnums, int) else tuple(int(a) for a in argnums)
+    items = (argnums,) if isinstance(argnums, int) else argnums
+    try:
+        out = tuple(int(a) for a in items)
+        if not all(isinstance(a, (int, np.integer)) for a in items):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"argnums={argnums!r}: give the position of the differentiated argument (an int, "
+            "e.g. argnums=1) or a tuple of positions"
+        ) from None
     for a in out:
         if not -nargs <= a < nargs:
             raise ValueError(f"argnums={argnums} but only {nargs} argument(s) were given")

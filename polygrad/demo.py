@@ -53,14 +53,14 @@ class Outcome:
     example: str
     framework: str
     status: str  # verdict, "SKIPPED" or "ERROR"
-    expected: str
+    expected: str  # a verdict, or alternatives joined by " or "
     detail: str = ""
     seconds: float = 0.0
     files: list[str] = field(default_factory=list)
 
     @property
     def as_expected(self) -> bool:
-        return self.status == self.expected
+        return self.status in self.expected.split(" or ")
 
 
 @dataclass
@@ -364,8 +364,11 @@ class _Demo:
             f"{len(report.entries.names)} pixels in one batched pass ({counts}); "
             f"{ref.get('evaluations')} model evaluations in {ref.get('seconds', 0):.1f} s"
         )
-        status = "PASS" if report.ok else str(report.verdict)
-        return Outcome("case 2 CNN input gradient", framework, status, "PASS", detail, files=files)
+        # kinks are expected in a ReLU/max-pool CNN: NONSMOOTH entries do not fail the check
+        status = str(report.verdict)
+        return Outcome(
+            "case 2 CNN input gradient", framework, status, "PASS or NONSMOOTH", detail, files=files
+        )
 
     def case2_keras(self) -> Outcome:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -482,7 +485,9 @@ def demo(
     say("  round-off of float32; the growing disagreement of the plain difference in case 1 is")
     say("  round-off of the check itself (see the *-sweep.png plots: the V-shaped curve and the")
     say("  best step). MISMATCH for the planted bug is far outside every error bar, and the")
-    say("  Taylor test falls like h^1 instead of h^2.")
+    say("  Taylor test falls like h^1 instead of h^2. NONSMOOTH in case 2 marks pixels where")
+    say("  the CNN has a kink (ReLU, max-pool): left and right derivatives differ there, which")
+    say("  is not a gradient error (the check is ok).")
     for o in res.outcomes:
         if not o.as_expected:
             say(f"  unexpected: {o.example} ({o.framework}) gave {o.status}: {o.detail}")

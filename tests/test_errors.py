@@ -112,3 +112,10 @@ def test_argnums_out_of_range_in_sweep_and_taylor():
         pg.sweep(sq, np.ones(2), argnums=3)
     with pytest.raises(ValueError, match="argnums=3"):
         pg.taylor_test(sq, np.ones(2), grad=lambda x: 2 * x, argnums=3)
+
+
+def test_argnums_must_be_positions():
+    with pytest.raises(TypeError, match="argnums='x'.*position"):
+        pg.check(sq, np.ones(2), grad=lambda x: 2 * x, argnums="x")
+    with pytest.raises(TypeError, match="position"):
+        pg.check(sq, np.ones(2), grad=lambda x: 2 * x, argnums=(0.5,))

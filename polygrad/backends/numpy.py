@@ -39,8 +39,10 @@ def check_not_mutated(after: list[np.ndarray], before: list[np.ndarray]) -> None
             i = int(np.flatnonzero(a64 != b64)[0])
             raise InputMutationError(
                 f"the function modified its input in place (flat element {i} changed from "
-                f"{b64[i]!r} to {a64[i]!r}); a gradient check needs a function that leaves "
-                "its inputs unchanged. Copy the input inside the function (x = x.copy())."
+                f"{float(b64[i])!r} to {float(a64[i])!r}); a gradient check needs a function "
+                "that leaves its inputs unchanged. Copy the input inside the function "
+                "(x = x.copy() in NumPy and JAX, x = x.clone() in PyTorch, or write the "
+                "result to a new tensor)."
             )
 
 
