@@ -515,3 +515,33 @@ def test_batchnorm_in_training_mode_is_refused_and_state_restored():
     bn.eval()
     report = pg.check(lambda m, x: m(x).pow(3).sum(), bn, torch.randn(3, 4), argnums=1)
     assert report.verdict == pg.Verdict.PASS
+
+
+def test_cnn_on_a_flat_background_calls_ties_nonsmooth_not_mismatch():
+    """A digit on an exactly-zero background: every background pixel sits at ties of
+    the max-pools (and autodiff picks one branch). ECnoise reads those kinks as noise,
+    so the shared noise of a large check must not come from them: no MISMATCH, the
+    background NONSMOOTH, the digit PASS."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    img = np.pad(np.kron(digits.images[5] / 16.0, np.ones((3, 3))), 2)
+    x = torch.tensor(img[None, None], dtype=torch.float32)
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 32, 3),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 3),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64 * 5 * 5, 10),
+    ).eval()
+    label = torch.tensor([int(digits.target[5])])
+    report = pg.check(lambda m, x: F.cross_entropy(m(x), label), model, x, argnums=1)
+    assert report.ok and report.verdict == pg.Verdict.NONSMOOTH
+    assert set(report.counts()) == {"NONSMOOTH", "PASS"}
+    at_kink = report.entries.status == SEVERITY[pg.Verdict.NONSMOOTH]
+    background = img.ravel() == 0
+    assert np.mean(at_kink[background]) > 0.5 > np.mean(at_kink[~background])
