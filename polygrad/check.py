@@ -81,8 +81,8 @@ def _ladder(eps: float, accuracy: float | None = None) -> tuple[float, int]:
     steps suffices: its finest step keeps the round-off of a central
     difference (about ``eps |f| / (h |f'|)``) below the target for functions
     up to ``CONDITION_ALLOWANCE`` times larger than their derivative (in units
-    of the input's scale), and three
-    coarser steps give the Richardson tableau and the one-sided jump test.
+    of the input's scale), and three coarser steps give the Richardson tableau
+    and the one-sided jump test.
     Directions that the short ladder does not resolve are refined as usual
     (see :func:`polygrad.reference.directional_derivatives`). Small steps also
     cross fewer nearby kinks, which are then not mistaken for kinks at ``x``.
