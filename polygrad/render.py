@@ -201,8 +201,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
                 f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} (error "
                 f"~{_g(naive['optimal_error'], 2)})"
             )
-        elif naive.get("third_derivative") is not None:
+        elif naive.get("third_derivative") is not None and "NONSMOOTH" not in report.counts():
             txt += "; third derivative ≈ 0 here (no truncation error), so larger steps only help"
+        elif naive.get("third_derivative") is not None:
+            txt += "; no curvature was measured along the sampled direction, but f has kinks"
         lines.append(txt)
     taylor = d.get("taylor")
     if taylor and taylor.get("explanation"):
