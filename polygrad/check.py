@@ -767,6 +767,12 @@ def _compare(
     )
 
 
+def _too_coarse(ref_err: np.ndarray, scale: np.ndarray, eps_w: float) -> np.ndarray:
+    """Where the reference's error bar is too wide to decide: ``2 e > sqrt(eps) scale``."""
+    with np.errstate(all="ignore"):
+        return ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
+
+
 def _decide(
     names: list[str],
     ad: np.ndarray,
@@ -816,8 +822,7 @@ def _decide(
         kink = sides_finite & ref_finite & ~consistent
         kink |= sides_finite & ~ref_finite & ~agree(left, left_err, right, right_err)
         nonsmooth = kink | jumps
-        too_coarse = ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
-        candidate = consistent & sides_finite & too_coarse
+        candidate = consistent & sides_finite & _too_coarse(ref_err, scale, eps_w)
         pick_r = candidate & (right_err < ref_err) & (right_err <= left_err)
         pick_l = candidate & ~pick_r & (left_err < ref_err)
         ref = np.where(pick_r, right, np.where(pick_l, left, ref))
@@ -831,7 +836,7 @@ def _decide(
         diff_64 = np.abs(ad64 - ref)
         bad_w = ~(diff_w <= tol_w)
         bad_64 = ~(diff_64 <= tol_64) if have64 else bad_w
-        coarse = ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
+        coarse = _too_coarse(ref_err, scale, eps_w)
     status = np.full(ad.shape, SEVERITY[Verdict.PASS], dtype=np.int64)
     status = np.where(coarse & ~bad_64, SEVERITY[Verdict.INCONCLUSIVE], status)
     status = np.where(~bad_64 & bad_w & have64, SEVERITY[Verdict.UNSTABLE], status)

@@ -73,16 +73,19 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
 
+_NEAR_ZERO = "f is near 0 here: the noise comes from the terms that cancel"
+
+
 def _relative(r: float | None) -> str:
     """A noise relative to |f|, or a plain statement when f is near 0 (cancellation)."""
     if r is None or not np.isfinite(r) or r > 1e-3:
-        return "f is near 0 here: the noise comes from the terms that cancel"
+        return _NEAR_ZERO
     return f"{_g(r, 2)} relative"
 
 
 def _ulps(u: float) -> str:
     if not np.isfinite(u) or u > 1e4:
-        return "f is near 0 here: the noise comes from the terms that cancel"
+        return _NEAR_ZERO
     return f"~{_g(u, 2)} ulp of f"
 
 

@@ -360,9 +360,7 @@ class TensorflowBackend(Backend):
         return tf is not None and isinstance(x, (tf.Tensor, tf.Variable))
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        if isinstance(x, (self.tf.Tensor, self.tf.Variable)):
-            return np.array(x.numpy(), copy=True)
-        return np.array(x, copy=True)
+        return np.array(_numpy(x), copy=True)
 
     def version(self) -> str:
         return str(self.tf.__version__)
