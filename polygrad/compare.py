@@ -524,7 +524,7 @@ def compare(
     ref_impl = _choose_reference(impls, reference)
     n = ref_impl.target.n
     ref_option = reference
-    if reference == "auto" and ref_impl.target.evaluate_mp is not None and n * n <= 4096:
+    if reference == "auto" and n * n <= 4096 and ref_impl.target.mp_mode():
         ref_option = "mp"
     cap: dict[str, Any] = {}
     try:
@@ -677,14 +677,14 @@ def _choose_reference(impls: list[_Impl], reference: str) -> _Impl:
             with np.errstate(all="ignore"):
                 ok = np.all(np.abs(ys[a] - ys[b]) <= 4 * C_AD * eps * scale)
             agree += int(bool(ok)) if a != b else 0
-        mp = ia.target.evaluate_mp is not None and reference in ("auto", "mp")
+        mp = reference in ("auto", "mp") and ia.target.mp_mode()
         scores.append((agree, mp, ia.target.evaluate64 is not None, -a))
     return impls[max(range(len(impls)), key=lambda k: scores[k])]
 
 
 def _reference_primal(target: Target, method: str, dps: int) -> tuple[np.ndarray, np.ndarray]:
     """The function value at ``x0`` from the reference source, with its error bar."""
-    if method == "mp" and target.evaluate_mp is not None:
+    if method == "mp" and target.mp_mode():
         try:
             y = target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
             y = np.array([float(v) for v in y])
@@ -735,8 +735,11 @@ def _judge(
 ) -> Report:
     """One implementation's autodiff against the captured reference, as a :class:`Report`."""
     t = impl.target
-    have = {"rev": t.vjp is not None, "fwd": t.jvp is not None}
-    modes = [md for md in cap["modes"] if have[md]] or [md for md in ("rev", "fwd") if have[md]]
+
+    def have(md: str) -> bool:
+        return t.vjp is not None if md == "rev" else t.forward_mode()
+
+    modes = [md for md in cap["modes"] if have(md)] or [md for md in ("rev", "fwd") if have(md)]
     if not modes:
         raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
     blocks = []

@@ -93,7 +93,7 @@ def test_evaluate_vjp_jvp_match_hand_computed(dtype, rng):
     assert [leaf.name for leaf in t.input_layout.leaves] == ["x"]
     assert t.output_layout.leaves[0].shape == (2,)
     np.testing.assert_array_equal(t.x0, [0.5, -1.0, 2.0])
-    assert t.evaluate_mp is not None and t.mp_unavailable_reason is None
+    assert t.mp_mode() and t.mp_unavailable_reason is None
     y_mp = t.evaluate_mp(t.x0, np.zeros_like(t.x0), 30)
     np.testing.assert_allclose([float(v) for v in y_mp], t.evaluate64(t.x0[None])[0], rtol=1e-15)
 
@@ -149,9 +149,11 @@ def test_data_dependent_control_flow_falls_back_to_rows(rng):
         return x.sin() if x.sum() > 0 else x.cos()
 
     t = target(f, torch.tensor([0.3, 0.4], dtype=torch.float64))
+    # a batch too large for plain calls tries vmap, which fails: rows, with a note
+    X = np.repeat(np.array([[0.1, 0.2], [-1.0, -0.5]]), 20, axis=0)
+    want = np.where(X.sum(axis=1, keepdims=True) > 0, np.sin(X), np.cos(X))
+    np.testing.assert_allclose(t.evaluate(X), want)
     assert any("one point at a time" in n for n in t.notes)
-    X = np.array([[0.1, 0.2], [-1.0, -0.5]])
-    np.testing.assert_allclose(t.evaluate(X), [np.sin(X[0]), np.cos(X[1])])
     np.testing.assert_allclose(t.vjp(np.eye(2)), np.diag(np.cos([0.3, 0.4])))
 
 
@@ -313,9 +315,10 @@ class SquareNew(torch.autograd.Function):
 def test_autograd_function_without_setup_context_falls_back():
     x = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64)
     t = target(SquareOld.apply, x)
-    np.testing.assert_allclose(t.vjp(np.eye(3)), np.diag([1.0, -3.0, 4.0]))
-    np.testing.assert_allclose(t.evaluate(np.ones((2, 3))), np.ones((2, 3)))
-    assert t.jvp is None and t.jvp64 is None
+    U = np.tile(np.eye(3), (14, 1))  # more rows than plain calls serve: vmap is tried
+    np.testing.assert_allclose(t.vjp(U), np.tile(np.diag([1.0, -3.0, 4.0]), (14, 1)))
+    np.testing.assert_allclose(t.evaluate(np.ones((40, 3))), np.ones((40, 3)))
+    assert not t.forward_mode() and t.jvp64 is None
     assert any("JVP" in n and "not available" in n for n in t.notes)
     assert any("one point at a time" in n for n in t.notes)
 

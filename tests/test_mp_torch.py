@@ -541,7 +541,7 @@ def test_uncovered_operator_is_named_and_the_check_falls_back_to_float64():
     with pytest.raises(UnsupportedOperatorError, match="aten._linalg_det"):
         _evaluator(f, x)
     t = _target(f, x)
-    assert t.evaluate_mp is None and "aten._linalg_det" in t.mp_unavailable_reason
+    assert not t.mp_mode() and "aten._linalg_det" in t.mp_unavailable_reason
     report = pg.check(f, x, reference="mp")
     assert _reference(report)["method"] == "float64"
     assert report.verdict == pg.Verdict.PASS
@@ -557,7 +557,7 @@ def test_random_operators_are_refused():
         return F.dropout(x, 0.5, training=True).sum()
 
     t = _target(f, x)
-    assert t.evaluate_mp is None and "(random)" in t.mp_unavailable_reason
+    assert not t.mp_mode() and "(random)" in t.mp_unavailable_reason
     # dropout that is not seeded inside is caught before any reference is built
     with pytest.raises(NondeterministicFunctionError):
         _target(lambda x: F.dropout(x, 0.5, training=True).sum(), x)
@@ -568,7 +568,7 @@ def test_python_control_flow_on_values_is_refused():
     with pytest.raises(GraphCaptureError, match="read by Python"):
         _evaluator(lambda x: x * 2 if x.sum() > 0 else x, x)
     t = _target(lambda x: (x * x.sum().item()).sum(), x)
-    assert t.evaluate_mp is None and "read by Python" in t.mp_unavailable_reason
+    assert not t.mp_mode() and "read by Python" in t.mp_unavailable_reason
 
 
 def test_values_leaving_torch_are_detected_by_a_second_trace():

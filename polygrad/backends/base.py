@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -168,6 +169,13 @@ class Target:
         Name of the backend that built the target.
     notes : list of str
         Facts the report should mention (why float64 or mp is unavailable...).
+    deferred : dict
+        Work a backend leaves until it is needed, each ``(target) -> None``:
+        ``"forward"`` tests that ``jvp``/``jvp64`` work (and sets them to None,
+        with a note, if not), run by :meth:`forward_mode`; ``"mp"`` sets
+        ``evaluate_mp`` (or ``mp_unavailable_reason``), run by :meth:`mp_mode`.
+        A float32 reverse-mode check then never pays for forward mode's first
+        pass or for capturing the mp graph.
     """
 
     x0: np.ndarray
@@ -186,6 +194,21 @@ class Target:
     evaluate_mp: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
     mp_unavailable_reason: str | None = None
+    deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
+
+    def forward_mode(self) -> bool:
+        """Whether JVPs are available (running the deferred ``"forward"`` test once)."""
+        probe = self.deferred.pop("forward", None)
+        if probe is not None and self.jvp is not None:
+            probe(self)
+        return self.jvp is not None
+
+    def mp_mode(self) -> bool:
+        """Whether ``evaluate_mp`` is available (building it once if deferred)."""
+        build = self.deferred.pop("mp", None)
+        if build is not None:
+            build(self)
+        return self.evaluate_mp is not None
 
     @property
     def n(self) -> int:
@@ -252,6 +275,64 @@ def chunked(fn: BatchFn, X: np.ndarray, max_rows: int) -> np.ndarray:
     if X.shape[0] <= max_rows:
         return fn(X)
     return np.concatenate([fn(X[i : i + max_rows]) for i in range(0, X.shape[0], max_rows)])
+
+
+SMALL_BATCH = 16
+"""Batches up to this many rows run one plain call per row: tracing or vectorizing a
+function (``tf.function``, ``torch.func.vmap`` on first use) costs more than that."""
+
+
+class ChunkSizer:
+    """Chunks a batch function's rows at the size that runs fastest per row.
+
+    Per-row cost depends on the chunk size in ways that cannot be predicted:
+    a small function is dominated by the per-call overhead (large chunks win),
+    while a convolutional network in float64 can run three times slower per
+    row in chunks of thousands than in chunks of tens (its activations leave
+    the cache). On a large batch the sizer times chunks of each candidate size
+    on the real rows (after one untimed warm-up chunk) and keeps the fastest;
+    no row is evaluated twice.
+
+    Parameters
+    ----------
+    max_rows : int
+        Largest chunk (the user's ``batch_size``).
+    candidates : tuple of int
+        Chunk sizes tried (capped at ``max_rows``); ``max_rows`` is always one.
+    """
+
+    def __init__(self, max_rows: int, candidates: tuple[int, ...] = (32, 256)) -> None:
+        self.max_rows = max(1, int(max_rows))
+        sizes = {min(c, self.max_rows) for c in candidates} | {self.max_rows}
+        self.candidates = sorted(sizes)
+        self.per_row: dict[int, float] = {}
+        self.warm = False
+        self.best: int | None = None if len(self.candidates) > 1 else self.max_rows
+
+    def __call__(self, fn: BatchFn, X: np.ndarray) -> np.ndarray:
+        """``fn`` applied to ``X`` (``(B, ...)``), chunk by chunk."""
+        out, i, B = [], 0, X.shape[0]
+        while i < B:
+            if self.best is not None:
+                size = self.best
+            elif not self.warm:
+                size = self.candidates[0]
+            else:
+                untimed = [c for c in self.candidates if c not in self.per_row]
+                size = untimed[0] if untimed and B - i >= untimed[0] else self.max_rows
+            t0 = time.perf_counter()
+            out.append(fn(X[i : i + size]))
+            elapsed = time.perf_counter() - t0
+            rows = min(size, B - i)
+            if self.best is None and self.warm and rows == size and size not in self.per_row:
+                self.per_row[size] = elapsed / rows
+                if len(self.per_row) == len(self.candidates):
+                    self.best = min(self.per_row, key=self.per_row.__getitem__)
+            self.warm = True
+            i += rows
+        if not out:
+            return fn(X)
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 class Backend(ABC):

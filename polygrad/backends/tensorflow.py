@@ -56,19 +56,31 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, NondeterministicFunctionError
-from .base import Backend, BatchFn, Layout, Supplied, Target, chunked, dtype_eps
+from .base import (
+    SMALL_BATCH,
+    Backend,
+    BatchFn,
+    ChunkSizer,
+    Layout,
+    Supplied,
+    Target,
+    chunked,
+    dtype_eps,
+)
 from .numpy import PointFunction, check_not_mutated, output_layout
 
 __all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
 
 # (leaves) -> flat output tensors, one per output leaf
 _FlatCall = Callable[[list[Any]], list[Any]]
+
 
 
 def is_keras_model(x: Any) -> bool:
@@ -167,6 +179,8 @@ class _Program:
         Sizes of the output leaves.
     batch_size : int
         Largest number of rows per batched call.
+    notes : list of str, optional
+        Where to say that the vectorized evaluation was given up (the target's notes).
     """
 
     def __init__(
@@ -177,6 +191,7 @@ class _Program:
         layout: Layout,
         out_sizes: list[int],
         batch_size: int,
+        notes: list[str] | None = None,
     ) -> None:
         self.tf = tf
         self.call = call
@@ -185,8 +200,13 @@ class _Program:
         self.out_sizes = out_sizes
         self.batch_size = max(1, int(batch_size))
         self.np_dtypes = [np.dtype(leaf.dtype.as_numpy_dtype) for leaf in leaves]
+        self.eps = max(dtype_eps(dt) for dt in self.np_dtypes)
+        self.notes = notes if notes is not None else []
         self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
+        self.autograph = {"evaluate": False, "vjp": False, "jvp": False}
         self._compiled: dict[str, Any] = {}
+        self._verified = False
+        self._sizer = ChunkSizer(self.batch_size)
 
     # -- helpers --------------------------------------------------------------------------
     def _parts(self, X: np.ndarray) -> list[Any]:
@@ -213,20 +233,63 @@ class _Program:
         return parts
 
     def _run(
-        self, kind: str, batched: Callable[[Any], Any], rowwise: BatchFn, A: np.ndarray
+        self,
+        kind: str,
+        fn: Callable[..., Any],
+        feed: Callable[[Any, np.ndarray], np.ndarray],
+        rowwise: BatchFn,
+        A: np.ndarray,
     ) -> np.ndarray:
-        """Try the vectorized path once; fall back to row-by-row for good on failure."""
-        if self.vectorized[kind]:
+        """Rows of ``A`` through the vectorized ``fn``, or one plain call per row.
+
+        A batch of at most :data:`SMALL_BATCH` rows (while ``fn`` is not traced yet)
+        is evaluated row by row: tracing costs more than a few eager calls. Larger
+        batches go through ``fn`` in a ``tf.function``, traced without AutoGraph
+        first (AutoGraph's source conversion dominates the tracing of a Keras
+        model), with AutoGraph if that fails (Python control flow on tensor
+        values), and row by row for good if both fail.
+        """
+        if self.vectorized[kind] and (len(A) > SMALL_BATCH or kind in self._compiled):
             logger = logging.getLogger("tensorflow")
             level = logger.level
             logger.setLevel(logging.ERROR)  # each new target traces anew: no retracing warnings
             try:
-                return chunked(batched, A, self.batch_size)
-            except Exception:  # noqa: BLE001 - pfor cannot convert this function
-                self.vectorized[kind] = False
+                while True:
+                    compiled = self._compile(kind, fn)
+                    try:
+                        if kind == "evaluate":
+                            out = self._sizer(partial(feed, compiled), A)
+                        else:
+                            out = chunked(partial(feed, compiled), A, self.batch_size)
+                    except Exception:  # noqa: BLE001 - pfor or graph mode cannot run fn
+                        del self._compiled[kind]
+                        if self.autograph[kind]:
+                            self.vectorized[kind] = False
+                            break
+                        self.autograph[kind] = True
+                        continue
+                    if kind == "evaluate" and not self._verified:
+                        self._verify(out[0], A[0], rowwise)
+                    if self.vectorized[kind]:
+                        return out
+                    break
             finally:
                 logger.setLevel(level)
         return np.stack([rowwise(a) for a in A]) if len(A) else np.empty((0, 0))
+
+    def _verify(self, batched: np.ndarray, a: np.ndarray, rowwise: BatchFn) -> None:
+        """Give up the vectorized evaluation if it changes the function's values."""
+        self._verified = True
+        plain = rowwise(a)
+        scale = float(np.max(np.abs(plain), initial=0.0)) or 1.0
+        if plain.shape != batched.shape or not (
+            np.max(np.abs(plain - batched), initial=0.0) <= np.sqrt(self.eps) * scale
+        ):
+            self.vectorized["evaluate"] = False
+            self.notes.append(
+                "tf.vectorized_map changed the function's values; points are evaluated one "
+                "call at a time"
+            )
 
     def _compile(self, kind: str, fn: Callable[..., Any]) -> Any:
         """``fn`` as a ``tf.function`` traced once for any batch size."""
@@ -236,7 +299,9 @@ class _Program:
             batch = [tf.TensorSpec([None, *leaf.shape], leaf.dtype) for leaf in self.leaves]
             cotangents = tf.TensorSpec([None, sum(self.out_sizes)], tf.float64)
             signature = {"evaluate": [batch], "vjp": [point, cotangents], "jvp": [point, batch]}
-            self._compiled[kind] = tf.function(fn, input_signature=signature[kind])
+            self._compiled[kind] = tf.function(
+                fn, input_signature=signature[kind], autograph=self.autograph[kind]
+            )
         return self._compiled[kind]
 
     # -- evaluate ---------------------------------------------------------------------------
@@ -257,9 +322,8 @@ class _Program:
                 lambda ls: tf.concat([tf.cast(o, tf.float64) for o in call(list(ls))], 0), parts
             )
 
-        compiled = self._compile("evaluate", vec)
         return self._run(
-            "evaluate", lambda A: compiled(self._parts(A)).numpy(), self.evaluate_one, X
+            "evaluate", vec, lambda c, A: c(self._parts(A)).numpy(), self.evaluate_one, X
         )
 
     # -- reverse mode -----------------------------------------------------------------------
@@ -285,13 +349,14 @@ class _Program:
 
             return tf.vectorized_map(one, U_t)
 
-        compiled = self._compile("vjp", vec)
         state: dict[str, Any] = {}
 
         def rowwise(u: np.ndarray) -> np.ndarray:
             return self.vjp_one(u, state)
 
-        return self._run("vjp", lambda A: compiled(self.leaves, tf.constant(A)).numpy(), rowwise, U)
+        return self._run(
+            "vjp", vec, lambda c, A: c(self.leaves, tf.constant(A)).numpy(), rowwise, U
+        )
 
     def vjp_one(self, u: np.ndarray, state: dict[str, Any] | None = None) -> np.ndarray:
         """One cotangent ``(m,)`` → ``(n,)``, eagerly; ``state`` keeps the tape between rows."""
@@ -331,9 +396,8 @@ class _Program:
         def vec(leaves: list[Any], parts: list[Any]) -> Any:
             return tf.vectorized_map(lambda ts: self._jvp_tensor(leaves, list(ts)), parts)
 
-        compiled = self._compile("jvp", vec)
         return self._run(
-            "jvp", lambda A: compiled(self.leaves, self._parts(A)).numpy(), self.jvp_one, V
+            "jvp", vec, lambda c, A: c(self.leaves, self._parts(A)).numpy(), self.jvp_one, V
         )
 
 
@@ -416,9 +480,14 @@ class TensorflowBackend(Backend):
         """Whether the traced function contains a ``tf.custom_gradient`` (or gradient override)."""
         tf = self.tf
         specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
-        try:
-            graph = tf.function(lambda *ls: call(list(ls))).get_concrete_function(*specs).graph
-        except Exception:  # noqa: BLE001 - cannot be traced: cannot tell
+        for autograph in (False, True):
+            try:
+                traced = tf.function(lambda *ls: call(list(ls)), autograph=autograph)
+                graph = traced.get_concrete_function(*specs).graph
+                break
+            except Exception:  # noqa: BLE001 - cannot be traced (this way): cannot tell
+                continue
+        else:
             return False
         graphs = [graph] + [
             fn.graph for fn in getattr(graph, "_functions", {}).values() if hasattr(fn, "graph")
@@ -503,26 +572,13 @@ class TensorflowBackend(Backend):
                 "layers), or fix the randomness inside the function."
             )
         out_sizes = [leaf.size for leaf in out_layout.leaves]
-        program = _Program(tf, call, leaves, layout, out_sizes, batch_size)
-        y0 = program.evaluate(x0[None, :])[0]
-        if np.max(np.abs(y0 - y1), initial=0.0) > np.sqrt(eps) * scale:
-            program.vectorized["evaluate"] = False
-            notes.append(
-                "tf.vectorized_map changed the function's values; points are evaluated one "
-                "call at a time"
-            )
-            y0 = y1
+        program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes)
+        y0 = y1
 
         programs: dict[str, _Program | None] = {"": program, "64": program}
         if wd != np.float64:
             programs["64"] = self._float64_program(
                 raw64_factory, originals, layout, out_sizes, batch_size, notes
-            )
-        custom = self._has_custom_gradient(call, leaves)
-        if custom:
-            notes.append(
-                "the function uses tf.custom_gradient, which TensorFlow's forward mode "
-                "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked"
             )
         fns: dict[str, BatchFn | None] = {}
         rng = np.random.default_rng(0)
@@ -536,13 +592,28 @@ class TensorflowBackend(Backend):
                 fns["vjp" + suffix] = prog.vjp
             except Exception as exc:  # noqa: BLE001 - reported in the notes
                 notes.append(f"reverse mode failed: {type(exc).__name__}: {_first_line(exc)}")
-            if custom:
-                continue
-            try:
-                prog.jvp_one(rng.standard_normal(x0.size))
-                fns["jvp" + suffix] = prog.jvp
-            except Exception as exc:  # noqa: BLE001 - reported in the notes
-                notes.append(f"forward mode failed: {type(exc).__name__}: {_first_line(exc)}")
+            fns["jvp" + suffix] = prog.jvp
+
+        def probe_forward(target: Target) -> None:
+            # deferred until a check asks for forward mode: TensorFlow builds the forward
+            # rules of a model's ops on first use, which costs more than a whole reverse check
+            if self._has_custom_gradient(call, leaves):
+                target.jvp = target.jvp64 = None
+                target.notes.append(
+                    "the function uses tf.custom_gradient, which TensorFlow's forward mode "
+                    "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked"
+                )
+                return
+            for suffix, prog in programs.items():
+                if prog is None:
+                    continue
+                try:
+                    prog.jvp_one(rng.standard_normal(x0.size))
+                except Exception as exc:  # noqa: BLE001 - reported in the notes
+                    setattr(target, "jvp" + suffix, None)
+                    target.notes.append(
+                        f"forward mode failed: {type(exc).__name__}: {_first_line(exc)}"
+                    )
 
         return Target(
             x0=x0,
@@ -559,8 +630,9 @@ class TensorflowBackend(Backend):
             input_layout=layout,
             output_layout=out_layout,
             backend=self.name,
-            notes=list(dict.fromkeys(notes)),
+            notes=notes,
             mp_unavailable_reason="TensorFlow functions cannot be evaluated on mpmath numbers",
+            deferred={"forward": probe_forward},
         )
 
     def _input_spec(self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]):
@@ -658,7 +730,7 @@ class TensorflowBackend(Backend):
         def call64(leaves: list[Any]) -> list[Any]:
             return self._flat_outputs(raw64(leaves))
 
-        return _Program(tf, call64, leaves64, layout, out_sizes, batch_size)
+        return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
 
     # -- order 2 ------------------------------------------------------------------------------
     def gradient_function(

@@ -58,7 +58,16 @@ import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
-from .base import Backend, Layout, Supplied, Target, chunked, validate_float_array
+from .base import (
+    SMALL_BATCH,
+    Backend,
+    ChunkSizer,
+    Layout,
+    Supplied,
+    Target,
+    chunked,
+    validate_float_array,
+)
 from .numpy import check_not_mutated, output_layout
 
 __all__ = ["TorchBackend"]
@@ -249,6 +258,7 @@ class _Program:
         self.out_leaves: list[Any] = []
         self.primals = primals
         self.batch_size = max(1, int(batch_size))
+        self._sizer = ChunkSizer(self.batch_size)
         self.notes = notes
         self.sizes = [p.numel() for p in primals]
         self.out_dtype = None
@@ -307,12 +317,12 @@ class _Program:
     # -------------------------------------------------------------- evaluate
     def evaluate(self, X: np.ndarray) -> np.ndarray:
         """``(B, n) -> (B, m)`` float64."""
-        return chunked(self._evaluate_chunk, X, self.batch_size)
+        return self._sizer(self._evaluate_chunk, X)
 
     def _evaluate_chunk(self, X: np.ndarray) -> np.ndarray:
         torch = self.torch
         leaves = self.leaves_from(X)
-        if self._vmap_eval:
+        if self._vmap_eval and X.shape[0] > SMALL_BATCH:
             try:
                 with torch.no_grad():
                     return _to_float64_numpy(torch, torch.func.vmap(self.call)(*leaves))
@@ -331,7 +341,7 @@ class _Program:
         torch = self.torch
         k = U.shape[0]
         Ut = torch.tensor(np.asarray(U, dtype=np.float64)).to(self.out_device, self.out_dtype)
-        if self._vmap_vjp:
+        if self._vmap_vjp and k > SMALL_BATCH:
             try:
                 if self._vjp_fn is None:
                     _, self._vjp_fn = torch.func.vjp(self.call, *self.primals)
@@ -546,12 +556,19 @@ class TorchBackend(Backend):
         wide: _Program | None = work
         if wd != torch.float64:
             wide = self._promoted(build64, batch_size, notes)
-        jvp = work.jvp_or_none(rng, "")
-        if wide is work:
-            jvp64 = jvp
-        else:
-            jvp64 = wide.jvp_or_none(rng, " in float64") if wide is not None else None
-        evaluate_mp, mp_reason = self._mp_evaluator(work, primals)
+
+        def probe_forward(target: Target) -> None:
+            # deferred until a check asks for forward mode: the first forward-mode pass
+            # through a model costs more than a whole reverse-mode check
+            target.jvp = work.jvp_or_none(rng, "")
+            if wide is work:
+                target.jvp64 = target.jvp
+            elif wide is not None:
+                target.jvp64 = wide.jvp_or_none(rng, " in float64")
+
+        def build_mp(target: Target) -> None:
+            # deferred: capturing the ATen graph costs more than a float32 check
+            target.evaluate_mp, target.mp_unavailable_reason = self._mp_evaluator(work, primals)
 
         return Target(
             x0=x0,
@@ -562,14 +579,13 @@ class TorchBackend(Backend):
             evaluate64=wide.evaluate if wide is not None else None,
             vjp=work.vjp,
             vjp64=wide.vjp if wide is not None else None,
-            jvp=jvp,
-            jvp64=jvp64,
-            evaluate_mp=evaluate_mp,
+            jvp=work.jvp,
+            jvp64=wide.jvp if wide is not None else None,
             input_layout=Layout.from_shapes(names, [tuple(p.shape) for p in primals]),
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            mp_unavailable_reason=mp_reason,
+            deferred={"forward": probe_forward, "mp": build_mp},
         )
 
     def gradient_function(

@@ -128,7 +128,12 @@ def _tableaus(
 
 
 def _jumps(
-    Y: np.ndarray, f0: np.ndarray, sigma: np.ndarray, side: int, tab: TableauResult
+    Y: np.ndarray,
+    f0: np.ndarray,
+    sigma: np.ndarray,
+    side: int,
+    tab: TableauResult,
+    value_eps: float,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whether ``g(±h) - g(0)`` does not vanish like ``h``, and its sign.
 
@@ -142,7 +147,11 @@ def _jumps(
         signed = _to_float((Y[:, -3:, side] - f0) * (1.0 if side == 0 else -1.0))  # (d, 3, m)
         delta = np.abs(signed)
         ratios = delta[:, 1:] / delta[:, :-1]
-        big = delta[:, -1] > 100.0 * sigma
+        # an offset of a few units of round-off between g(0) and its neighbours (two code
+        # paths, e.g. one point alone and a vectorized batch, round differently) does not
+        # shrink with h either: it is not a jump
+        size = np.maximum(_to_float(np.abs(f0))[None, :], _to_float(np.abs(Y[:, -1, side])))
+        big = delta[:, -1] > 100.0 * np.maximum(sigma, value_eps * size)
         jump = np.all(ratios > JUMP_RATIO, axis=1) & big & np.all(np.isfinite(delta), axis=1)
         converged = _to_float(np.abs(tab.value)) * 0.1 >= tab.error
         return jump & ~converged, np.sign(signed[:, -1])
@@ -163,6 +172,8 @@ def directional_derivatives(
     refine_levels: int = 6,
     target_relative_error: float = 1e-12,
     h_floor: float = 2.0**-24,
+    first_levels: int = 0,
+    resolution: float = 0.0,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -200,17 +211,60 @@ def directional_derivatives(
     h_floor : float
         The ladder is not extended below this step. Left and right
         derivatives that still disagree at the finest step mark a kink.
+    first_levels : int
+        With ``0 < first_levels < levels``, only the ``first_levels`` finest
+        steps are evaluated first; a direction is *settled* there, and gets no
+        other evaluation, when its values are finite, its central estimate meets
+        ``target_relative_error`` (error bar included) and its left and right
+        estimates agree with it. Only the others get the rest of the ladder.
+        Two steps are the fewest that give an error bar; a smooth direction
+        usually settles on them (the truncation of the finest central
+        difference is about a third of the difference of the two, which is the
+        error bar), which halves the cost of a large check.
+    resolution : float
+        Distance (in units of the direction) below which two points cannot be
+        told apart in the working dtype (its epsilon, for directions scaled like
+        the input). Left and right derivatives that disagree, but are each
+        resolved so well that a kink explaining them must lie within this
+        distance of ``x``, are not refined further: the kink is at ``x`` as far
+        as the working dtype can tell.
 
     Returns
     -------
     DirectionalDerivatives
     """
     steps = step_ladder(h_max, levels)
-    sigma = np.broadcast_to(sigma, (W.shape[0], f0.size)).copy()
-    Y = evaluate_ladder(fn, x0, W, steps, max_rows)
-    evals = Y.shape[0] * Y.shape[1] * 2
-    sol = _solve(Y, f0, steps, sigma, eps)
-    kinked = np.zeros(W.shape[0], dtype=bool)
+    d = W.shape[0]
+    norms = np.sqrt(np.einsum("ij,ij->i", W, W))
+    sigma = np.broadcast_to(sigma, (d, f0.size)).copy()
+    staged = 0 < first_levels < levels
+    # g(0) enters every one-sided difference: it is evaluated again in the first batch,
+    # through the same code path as its neighbours (a point evaluated alone can round
+    # differently from a vectorized batch, and a few units of round-off in g(0) over a
+    # function that is exactly constant along w would read as a jump)
+    fn, center = _with_center(fn, x0)
+    if staged:
+        Y = np.full((d, levels, 2, f0.size), np.nan)
+        Y[:, -first_levels:] = evaluate_ladder(fn, x0, W, steps[-first_levels:], max_rows)
+        evals = d * first_levels * 2
+        f0 = center.get("f0", f0)
+        evals += len(center)
+        sol = _solve(Y, f0, steps, sigma, eps)
+        settled = _settled(sol, Y[:, -first_levels:], norms, target_relative_error)
+        rest = ~settled
+        if np.any(rest):
+            coarse = evaluate_ladder(fn, x0, W[rest], steps[:-first_levels], max_rows)
+            Y[rest, :-first_levels] = coarse
+            evals += coarse.shape[0] * coarse.shape[1] * 2
+            sol = _solve(Y, f0, steps, sigma, eps)
+    else:
+        Y = evaluate_ladder(fn, x0, W, steps, max_rows)
+        evals = Y.shape[0] * Y.shape[1] * 2
+        f0 = center.get("f0", f0)
+        evals += len(center)
+        sol = _solve(Y, f0, steps, sigma, eps)
+        settled = np.zeros(d, dtype=bool)
+    kinked = np.zeros(d, dtype=bool)
     for _ in range(max_refinements):
         # The ladder moves where the best estimate sits at its edge: downwards where it
         # is still limited by truncation at the finest step (a length scale shorter
@@ -222,28 +276,23 @@ def directional_derivatives(
         # left and right derivatives that disagree: a kink within the finest step, or
         # one that the finer steps of a longer ladder resolve (then they agree again)
         # (for a smooth function central, left and right estimates share one limit)
+        split = _split(c, r, l)
+        split_any = np.any(split, axis=1)
+        # ... unless each side is resolved so well that the kink lies within
+        # ``resolution`` of x: a one-sided difference that crosses a kink at distance
+        # delta < h changes by about |r - l| delta / (2 h) from h to 2 h
         with np.errstate(all="ignore"):
-            rv, lv = _to_float(np.asarray(r.value)), _to_float(np.asarray(l.value))
-            cv = _to_float(np.asarray(c.value))
-            split = (
-                (np.abs(rv - lv) > 2.0 * (r.error + l.error))
-                | (np.abs(cv - rv) > 2.0 * (c.error + r.error))
-                | (np.abs(cv - lv) > 2.0 * (c.error + l.error))
-            )
-        split_any = np.any(split & np.isfinite(rv) & np.isfinite(lv), axis=1)
-        down |= split_any
-        down &= sol.finest > h_floor
+            gap = np.abs(_to_float(np.asarray(r.value)) - _to_float(np.asarray(l.value)))
+            pinned = 2.0 * finest * np.maximum(r.error, l.error) <= resolution * gap
+        resolved = np.all(~split | pinned, axis=1) & split_any
+        down |= split_any & ~resolved
+        down &= (sol.finest > h_floor) & ~settled
         # a direction whose one-sided derivatives disagreed has a kink above its finest
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
-        cval = _to_float(np.asarray(c.value))
-        # accuracy relative to the entry, or to the typical derivative of that output
-        # (an entry far smaller than its neighbours needs no more digits than they do)
-        with np.errstate(all="ignore"):
-            typical = np.sqrt(np.nanmean(np.where(np.isfinite(cval), cval, np.nan) ** 2, axis=0))
-        size = np.maximum(np.abs(cval), np.nan_to_num(typical))
+        size = _size(c, norms)
         up = (c.error > target_relative_error * size) & (size != 0)
-        up = np.any(up, axis=1) & ~down & ~kinked
+        up = np.any(up, axis=1) & ~down & ~kinked & ~settled
         up &= sol.largest * 2.0**refine_levels <= 2.0**5
         if not np.any(down | up):
             break
@@ -278,6 +327,62 @@ def directional_derivatives(
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _with_center(
+    fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray
+) -> tuple[Callable[[np.ndarray], np.ndarray], dict[str, np.ndarray]]:
+    """``fn`` that also evaluates ``x0`` as the first row of its first call; the value
+    lands in the returned dict under ``"f0"``."""
+    box: dict[str, np.ndarray] = {}
+
+    def wrapped(X: np.ndarray) -> np.ndarray:
+        if "f0" in box or X.shape[0] == 0:
+            return fn(X)
+        Y = fn(np.concatenate([x0[None, :], X]))
+        box["f0"] = Y[0]
+        return Y[1:]
+
+    return wrapped, box
+
+
+def _split(c: TableauResult, r: TableauResult, l: TableauResult) -> np.ndarray:
+    """``(d, m)``: central, left and right estimates that disagree beyond their error bars."""
+    with np.errstate(all="ignore"):
+        rv, lv = _to_float(np.asarray(r.value)), _to_float(np.asarray(l.value))
+        cv = _to_float(np.asarray(c.value))
+        split = (
+            (np.abs(rv - lv) > 2.0 * (r.error + l.error))
+            | (np.abs(cv - rv) > 2.0 * (c.error + r.error))
+            | (np.abs(cv - lv) > 2.0 * (c.error + l.error))
+        )
+    return split & np.isfinite(rv) & np.isfinite(lv)
+
+
+def _size(c: TableauResult, norms: np.ndarray) -> np.ndarray:
+    """``(d, m)``: the size an error is judged against: the entry, or, if larger, the
+    length of its direction (``norms``, ``(d,)``) times the root mean square of that
+    output's derivatives per unit length over all directions. An entry far smaller
+    than its neighbours needs no more digits than they do; measuring them per unit
+    length keeps a coordinate with a tiny step scale (an input near 0) to the same
+    relative accuracy, in the user's units, as its neighbours."""
+    cval = _to_float(np.asarray(c.value))
+    with np.errstate(all="ignore"):
+        unit = cval / np.where(norms > 0, norms, 1.0)[:, None]
+        typical = np.sqrt(np.nanmean(np.where(np.isfinite(unit), unit, np.nan) ** 2, axis=0))
+    return np.maximum(np.abs(cval), norms[:, None] * np.nan_to_num(typical)[None, :])
+
+
+def _settled(sol: _Solution, Y: np.ndarray, norms: np.ndarray, accuracy: float) -> np.ndarray:
+    """``(d,)``: directions whose first steps (values ``Y``, ``(d, k, 2, m)``) already
+    give the reference (see ``first_levels`` of :func:`directional_derivatives`)."""
+    size = _size(sol.c, norms)
+    with np.errstate(invalid="ignore"):
+        accurate = np.all(sol.c.error <= accuracy * size, axis=1)
+    finite = np.all(np.isfinite(Y), axis=(1, 2, 3))
+    smooth = ~np.any(_split(sol.c, sol.r, sol.l), axis=1)
+    no_jump = ~np.any(sol.jump_r | sol.jump_l, axis=1)
+    return accurate & finite & smooth & no_jump
 
 
 @dataclass
@@ -328,8 +433,8 @@ def _solve(
         st = steps[cols]
         Yg = Y[rows][:, cols]
         c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
-        jr, sr = _jumps(Yg, f0, sigma[rows], 0, r)
-        jl, sl = _jumps(Yg, f0, sigma[rows], 1, l)
+        jr, sr = _jumps(Yg, f0, sigma[rows], 0, r, eps)
+        jl, sl = _jumps(Yg, f0, sigma[rows], 1, l, eps)
         if final:
             c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps, cross_check=True)
         order.append(rows)

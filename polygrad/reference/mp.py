@@ -69,8 +69,8 @@ def mp_directional_derivatives(
     unit = 10.0 ** (-dps)
     sigma = np.broadcast_to(10.0 * unit * np.maximum(np.abs(f0_float), 1e-300), (d, m)).copy()
     c, r, l = _tableaus(Y, f0, steps, sigma, unit)
-    jump_r, sgn_r = _jumps(Y, f0, sigma, 0, r)
-    jump_l, sgn_l = _jumps(Y, f0, sigma, 1, l)
+    jump_r, sgn_r = _jumps(Y, f0, sigma, 0, r, unit)
+    jump_l, sgn_l = _jumps(Y, f0, sigma, 1, l, unit)
     evals = 2 * d * levels + 1
     f64_eps = np.finfo(np.float64).eps
 
