@@ -20,9 +20,11 @@ The decision rule (all quantities per compared entry):
 
 from __future__ import annotations
 
+import functools
+import gc
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -274,6 +276,32 @@ def _naive_roundoff(
     return out
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def without_gc_pauses(fn: _F) -> _F:
+    """Run ``fn`` with Python's cyclic garbage collector paused (and restored after).
+
+    A check allocates many short-lived objects (traced framework functions,
+    tableaus), which triggers full collections over everything the program
+    holds: with TensorFlow and Keras loaded a single one takes about 0.2 s.
+    Nothing a check allocates needs the cycle collector to be freed in time;
+    collection resumes when the check returns.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return wrapper  # type: ignore[return-value]
+
+
 def normalize_argnums(argnums: int | tuple[int, ...], nargs: int) -> tuple[int, ...]:
     """``argnums`` as a tuple of non-negative indices into ``nargs`` arguments.
 
@@ -298,6 +326,7 @@ def normalize_argnums(argnums: int | tuple[int, ...], nargs: int) -> tuple[int, 
     return tuple(a % nargs for a in out)
 
 
+@without_gc_pauses
 def check(
     f: Callable[..., Any],
     *args: Any,

@@ -141,11 +141,13 @@ def float64_model_copy(model: Any) -> Any:
         The model cannot be rebuilt from its config (e.g. a subclassed model
         without ``get_config``) or the copy does not compute in float64.
     """
+    config = _promote_config(model.get_config())
+    weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
     try:
-        copy = type(model).from_config(_promote_config(model.get_config()))
-        if not copy.built and getattr(model, "built", False):
-            copy.build(model.input_shape)
-        copy.set_weights([np.asarray(w, dtype=np.float64) for w in model.get_weights()])
+        try:  # the weights are set below: skip drawing random initial values
+            copy = _rebuild(model, _zero_initializers(config), weights)
+        except Exception:  # noqa: BLE001 - e.g. a layer that validates its initializers
+            copy = _rebuild(model, config, weights)
     except Exception as exc:  # noqa: BLE001 - any failure means: cannot be promoted
         raise TypeError(
             f"the Keras model {getattr(model, 'name', '?')!r} could not be rebuilt in float64 "
@@ -155,6 +157,29 @@ def float64_model_copy(model: Any) -> Any:
     if bad:
         raise TypeError(f"the float64 copy of the model still has non-float64 weights {bad}")
     return copy
+
+
+def _rebuild(model: Any, config: Any, weights: list[np.ndarray]) -> Any:
+    copy = type(model).from_config(config)
+    if not copy.built and getattr(model, "built", False):
+        copy.build(model.input_shape)
+    copy.set_weights(weights)
+    return copy
+
+
+def _zero_initializers(cfg: Any) -> Any:
+    """A Keras config with every ``*_initializer`` replaced by zeros (same format)."""
+    if isinstance(cfg, list):
+        return [_zero_initializers(c) for c in cfg]
+    if not isinstance(cfg, dict):
+        return cfg
+    out = {}
+    for key, value in cfg.items():
+        if key.endswith("_initializer") and isinstance(value, dict) and "class_name" in value:
+            out[key] = {**value, "class_name": "Zeros", "config": {}}
+        else:
+            out[key] = _zero_initializers(value)
+    return out
 
 
 def _numpy(t: Any, dtype: Any = None) -> np.ndarray:

@@ -244,18 +244,19 @@ def directional_derivatives(
     # function that is exactly constant along w would read as a jump)
     fn, center = _with_center(fn, x0)
     if staged:
-        Y = np.full((d, levels, 2, f0.size), np.nan)
-        Y[:, -first_levels:] = evaluate_ladder(fn, x0, W, steps[-first_levels:], max_rows)
+        Y = evaluate_ladder(fn, x0, W, steps[:first_levels], max_rows)
+        steps = steps[:first_levels]
         evals = d * first_levels * 2
         f0 = center.get("f0", f0)
         evals += len(center)
         sol = _solve(Y, f0, steps, sigma, eps)
-        settled = _settled(sol, Y[:, -first_levels:], norms, target_relative_error)
-        rest = ~settled
-        if np.any(rest):
-            coarse = evaluate_ladder(fn, x0, W[rest], steps[:-first_levels], max_rows)
-            Y[rest, :-first_levels] = coarse
-            evals += coarse.shape[0] * coarse.shape[1] * 2
+        settled, noisy = _triage(sol, Y, norms, target_relative_error)
+        # the rest of the ladder below, or, where only noise stands in the way, steps above
+        k_up = np.where(noisy, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
+        k_dn = np.where(~settled & ~(noisy & (k_up > 0)), levels - first_levels, 0)
+        if np.any(k_up) or np.any(k_dn):
+            Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
+            evals += added
             sol = _solve(Y, f0, steps, sigma, eps)
     else:
         Y = evaluate_ladder(fn, x0, W, steps, max_rows)
@@ -290,27 +291,13 @@ def directional_derivatives(
         # a direction whose one-sided derivatives disagreed has a kink above its finest
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
-        size = _size(c, norms)
-        up = (c.error > target_relative_error * size) & (size != 0)
-        up = np.any(up, axis=1) & ~down & ~kinked & ~settled
-        up &= sol.largest * 2.0**refine_levels <= 2.0**5
-        if not np.any(down | up):
+        up = ~down & ~kinked & ~settled
+        k_up = np.where(up, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
+        k_dn = np.where(down, refine_levels, 0)
+        if not np.any(k_up) and not np.any(k_dn):
             break
-        more_dn = steps[-1] * 2.0 ** -np.arange(1, refine_levels + 1) if np.any(down) else steps[:0]
-        more_up = steps[0] * 2.0 ** np.arange(refine_levels, 0, -1) if np.any(up) else steps[:0]
-        new_steps = np.concatenate([more_up, steps, more_dn])
-        Y_new = np.full((Y.shape[0], new_steps.size) + Y.shape[2:], np.nan)
-        a = more_up.size
-        Y_new[:, a : a + steps.size] = Y
-        if more_dn.size:
-            Yd = evaluate_ladder(fn, x0, W[down], more_dn, max_rows)
-            Y_new[down, a + steps.size :] = Yd
-            evals += Yd.shape[0] * Yd.shape[1] * 2
-        if more_up.size:
-            Yu = evaluate_ladder(fn, x0, W[up], more_up, max_rows)
-            Y_new[up, :a] = Yu
-            evals += Yu.shape[0] * Yu.shape[1] * 2
-        Y, steps = Y_new, new_steps
+        Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
+        evals += added
         sol = _solve(Y, f0, steps, sigma, eps)
 
     def est(t: TableauResult, step: np.ndarray) -> Estimate:
@@ -327,6 +314,48 @@ def directional_derivatives(
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _extend(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    Y: np.ndarray,
+    steps: np.ndarray,
+    k_up: np.ndarray,
+    k_dn: np.ndarray,
+    max_rows: int,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Evaluate ``k_up[i]`` more steps above and ``k_dn[i]`` below direction ``i``'s
+    own steps (contiguous with them, so its tableau sees no gap); the shared ladder
+    ``steps`` grows as needed. Returns the new values, steps and evaluations."""
+    valid = ~np.all(np.isnan(Y), axis=(2, 3))  # (d, L)
+    L = steps.size
+    top = np.argmax(valid, axis=1)
+    bottom = L - 1 - np.argmax(valid[:, ::-1], axis=1)
+    grow_up = int(max(0, np.max(k_up - top)))
+    grow_dn = int(max(0, np.max(bottom + k_dn - (L - 1))))
+    new_steps = np.concatenate(
+        [
+            steps[0] * 2.0 ** np.arange(grow_up, 0, -1),
+            steps,
+            steps[-1] * 2.0 ** -np.arange(1, grow_dn + 1),
+        ]
+    )
+    Y_new = np.full((Y.shape[0], new_steps.size) + Y.shape[2:], np.nan)
+    Y_new[:, grow_up : grow_up + L] = Y
+    added = 0
+    # directions that need the same new steps are evaluated together
+    first = np.where(k_up > 0, top + grow_up - k_up, -1)
+    last = np.where(k_dn > 0, bottom + grow_up + 1, -1)
+    for starts, counts in ((first, k_up), (last, k_dn)):
+        groups = sorted({(int(a), int(b)) for a, b in zip(starts, counts, strict=True) if b > 0})
+        for start, count in groups:
+            rows = np.flatnonzero((starts == start) & (counts == count))
+            cols = slice(start, start + count)
+            Y_new[rows, cols] = evaluate_ladder(fn, x0, W[rows], new_steps[cols], max_rows)
+            added += rows.size * count * 2
+    return Y_new, new_steps, added
 
 
 def _with_center(
@@ -373,16 +402,39 @@ def _size(c: TableauResult, norms: np.ndarray) -> np.ndarray:
     return np.maximum(np.abs(cval), norms[:, None] * np.nan_to_num(typical)[None, :])
 
 
-def _settled(sol: _Solution, Y: np.ndarray, norms: np.ndarray, accuracy: float) -> np.ndarray:
-    """``(d,)``: directions whose first steps (values ``Y``, ``(d, k, 2, m)``) already
-    give the reference (see ``first_levels`` of :func:`directional_derivatives`)."""
+def _levels_up(sol: _Solution, norms: np.ndarray, accuracy: float, most: int) -> np.ndarray:
+    """``(d,)``: levels (factors of two) to move the steps up by, 0 where the central
+    estimate meets ``accuracy``. A noise-limited error falls like ``1/h``: the steps
+    move up by as many levels as the error exceeds the target (in powers of two), plus
+    one for the tableau, at most ``most`` and never beyond a step of 32."""
+    size = _size(sol.c, norms)
+    with np.errstate(all="ignore"):
+        ratio = sol.c.error / (accuracy * size)
+        excess = np.max(np.where(size != 0, ratio, 0.0), axis=1)
+    room = np.floor(np.log2(2.0**5 / sol.largest)).astype(np.int64)
+    excess = np.where(np.isnan(excess), 0.0, np.minimum(excess, 2.0**most))  # inf: all the way
+    k = np.ceil(np.log2(np.maximum(excess, 1.0))).astype(np.int64) + 1
+    k = np.minimum(np.minimum(k, most), room)
+    return np.where((excess > 1.0) & (k >= 1), k, 0)
+
+
+def _triage(
+    sol: _Solution, Y: np.ndarray, norms: np.ndarray, accuracy: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(settled, noisy)``, each ``(d,)``, after the first steps (values ``Y``):
+    settled directions already give the reference (see ``first_levels`` of
+    :func:`directional_derivatives`); noisy ones are smooth there and miss the
+    target only through noise, so larger steps, not smaller, will meet it."""
     size = _size(sol.c, norms)
     with np.errstate(invalid="ignore"):
-        accurate = np.all(sol.c.error <= accuracy * size, axis=1)
+        short = sol.c.error > accuracy * size
     finite = np.all(np.isfinite(Y), axis=(1, 2, 3))
     smooth = ~np.any(_split(sol.c, sol.r, sol.l), axis=1)
     no_jump = ~np.any(sol.jump_r | sol.jump_l, axis=1)
-    return accurate & finite & smooth & no_jump
+    clean = finite & smooth & no_jump
+    settled = clean & ~np.any(short, axis=1)
+    truncated = np.any(short & (sol.c.truncation > 3.0 * sol.c.noise), axis=1)
+    return settled, clean & ~settled & ~truncated
 
 
 @dataclass

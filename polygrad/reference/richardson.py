@@ -182,8 +182,13 @@ def neville(
             )
         if cross_check and T.shape[0] > 1:
             # also against the next finer entry of the same column: two estimates of the
-            # same order that disagree show a truncation error the parents can hide
-            trunc[:-1] = np.maximum(trunc[:-1], _to_float(np.abs(T[:-1] - T[1:])))
+            # same order that disagree show a truncation error the parents can hide. The
+            # leading error c h^p of this column's entries (p = p0 + j dp) changes by
+            # c h^p (1 - 2^-p) from h to h/2, so the difference is scaled up by
+            # 1 / (1 - 2^-p): twice the difference for a raw one-sided quotient
+            order = p0 + j * dp
+            widen = 1.0 / (1.0 - 2.0**-order)
+            trunc[:-1] = np.maximum(trunc[:-1], widen * _to_float(np.abs(T[:-1] - T[1:])))
         Tf = _to_float(T)
         # noise propagated exactly through the coefficients (independent noise)
         noise = sd_max * np.sqrt(np.einsum("kl,l...->k...", C**2, sd_rel**2))
