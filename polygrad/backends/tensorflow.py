@@ -82,7 +82,6 @@ __all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
 _FlatCall = Callable[[list[Any]], list[Any]]
 
 
-
 def is_keras_model(x: Any) -> bool:
     """Whether ``x`` is a Keras 3 or tf-keras layer or model (imports nothing)."""
     for mod_name in ("keras", "tf_keras"):
