@@ -53,7 +53,8 @@ PROGRESS_AFTER_SECONDS = 2.0
 CONDITION_ALLOWANCE = 1e4
 """``|f| / |f' s|`` the short ladder's finest step allows; beyond it the ladder moves up."""
 FIRST_LEVELS = 2
-"""Steps evaluated first along every direction; the rest of the ladder only where needed."""
+"""Steps of a short ladder evaluated first along every direction; the rest only where needed
+(see ``first_levels`` of :func:`polygrad.reference.directional_derivatives`)."""
 SHARED_NOISE_DIRECTIONS = 32
 """Directions sampled to measure the noise once for a large full check (see ``_reference``)."""
 SHARED_NOISE_MARGIN = 10.0
@@ -209,7 +210,9 @@ def _reference(
                     levels,
                     max_rows=batch_size,
                     target_relative_error=accuracy,
-                    first_levels=FIRST_LEVELS,
+                    # a short ladder (a reference far more precise than needed) starts
+                    # with its coarse pair; a long one is evaluated whole
+                    first_levels=FIRST_LEVELS if levels <= 4 else 0,
                     resolution=target.eps,
                 )
             )

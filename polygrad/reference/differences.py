@@ -212,15 +212,17 @@ def directional_derivatives(
         The ladder is not extended below this step. Left and right
         derivatives that still disagree at the finest step mark a kink.
     first_levels : int
-        With ``0 < first_levels < levels``, only the ``first_levels`` finest
-        steps are evaluated first; a direction is *settled* there, and gets no
+        With ``0 < first_levels < levels``, only the ``first_levels`` largest
+        steps are evaluated first. A direction is *settled* there, and gets no
         other evaluation, when its values are finite, its central estimate meets
         ``target_relative_error`` (error bar included) and its left and right
-        estimates agree with it. Only the others get the rest of the ladder.
-        Two steps are the fewest that give an error bar; a smooth direction
-        usually settles on them (the truncation of the finest central
-        difference is about a third of the difference of the two, which is the
-        error bar), which halves the cost of a large check.
+        estimates agree with it. A direction that misses the target through noise
+        alone moves up by the levels it needs (see ``_levels_up``); every other
+        one gets the rest of the ladder below. Two steps are the fewest that give
+        an error bar (the difference of the two central differences bounds the
+        truncation of the finer one); a smooth direction usually settles on them,
+        which halves the cost of a large check. Meant for a short ladder, whose
+        steps all lie where round-off and truncation are both small.
     resolution : float
         Distance (in units of the direction) below which two points cannot be
         told apart in the working dtype (its epsilon, for directions scaled like
