@@ -60,6 +60,7 @@ def evaluate_ladder(
     W: np.ndarray,
     steps: np.ndarray,
     max_rows: int,
+    center: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """``fn`` at ``x0 ± h w`` for every direction and step, in batches of whole directions.
 
@@ -72,6 +73,9 @@ def evaluate_ladder(
     steps : ndarray, shape (L,)
     max_rows : int
         Largest batch passed to ``fn`` (at least one direction's ``2 L`` rows).
+    center : dict, optional
+        If given, ``x0`` itself is evaluated as the first row of the first batch
+        (through the same code path as its neighbours) and stored under ``"f0"``.
 
     Returns
     -------
@@ -86,10 +90,15 @@ def evaluate_ladder(
     signs = np.array([1.0, -1.0])
     for a in range(0, d, dirs_per_chunk):
         Wc = W[a : a + dirs_per_chunk]
+        extra = 1 if center is not None and a == 0 else 0
+        X = np.empty((extra + Wc.shape[0] * per_dir, n))
+        X[:extra] = x0
         offs = (steps[None, :, None, None] * signs[None, None, :, None]) * Wc[:, None, None, :]
-        X = (x0[None, None, None, :] + offs).reshape(-1, n)
+        np.add(x0, offs.reshape(-1, n), out=X[extra:])
         Y = fn(X)
-        out.append(Y.reshape(Wc.shape[0], L, 2, -1))
+        if extra:
+            center["f0"] = Y[0]
+        out.append(Y[extra:].reshape(Wc.shape[0], L, 2, -1))
     return np.concatenate(out, axis=0)
 
 
@@ -202,10 +211,13 @@ def directional_derivatives(
         Largest batch passed to ``fn``.
     max_refinements, refine_levels : int
         How often, and by how many steps, the ladder may be extended:
-        downwards for directions limited by truncation at the finest step,
-        upwards (up to steps of 32) for directions whose error bar exceeds
-        ``target_relative_error`` times the derivative (or, if larger, times the
-        root mean square of the derivatives of that output along all ``W``).
+        downwards by ``refine_levels`` for directions limited by truncation at
+        the finest step or whose left and right estimates disagree; upwards for
+        directions whose error bar exceeds ``target_relative_error`` times the
+        derivative (or, if larger, times the length of the direction times the
+        root mean square of that output's derivatives per unit length along all
+        ``W``), by the levels the excess asks for, at most ``refine_levels`` at a
+        time, ``2 refine_levels`` in all and up to steps of 32.
     target_relative_error : float
         Accuracy below which the ladder is not extended upwards.
     h_floor : float
@@ -244,9 +256,10 @@ def directional_derivatives(
     # through the same code path as its neighbours (a point evaluated alone can round
     # differently from a vectorized batch, and a few units of round-off in g(0) over a
     # function that is exactly constant along w would read as a jump)
-    fn, center = _with_center(fn, x0)
+    center: dict[str, np.ndarray] = {}
+    raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved up
     if staged:
-        Y = evaluate_ladder(fn, x0, W, steps[:first_levels], max_rows)
+        Y = evaluate_ladder(fn, x0, W, steps[:first_levels], max_rows, center)
         steps = steps[:first_levels]
         evals = d * first_levels * 2
         f0 = center.get("f0", f0)
@@ -256,12 +269,13 @@ def directional_derivatives(
         # the rest of the ladder below, or, where only noise stands in the way, steps above
         k_up = np.where(noisy, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
         k_dn = np.where(~settled & ~(noisy & (k_up > 0)), levels - first_levels, 0)
+        raised += k_up
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
             evals += added
             sol = _solve(Y, f0, steps, sigma, eps)
     else:
-        Y = evaluate_ladder(fn, x0, W, steps, max_rows)
+        Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
         evals = Y.shape[0] * Y.shape[1] * 2
         f0 = center.get("f0", f0)
         evals += len(center)
@@ -294,7 +308,10 @@ def directional_derivatives(
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
         up = ~down & ~kinked & ~settled
+        # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
         k_up = np.where(up, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
+        k_up = np.minimum(k_up, 2 * refine_levels - raised)
+        raised += k_up
         k_dn = np.where(down, refine_levels, 0)
         if not np.any(k_up) and not np.any(k_dn):
             break
@@ -358,23 +375,6 @@ def _extend(
             Y_new[rows, cols] = evaluate_ladder(fn, x0, W[rows], new_steps[cols], max_rows)
             added += rows.size * count * 2
     return Y_new, new_steps, added
-
-
-def _with_center(
-    fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray
-) -> tuple[Callable[[np.ndarray], np.ndarray], dict[str, np.ndarray]]:
-    """``fn`` that also evaluates ``x0`` as the first row of its first call; the value
-    lands in the returned dict under ``"f0"``."""
-    box: dict[str, np.ndarray] = {}
-
-    def wrapped(X: np.ndarray) -> np.ndarray:
-        if "f0" in box or X.shape[0] == 0:
-            return fn(X)
-        Y = fn(np.concatenate([x0[None, :], X]))
-        box["f0"] = Y[0]
-        return Y[1:]
-
-    return wrapped, box
 
 
 def _split(c: TableauResult, r: TableauResult, l: TableauResult) -> np.ndarray:
