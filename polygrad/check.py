@@ -531,6 +531,7 @@ def check(
         elif d * n <= 4096:
             # "auto": mp when its estimated cost is modest (one timed evaluation)
             t0 = time.perf_counter()
+            assert target.evaluate_mp is not None  # mp_mode() said so
             try:
                 target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
                 per_eval = time.perf_counter() - t0

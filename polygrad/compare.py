@@ -685,6 +685,7 @@ def _choose_reference(impls: list[_Impl], reference: str) -> _Impl:
 def _reference_primal(target: Target, method: str, dps: int) -> tuple[np.ndarray, np.ndarray]:
     """The function value at ``x0`` from the reference source, with its error bar."""
     if method == "mp" and target.mp_mode():
+        assert target.evaluate_mp is not None
         try:
             y = target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
             y = np.array([float(v) for v in y])

@@ -287,11 +287,14 @@ class ChunkSizer:
 
     Per-row cost depends on the chunk size in ways that cannot be predicted:
     a small function is dominated by the per-call overhead (large chunks win),
-    while a convolutional network in float64 can run three times slower per
-    row in chunks of thousands than in chunks of tens (its activations leave
-    the cache). On a large batch the sizer times chunks of each candidate size
-    on the real rows (after one untimed warm-up chunk) and keeps the fastest;
-    no row is evaluated twice.
+    while a convolutional network in float64 can run twice as slow per row in
+    chunks of thousands as in chunks of tens (its activations leave the
+    cache). The sizer times chunks of each candidate size, smallest first, on
+    the real rows (after one untimed warm-up chunk, and keeping the faster of
+    two chunks per size, since first calls pay one-time costs), stops at the
+    first size that is slower than a smaller one, and keeps the fastest. No row
+    is evaluated twice; until the timing is complete, the fastest size so far
+    is used for rows too few to time the next size.
 
     Parameters
     ----------
@@ -305,34 +308,42 @@ class ChunkSizer:
         self.max_rows = max(1, int(max_rows))
         sizes = {min(c, self.max_rows) for c in candidates} | {self.max_rows}
         self.candidates = sorted(sizes)
+        self.plan = [self.candidates[0]] + [c for c in self.candidates for _ in range(2)]
+        self.step = 0
         self.per_row: dict[int, float] = {}
-        self.warm = False
         self.best: int | None = None if len(self.candidates) > 1 else self.max_rows
 
     def __call__(self, fn: BatchFn, X: np.ndarray) -> np.ndarray:
         """``fn`` applied to ``X`` (``(B, ...)``), chunk by chunk."""
         out, i, B = [], 0, X.shape[0]
         while i < B:
-            if self.best is not None:
-                size = self.best
-            elif not self.warm:
-                size = self.candidates[0]
+            planned = self.best is None and self.step < len(self.plan)
+            if planned and B - i >= self.plan[self.step]:
+                size = self.plan[self.step]
             else:
-                untimed = [c for c in self.candidates if c not in self.per_row]
-                size = untimed[0] if untimed and B - i >= untimed[0] else self.max_rows
+                planned = False
+                size = self.best or (self._fastest() if self.per_row else self.candidates[0])
             t0 = time.perf_counter()
             out.append(fn(X[i : i + size]))
             elapsed = time.perf_counter() - t0
-            rows = min(size, B - i)
-            if self.best is None and self.warm and rows == size and size not in self.per_row:
-                self.per_row[size] = elapsed / rows
-                if len(self.per_row) == len(self.candidates):
-                    self.best = min(self.per_row, key=self.per_row.__getitem__)
-            self.warm = True
-            i += rows
+            i += min(size, B - i)
+            if planned:
+                self._record(size, elapsed / size)
         if not out:
             return fn(X)
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def _record(self, size: int, per_row: float) -> None:
+        if self.step > 0:  # the first chunk is the warm-up
+            self.per_row[size] = min(self.per_row.get(size, np.inf), per_row)
+        self.step += 1
+        done_with_size = self.step == len(self.plan) or self.plan[self.step] != size
+        if self.step > 1 and done_with_size:
+            if self._fastest() != size or self.step == len(self.plan):
+                self.best = self._fastest()
+
+    def _fastest(self) -> int:
+        return min(self.per_row, key=self.per_row.__getitem__)
 
 
 class Backend(ABC):

@@ -96,7 +96,7 @@ def evaluate_ladder(
         offs = (steps[None, :, None, None] * signs[None, None, :, None]) * Wc[:, None, None, :]
         np.add(x0, offs.reshape(-1, n), out=X[extra:])
         Y = fn(X)
-        if extra:
+        if extra and center is not None:
             center["f0"] = Y[0]
         out.append(Y[extra:].reshape(Wc.shape[0], L, 2, -1))
     return np.concatenate(out, axis=0)

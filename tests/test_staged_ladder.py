@@ -1,0 +1,184 @@
+"""The staged ladder, contiguous extensions and the chunk sizer (cost mechanisms that must
+not change a reference's value or honesty)."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad.backends.base import ChunkSizer
+from polygrad.reference import directional_derivatives
+from polygrad.reference.differences import _extend, evaluate_ladder
+
+EPS64 = float(np.finfo(np.float64).eps)
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def _counted(f):
+    rows = []
+
+    def fn(X):
+        rows.append(X.shape[0])
+        return f(X)
+
+    return fn, rows
+
+
+def test_smooth_directions_settle_on_the_first_two_steps():
+    """sum(sin(x)) with a float32 target: every direction settles on its first pair of
+    steps (4 evaluations each, plus g(0) once) and the error bars cover the truth."""
+    x = np.linspace(0.3, 1.7, 50)
+    fn, rows = _counted(lambda X: np.sum(np.sin(X), axis=1)[:, None])
+    f0 = fn(x[None])[0]
+    W = np.eye(x.size)
+    sig = np.full((x.size, 1), 4 * EPS64)
+    dd = directional_derivatives(
+        fn, x, W, f0, sig, EPS64, "float64", 2.0**-11, 4,
+        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+    )  # fmt: skip
+    assert dd.central.evaluations == x.size * 4 + 1
+    err = np.abs(dd.central.value[:, 0] - np.cos(x))
+    assert np.all(err <= dd.central.error[:, 0])
+    assert np.all(dd.central.error[:, 0] <= EPS32 * np.abs(np.cos(x)))
+
+
+def test_kinked_direction_gets_the_fine_steps_and_the_smooth_ones_do_not():
+    """|x_0| + sum(sin(x_1:)): the kink at x_0 = 0 is refined, the rest settle."""
+    x = np.array([0.0, 0.5, 0.9, 1.3])
+    fn, _ = _counted(lambda X: (np.abs(X[:, 0]) + np.sum(np.sin(X[:, 1:]), axis=1))[:, None])
+    f0 = fn(x[None])[0]
+    W = np.eye(4)
+    sig = np.full((4, 1), 4 * EPS64)
+    dd = directional_derivatives(
+        fn, x, W, f0, sig, EPS64, "float64", 2.0**-11, 4,
+        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+    )  # fmt: skip
+    assert dd.right.value[0, 0] == pytest.approx(1.0, abs=1e-9)
+    assert dd.left.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
+    # smooth: 4 each; the kink: its coarse pair, the fine pair, no further refinement
+    # (the two sides are resolved far within float32's resolution of x)
+    assert dd.central.evaluations == 3 * 4 + 8 + 1
+    np.testing.assert_allclose(dd.central.value[1:, 0], np.cos(x[1:]), rtol=EPS32)
+
+
+def test_noisy_direction_moves_up_by_the_levels_it_needs():
+    """A function ten million times larger than its derivative: the coarse pair is far
+    too noisy, so the steps move up (not down), and the result meets the target."""
+    x = np.array([1.0])
+
+    def f(X):
+        return 1e7 + 1e-3 * X[:, :1] ** 2
+
+    fn, _ = _counted(f)
+    f0 = fn(x[None])[0]
+    sig = np.full((1, 1), 1e7 * EPS64)
+    dd = directional_derivatives(
+        fn, x, np.eye(1), f0, sig, EPS64, "float64", 2.0**-11, 4,
+        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+    )  # fmt: skip
+    assert dd.central.step[0, 0] > 2.0**-11
+    assert abs(dd.central.value[0, 0] - 2e-3) <= dd.central.error[0, 0]
+    assert dd.central.error[0, 0] <= 1e-4 * 2e-3
+
+
+def test_extensions_stay_contiguous_per_direction():
+    """Direction 0 already reaches two levels above direction 1; moving both up by two
+    gives each two new steps directly above its own, and the shared ladder grows."""
+    x = np.array([0.7, 1.1])
+    fn = lambda X: np.sin(X[:, :1]) + X[:, 1:] ** 3  # noqa: E731
+    W = np.eye(2)
+    steps = 2.0 ** -np.arange(2, 6)  # 1/4 .. 1/32
+    Y = evaluate_ladder(fn, x, W, steps, 64)
+    Y[1, :2] = np.nan  # direction 1 was evaluated on 1/16, 1/32 only
+    Y2, steps2, added = _extend(fn, x, W, Y, steps, np.array([2, 2]), np.array([0, 0]), 64)
+    assert added == 2 * 2 * 2
+    np.testing.assert_array_equal(steps2, 2.0 ** -np.arange(0, 6))  # grew by two on top
+    valid = ~np.all(np.isnan(Y2), axis=(2, 3))
+    np.testing.assert_array_equal(valid[0], [1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(valid[1], [0, 0, 1, 1, 1, 1])
+    want = evaluate_ladder(fn, x, W, steps2, 64)
+    np.testing.assert_array_equal(Y2[valid], want[valid])
+
+
+def test_center_is_evaluated_with_its_neighbours():
+    calls = []
+
+    def fn(X):
+        calls.append(X.copy())
+        return X[:, :1] * 2.0
+
+    x = np.array([3.0, 1.0])
+    center: dict[str, np.ndarray] = {}
+    Y = evaluate_ladder(fn, x, np.eye(2), np.array([0.5, 0.25]), 64, center)
+    assert len(calls) == 1 and np.array_equal(calls[0][0], x)  # first row of the batch
+    assert center["f0"][0] == 6.0
+    assert Y.shape == (2, 2, 2, 1) and Y[0, 0, 0, 0] == 7.0
+
+
+# ---- chunk sizes -----------------------------------------------------------------------------
+
+
+def _slow_above(limit: int, per_row: float, penalty: float):
+    """A batch function whose per-row cost grows for chunks larger than ``limit``."""
+    sizes = []
+
+    def fn(X):
+        sizes.append(X.shape[0])
+        time.sleep(X.shape[0] * (per_row if X.shape[0] <= limit else per_row * penalty))
+        return X[:, :1] * 2.0
+
+    return fn, sizes
+
+
+def test_chunk_sizer_finds_the_cache_friendly_size_and_keeps_rows_in_order():
+    fn, sizes = _slow_above(64, 2e-5, 4.0)
+    sizer = ChunkSizer(4096)
+    X = np.arange(3000.0)[:, None]
+    out = sizer(fn, X)
+    np.testing.assert_array_equal(out, 2.0 * X)  # every row once, in order
+    assert sum(sizes) == 3000
+    assert sizer.best == 32
+    assert sizes[-1] <= 32
+
+
+def test_chunk_sizer_prefers_large_chunks_when_calls_cost_most():
+    sizes = []
+
+    def fn(X):
+        sizes.append(X.shape[0])
+        time.sleep(2e-3)  # a fixed cost per call
+        return X
+
+    sizer = ChunkSizer(1024)
+    X = np.zeros((5000, 1))
+    assert sizer(fn, X).shape == (5000, 1)
+    assert sizer.best == 1024
+    assert sum(sizes) == 5000
+
+
+def test_chunk_sizer_small_batches_pass_through():
+    sizer = ChunkSizer(4096)
+    seen = []
+    out = sizer(lambda X: seen.append(X.shape[0]) or X + 1, np.zeros((5, 2)))
+    np.testing.assert_array_equal(out, np.ones((5, 2)))
+    assert seen == [5]
+
+
+# ---- the garbage collector -------------------------------------------------------------------
+
+
+def test_check_leaves_the_garbage_collector_as_it_found_it():
+    x = np.array([0.3, 0.7])
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
