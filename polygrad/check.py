@@ -518,7 +518,9 @@ def check(
     d = n if full else projections
 
     use_mp = False
-    if reference == "mp" or (reference == "auto" and wd64):
+    # "auto" considers mp only for small problems: the graph is captured only then
+    small = d * n <= 4096
+    if reference == "mp" or (reference == "auto" and wd64 and small):
         if not target.mp_mode():
             if reference == "mp":
                 details["notes"].append(
@@ -528,7 +530,7 @@ def check(
                 )
         elif reference == "mp":
             use_mp = True
-        elif d * n <= 4096:
+        else:
             # "auto": mp when its estimated cost is modest (one timed evaluation)
             t0 = time.perf_counter()
             assert target.evaluate_mp is not None  # mp_mode() said so
@@ -674,7 +676,9 @@ def check(
             f"the reference is {ref_method} central differences: this check cannot resolve "
             f"gradient errors below about {resolution:.1g} relative; "
             + (
-                "reference='mp' resolves far smaller ones"
+                "reference='mp' (if the function runs on mpmath numbers) resolves far smaller ones"
+                if not small and "mp" in target.deferred  # not worth capturing to say so
+                else "reference='mp' resolves far smaller ones"
                 if target.mp_mode()
                 else "an mp reference would resolve far smaller ones, but it is unavailable ("
                 + (target.mp_unavailable_reason or "the function cannot run on mpmath numbers")

@@ -182,3 +182,30 @@ def test_check_leaves_the_garbage_collector_as_it_found_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# ---- memory -----------------------------------------------------------------------------------
+
+
+def test_batches_of_a_wide_input_stay_within_the_byte_budget(monkeypatch):
+    from polygrad.reference import differences, noise
+
+    monkeypatch.setattr(differences, "BATCH_BYTES", 8 * 1000 * 12)  # 12 rows of n = 1000
+    assert differences.rows_per_batch(1000, 4096) == 12
+    assert differences.rows_per_batch(10, 64) == 64
+    x = np.linspace(0.1, 1.0, 1000)
+    W = np.eye(1000)[:5]
+    seen = []
+
+    def fn(X):
+        seen.append(X.shape[0])
+        return np.sum(np.sin(X), axis=1)[:, None]
+
+    Y = evaluate_ladder(fn, x, W, np.array([0.5, 0.25]), 4096)
+    assert max(seen) <= 12 and sum(seen) == 5 * 4
+    seen.clear()
+    whole = evaluate_ladder(fn, x, W[:1], np.array([0.5]), 8)
+    assert whole.shape == (1, 1, 2, 1)
+    est = noise.estimate_noise(fn, x, W, fn(x[None])[0], EPS64, 2.0**-20)
+    assert max(seen) <= 12 and est.sigma.shape == (5, 1)
+    assert Y.shape == (5, 2, 2, 1)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..reference.differences import rows_per_batch
 from .base import Backend, Layout, Supplied, Target, chunked, dtype_eps, validate_float_array
 from .numpy import as_float_output, output_layout
 
@@ -258,7 +259,9 @@ class _Batched:
         The same for one row ``(a,) → (b,)``, without vmap.
     batch_size : int
         Most rows per batched call. Every call runs exactly
-        ``min(batch_size, _MAX_ROWS)`` rows (the last chunk is padded): XLA
+        ``min(batch_size, _MAX_ROWS)`` rows, fewer for a wide input (see
+        :func:`polygrad.reference.differences.rows_per_batch`), the last chunk
+        padded: XLA
         may round differently for different batch shapes, and a point's value
         must not depend on which points share its batch. It also means one
         compilation per callable.
@@ -282,19 +285,21 @@ class _Batched:
         self.ctx, self.notes, self.what = ctx, notes, what
         self.vmap_ok = True
 
-    def _padded(self, X: np.ndarray) -> np.ndarray:
-        """Run exactly ``batch_size`` rows (repeating the last), so results never depend on B."""
+    def _padded(self, X: np.ndarray, rows: int) -> np.ndarray:
+        """Run exactly ``rows`` rows (repeating the last), so results never depend on B."""
         B = X.shape[0]
         last = X[-1:] if B else np.zeros((1, X.shape[1]))
-        X = np.concatenate([X, np.repeat(last, self.batch_size - B, axis=0)])
+        X = np.concatenate([X, np.repeat(last, rows - B, axis=0)])
         return self.batch(X)[:B]
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
+        # fixed per callable (its input width is): fewer rows for a large input
+        rows = rows_per_batch(X.shape[1], self.batch_size)
         with self.ctx():
             if self.vmap_ok:
                 try:
-                    return chunked(self._padded, X, self.batch_size)
+                    return chunked(lambda A: self._padded(A, rows), X, rows)
                 except Exception as exc:  # noqa: BLE001 - any vmap failure: go row by row
                     self.vmap_ok = False
                     self.notes.append(

@@ -24,7 +24,17 @@ import numpy as np
 
 from .richardson import Estimate, TableauResult, _to_float, neville, step_ladder
 
-__all__ = ["DirectionalDerivatives", "directional_derivatives", "evaluate_ladder"]
+__all__ = ["DirectionalDerivatives", "directional_derivatives", "evaluate_ladder", "rows_per_batch"]
+
+BATCH_BYTES = 1 << 28
+"""Largest block of points (float64) built at once: a batch of rows of a large input is
+cut so that the points, not only the rows, stay within this many bytes."""
+
+
+def rows_per_batch(n: int, max_rows: int) -> int:
+    """Rows of ``n`` float64 numbers per batch: at most ``max_rows`` and :data:`BATCH_BYTES`."""
+    return max(1, min(int(max_rows), BATCH_BYTES // (8 * max(int(n), 1))))
+
 
 JUMP_RATIO = 0.65
 """``|g(h/2) - g(0)| / |g(h) - g(0)|`` above which a difference is not shrinking."""
@@ -85,7 +95,7 @@ def evaluate_ladder(
     d, n = W.shape
     L = steps.size
     per_dir = 2 * L
-    dirs_per_chunk = max(1, max_rows // per_dir)
+    dirs_per_chunk = max(1, rows_per_batch(n, max_rows) // per_dir)
     out = []
     signs = np.array([1.0, -1.0])
     for a in range(0, d, dirs_per_chunk):

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .differences import rows_per_batch
+
 __all__ = ["NoiseEstimate", "ecnoise", "estimate_noise"]
 
 NOISE_DETECTED = 1
@@ -188,12 +190,18 @@ def estimate_noise(
         idx = np.flatnonzero(todo)
         if idx.size == 0:
             break
-        X = (
-            x0[None, None, :]
-            + (offsets[None, :, None] * delta[idx, None, None]) * directions[idx, None, :]
-        ).reshape(-1, x0.size)
-        Y = fn(X).reshape(idx.size, points + 1, -1)
-        evals += X.shape[0]
+        # directions in blocks, so that a large input's points stay within BATCH_BYTES
+        per = max(1, rows_per_batch(x0.size, 1 << 30) // (points + 1))
+        blocks = []
+        for a in range(0, idx.size, per):
+            sub = idx[a : a + per]
+            X = (
+                x0[None, None, :]
+                + (offsets[None, :, None] * delta[sub, None, None]) * directions[sub, None, :]
+            ).reshape(-1, x0.size)
+            blocks.append(fn(X).reshape(sub.size, points + 1, -1))
+            evals += X.shape[0]
+        Y = np.concatenate(blocks)
         for row, k in enumerate(idx):
             sig, inf = ecnoise(Y[row])
             improve = (inf == NOISE_DETECTED) | (best_inform[k] != NOISE_DETECTED)
