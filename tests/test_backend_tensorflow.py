@@ -402,3 +402,28 @@ def test_bfloat16_inputs_are_checked_not_crashed():
     true_error = np.abs(r.entries.reference - exact)
     assert np.all(true_error <= r.entries.reference_error)  # the error bar covers
     assert np.all(true_error <= 1e-6 * exact)  # far inside bfloat16's resolution
+
+
+def test_working_dtype_reference_detects_a_1e_4_rule_error():
+    """A float32 function that closes over a float32 constant has no float64 evaluation;
+    its float32 reference still resolves a softplus rule wrong by 1e-4 (relative)."""
+    rng = np.random.default_rng(7)
+    x = tf.constant((2.0 * rng.standard_normal(16)).astype(np.float32))
+    w = tf.constant(rng.uniform(0.5, 2.0, 16).astype(np.float32))
+
+    def make(delta):
+        @tf.custom_gradient
+        def softplus(v):
+            def grad(ct):
+                g = ct * tf.sigmoid(v)
+                return g + delta * g
+
+            return tf.math.softplus(v), grad
+
+        return lambda v: tf.reduce_sum(w * softplus(v))
+
+    good = pg.check(make(0.0), x)
+    assert good.details["reference"]["method"] == "working"
+    assert good.verdict == pg.Verdict.PASS
+    bad = pg.check(make(1e-4), x)
+    assert bad.verdict == pg.Verdict.MISMATCH

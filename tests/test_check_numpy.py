@@ -404,3 +404,15 @@ def test_error_bars_cover_richardson_entries_that_agree_by_chance():
     true = 2 * x / (1 + x * x)
     covered = np.abs(rep.entries.reference - true) <= rep.entries.reference_error
     assert covered.mean() > 0.99
+
+
+def test_stationary_one_sided_quotient_is_not_a_kink():
+    """sum(log1p(x^2)) over 1e4 float32 entries: where x is near ±1, f'' vanishes and a
+    one-sided difference quotient barely changes between two steps, so the difference
+    to the next finer step understates its error. Scaled by the column's order (twice
+    the difference for a first-order quotient), no smooth entry is called NONSMOOTH."""
+    x = (2.0 * np.random.default_rng(0).standard_normal(10_000)).astype(np.float32)
+    report = pg.check(
+        lambda x: np.sum(np.log1p(x * x)), x, grad=lambda x: 2 * x / (1 + x * x), strategy="full"
+    )
+    assert report.counts() == {"PASS": 10_000}
