@@ -4,10 +4,12 @@ TensorFlow is imported only when a :class:`TensorflowBackend` is created.
 
 Evaluation
     Perturbed points are evaluated in batches with ``tf.vectorized_map``
-    (traced once per function in a ``tf.function``), at most ``batch_size``
-    rows per call. When vectorization fails (Python control flow on tensor
-    values, ops without a vectorized rule) or gives values that disagree with
-    a plain call, the points are evaluated one call at a time instead.
+    (traced once per function in a ``tf.function``, without AutoGraph unless
+    that fails), in chunks of the size that runs fastest (at most
+    ``batch_size`` rows). A batch of a few rows is evaluated eagerly, one call
+    per row, until a larger one has paid for the tracing. When vectorization
+    fails (ops without a vectorized rule) or gives values that disagree with a
+    plain call, the points are evaluated one call at a time instead.
     ``tf.vectorized_map`` turns a per-example Keras model into one call on a
     stacked batch already, so no separate "stack along the batch axis" path is
     needed.

@@ -17,8 +17,9 @@ How a user's function is seen
   ``"conv1.weight[0, 0, 1, 2]"``; with several, a module passed as argument
   ``i`` is prefixed ``"arg{i}."``.
 
-Evaluation is batched with :func:`torch.func.vmap` in chunks of at most
-``batch_size`` points; a function that vmap cannot batch (data-dependent
+Evaluation is batched with :func:`torch.func.vmap` in chunks of the size that
+runs fastest (at most ``batch_size`` points; a few points are evaluated with
+plain calls); a function that vmap cannot batch (data-dependent
 Python control flow, ``.item()``, an ``autograd.Function`` without a vmap
 rule...) is evaluated one point at a time, and the report says so. VJPs use
 :func:`torch.func.vjp` vmapped over the cotangents, falling back to
@@ -35,8 +36,9 @@ that the reference is computed in the working dtype. To make such a function
 promotable, pass its model (or tensors) as arguments instead of closing over
 them.
 
-The mp reference (``evaluate_mp``) traces the function once to an ATen graph
-with ``make_fx`` and re-executes it on mpmath numbers
+The mp reference (``evaluate_mp``) traces the function once, when a check first
+asks for it (:meth:`Target.mp_mode`), to an ATen graph with ``make_fx`` and
+re-executes it on mpmath numbers
 (:mod:`polygrad.mpexec.torch_graph`); float32 parameters and constants
 enter exactly and no float32 rounding is applied. A function that cannot be
 traced, whose graph depends on the input values, or that uses an operator
