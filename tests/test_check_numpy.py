@@ -416,3 +416,16 @@ def test_stationary_one_sided_quotient_is_not_a_kink():
         lambda x: np.sum(np.log1p(x * x)), x, grad=lambda x: 2 * x / (1 + x * x), strategy="full"
     )
     assert report.counts() == {"PASS": 10_000}
+
+
+def test_constant_function_passes_and_a_nonzero_rule_for_it_does_not():
+    """All derivatives are exactly 0: each entry is judged at the size of a derivative
+    that moves f by one rounding over a step of |x| (not at size 0, where any error bar
+    is too coarse). A rule that returns 1e-9 for it is still wrong."""
+    x = np.array([1.0, 2.0])
+    for f in (lambda x: 3, lambda x: 3.0 + 0.0 * np.sum(x)):
+        r = pg.check(f, x, grad=lambda x: np.zeros(2))
+        assert r.verdict == Verdict.PASS and r.ok
+    bad = pg.check(lambda x: 3.0 + 0.0 * np.sum(x), x, grad=lambda x: np.array([0.0, 1e-9]))
+    assert bad.verdict == Verdict.MISMATCH
+    assert bad.entries.names[bad.entries.worst(1)[0]] == "x[1]"
