@@ -479,10 +479,14 @@ def check(
         modes = [mode]
     for md in modes:
         if not available(md):
+            word = "reverse" if md == "rev" else "forward"
+            why = [n for n in target.notes if word in n and ("failed" in n or "ignores" in n)]
+            why += [n for n in target.notes if ("VJP" if md == "rev" else "JVP") in n]
             raise ValueError(
                 f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
                 "function does not provide"
                 + (" (pass vjp=/grad=/jac= or jvp=/jac=)" if target.backend == "numpy" else "")
+                + (": " + "; ".join(dict.fromkeys(why)) if why else "")
             )
 
     # ---- reference arithmetic ----------------------------------------------------

@@ -323,6 +323,13 @@ def test_custom_gradient_disables_forward_mode_with_a_note():
     t = target(make_custom("correct"), tf.constant([0.5]), tf.constant([0.2]), argnums=(0, 1))
     assert not t.forward_mode() and t.jvp64 is None and t.vjp is not None
     assert any("custom_gradient" in note for note in t.notes)
+    # the forward-mode test is deferred until a check asks for it, and its reason is in
+    # the error of a check that needs forward mode
+    fresh = target(make_custom("correct"), tf.constant([0.5]), tf.constant([0.2]), argnums=(0, 1))
+    assert "forward" in fresh.deferred and fresh.jvp is not None
+    f = make_custom("correct")
+    with pytest.raises(ValueError, match="needs a JVP.*custom_gradient"):
+        pg.check(f, tf.constant([0.5]), tf.constant([0.2]), argnums=(0, 1), mode="both")
 
 
 def test_known_tf_bug_xlogy_gradient_at_zero_is_a_mismatch():
