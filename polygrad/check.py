@@ -744,10 +744,6 @@ def _compare(
         rms = np.sqrt(np.nanmean(np.where(np.isfinite(ref), ref, np.nan) ** 2, axis=0))
         rms = np.where(np.isfinite(rms), rms, 0.0)
         scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
-        # a derivative that moves f by less than its own rounding over a step of |x| is
-        # zero at the working precision: a row of such entries (a constant output) is
-        # judged at that size, not at size 0 (where any error bar would be too coarse)
-        scale = np.maximum(scale, target.eps * np.abs(target.y0)[None, :] / s[:, None])
         names = [
             (f"{out_names[i]} / " if m > 1 else "") + target.input_layout.name_of(j)
             for j in range(n)
