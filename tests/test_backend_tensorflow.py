@@ -190,6 +190,18 @@ def test_float64_model_copy_leaves_the_users_model_unchanged():
     assert copy(x).dtype == "float64"
 
 
+def test_float64_model_copy_of_a_model_without_config_is_a_type_error():
+    class NoConfig(keras.Model):
+        def get_config(self):
+            raise NotImplementedError("no config")
+
+        def call(self, x):
+            return x * 2.0
+
+    with pytest.raises(TypeError, match="could not be rebuilt in float64"):
+        float64_model_copy(NoConfig())
+
+
 @pytest.mark.parametrize("form", ["model_as_function", "model_as_argument"])
 def test_keras_model_target_is_promoted_to_float64(form):
     model = small_model()

@@ -107,19 +107,36 @@ def _is_keras3(model: Any) -> bool:
     return keras is not None and isinstance(model, keras.layers.Layer)
 
 
-def _promote_config(cfg: Any) -> Any:
-    """Replace every floating ``dtype`` entry of a Keras config by ``"float64"``."""
+def _rewrite_config(cfg: Any, rule: Callable[[str, Any], Any]) -> Any:
+    """A copy of a Keras config (nested dicts and lists) in which every entry for which
+    ``rule(key, value)`` returns something other than ``None`` is replaced by that."""
     if isinstance(cfg, list):
-        return [_promote_config(c) for c in cfg]
+        return [_rewrite_config(c, rule) for c in cfg]
     if not isinstance(cfg, dict):
         return cfg
     out = {}
     for key, value in cfg.items():
-        if key == "dtype" and _is_float_dtype_spec(value):
-            out[key] = "float64"
-        else:
-            out[key] = _promote_config(value)
+        new = rule(key, value)
+        out[key] = _rewrite_config(value, rule) if new is None else new
     return out
+
+
+def _promote_config(cfg: Any) -> Any:
+    """Replace every floating ``dtype`` entry of a Keras config by ``"float64"``."""
+    return _rewrite_config(
+        cfg, lambda k, v: "float64" if k == "dtype" and _is_float_dtype_spec(v) else None
+    )
+
+
+def _zero_initializers(cfg: Any) -> Any:
+    """A Keras config with every ``*_initializer`` replaced by zeros (same format)."""
+
+    def zeros(key: str, value: Any) -> Any:
+        if key.endswith("_initializer") and isinstance(value, dict) and "class_name" in value:
+            return {**value, "class_name": "Zeros", "config": {}}
+        return None
+
+    return _rewrite_config(cfg, zeros)
 
 
 def _is_float_dtype_spec(value: Any) -> bool:
@@ -142,9 +159,9 @@ def float64_model_copy(model: Any) -> Any:
         The model cannot be rebuilt from its config (e.g. a subclassed model
         without ``get_config``) or the copy does not compute in float64.
     """
-    config = _promote_config(model.get_config())
-    weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
     try:
+        config = _promote_config(model.get_config())
+        weights = [np.asarray(w, dtype=np.float64) for w in model.get_weights()]
         try:  # the weights are set below: skip drawing random initial values
             copy = _rebuild(model, _zero_initializers(config), weights)
         except Exception:  # noqa: BLE001 - e.g. a layer that validates its initializers
@@ -166,21 +183,6 @@ def _rebuild(model: Any, config: Any, weights: list[np.ndarray]) -> Any:
         copy.build(model.input_shape)
     copy.set_weights(weights)
     return copy
-
-
-def _zero_initializers(cfg: Any) -> Any:
-    """A Keras config with every ``*_initializer`` replaced by zeros (same format)."""
-    if isinstance(cfg, list):
-        return [_zero_initializers(c) for c in cfg]
-    if not isinstance(cfg, dict):
-        return cfg
-    out = {}
-    for key, value in cfg.items():
-        if key.endswith("_initializer") and isinstance(value, dict) and "class_name" in value:
-            out[key] = {**value, "class_name": "Zeros", "config": {}}
-        else:
-            out[key] = _zero_initializers(value)
-    return out
 
 
 def _numpy(t: Any, dtype: Any = None) -> np.ndarray:
