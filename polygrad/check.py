@@ -468,17 +468,14 @@ def check(
     details["notes"] += det.get("notes", [])
 
     # ---- which autodiff quantities -------------------------------------------------
-    def available(md: str) -> bool:
-        return target.vjp is not None if md == "rev" else target.forward_mode()
-
     if mode == "auto":
-        modes = ["rev"] if available("rev") else ["fwd"]
+        modes = ["rev"] if target.has_mode("rev") else ["fwd"]
     elif mode == "both":
         modes = ["rev", "fwd"]
     else:
         modes = [mode]
     for md in modes:
-        if not available(md):
+        if not target.has_mode(md):
             word = "reverse" if md == "rev" else "forward"
             why = [n for n in target.notes if word in n and ("failed" in n or "ignores" in n)]
             why += [n for n in target.notes if ("VJP" if md == "rev" else "JVP") in n]

@@ -736,11 +736,9 @@ def _judge(
 ) -> Report:
     """One implementation's autodiff against the captured reference, as a :class:`Report`."""
     t = impl.target
-
-    def have(md: str) -> bool:
-        return t.vjp is not None if md == "rev" else t.forward_mode()
-
-    modes = [md for md in cap["modes"] if have(md)] or [md for md in ("rev", "fwd") if have(md)]
+    modes = [md for md in cap["modes"] if t.has_mode(md)] or [
+        md for md in ("rev", "fwd") if t.has_mode(md)
+    ]
     if not modes:
         raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
     blocks = []

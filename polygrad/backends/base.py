@@ -203,6 +203,10 @@ class Target:
             probe(self)
         return self.jvp is not None
 
+    def has_mode(self, mode: str) -> bool:
+        """Whether ``"rev"`` (VJPs) or ``"fwd"`` (JVPs, see :meth:`forward_mode`) is available."""
+        return self.vjp is not None if mode == "rev" else self.forward_mode()
+
     def mp_mode(self) -> bool:
         """Whether ``evaluate_mp`` is available (building it once if deferred)."""
         build = self.deferred.pop("mp", None)
