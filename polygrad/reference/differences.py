@@ -32,7 +32,21 @@ cut so that the points, not only the rows, stay within this many bytes."""
 
 
 def rows_per_batch(n: int, max_rows: int) -> int:
-    """Rows of ``n`` float64 numbers per batch: at most ``max_rows`` and :data:`BATCH_BYTES`."""
+    """How many points of ``n`` float64 coordinates to build and evaluate at once.
+
+    Parameters
+    ----------
+    n : int
+        Number of coordinates of a point (the flattened input size).
+    max_rows : int
+        The caller's own limit on rows per batch (``batch_size``).
+
+    Returns
+    -------
+    int
+        ``min(max_rows, BATCH_BYTES // (8 n))``, at least 1: a batch of rows never
+        holds more than :data:`BATCH_BYTES` of points (256 MiB), whatever ``n``.
+    """
     return max(1, min(int(max_rows), BATCH_BYTES // (8 * max(int(n), 1))))
 
 
