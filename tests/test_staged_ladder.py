@@ -46,8 +46,9 @@ def test_smooth_directions_settle_on_the_first_two_steps():
     assert np.all(dd.central.error[:, 0] <= EPS32 * np.abs(np.cos(x)))
 
 
-def test_kinked_direction_gets_the_fine_steps_and_the_smooth_ones_do_not():
-    """|x_0| + sum(sin(x_1:)): the kink at x_0 = 0 is refined, the rest settle."""
+def test_kink_pinned_at_x_by_the_coarse_pair_is_not_refined():
+    """|x_0| + sum(sin(x_1:)): the kink at x_0 = 0 is resolved by the coarse pair (each
+    side exact, so the kink lies within float32's resolution of x), the rest settle."""
     x = np.array([0.0, 0.5, 0.9, 1.3])
     fn, _ = _counted(lambda X: (np.abs(X[:, 0]) + np.sum(np.sin(X[:, 1:]), axis=1))[:, None])
     f0 = fn(x[None])[0]
@@ -59,10 +60,27 @@ def test_kinked_direction_gets_the_fine_steps_and_the_smooth_ones_do_not():
     )  # fmt: skip
     assert dd.right.value[0, 0] == pytest.approx(1.0, abs=1e-9)
     assert dd.left.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
-    # smooth: 4 each; the kink: its coarse pair, the fine pair, no further refinement
-    # (the two sides are resolved far within float32's resolution of x)
-    assert dd.central.evaluations == 3 * 4 + 8 + 1
+    # 4 evaluations per direction and g(0): no finer steps for the kink either
+    assert dd.central.evaluations == 4 * 4 + 1
     np.testing.assert_allclose(dd.central.value[1:, 0], np.cos(x[1:]), rtol=EPS32)
+
+
+def test_kink_near_x_is_refined_until_pinned():
+    """|x_0 - 1e-5|: the kink is 1e-5 from x, within the coarse steps (2^-11, 2^-12) but
+    far outside float32's resolution of x; it must get the finer steps, which do not
+    cross it, and the one-sided derivatives there are both the slope on the left, -1."""
+    x = np.array([0.0, 0.5])
+    fn, _ = _counted(lambda X: (np.abs(X[:, 0] - 1e-5) + np.sin(X[:, 1]))[:, None])
+    f0 = fn(x[None])[0]
+    sig = np.full((2, 1), 4 * EPS64)
+    dd = directional_derivatives(
+        fn, x, np.eye(2), f0, sig, EPS64, "float64", 2.0**-11, 4,
+        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+    )  # fmt: skip
+    assert dd.central.evaluations > 2 * 4 + 1
+    assert dd.central.step[0, 0] < 1e-5
+    assert dd.central.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
+    assert dd.right.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
 
 
 def test_noisy_direction_moves_up_by_the_levels_it_needs():

@@ -290,9 +290,12 @@ def directional_derivatives(
         evals += len(center)
         sol = _solve(Y, f0, steps, sigma, eps)
         settled, noisy = _triage(sol, Y, norms, target_relative_error)
+        # a kink pinned at x by the coarse pair needs no finer steps (see the loop below)
+        split_any, resolved = _kinks(sol, resolution)
+        pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
         # the rest of the ladder below, or, where only noise stands in the way, steps above
         k_up = np.where(noisy, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
-        k_dn = np.where(~settled & ~(noisy & (k_up > 0)), levels - first_levels, 0)
+        k_dn = np.where(~settled & ~pinned & ~(noisy & (k_up > 0)), levels - first_levels, 0)
         raised += k_up
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
@@ -317,16 +320,12 @@ def directional_derivatives(
         # left and right derivatives that disagree: a kink within the finest step, or
         # one that the finer steps of a longer ladder resolve (then they agree again)
         # (for a smooth function central, left and right estimates share one limit)
-        split = _split(c, r, l)
-        split_any = np.any(split, axis=1)
-        # ... unless each side is resolved so well that the kink lies within
-        # ``resolution`` of x: a one-sided difference that crosses a kink at distance
-        # delta < h changes by about |r - l| delta / (2 h) from h to 2 h
-        with np.errstate(all="ignore"):
-            gap = np.abs(_to_float(np.asarray(r.value)) - _to_float(np.asarray(l.value)))
-            pinned = 2.0 * finest * np.maximum(r.error, l.error) <= resolution * gap
-        resolved = np.all(~split | pinned, axis=1) & split_any
+        split_any, resolved = _kinks(sol, resolution)
         down |= split_any & ~resolved
+        # a kink pinned at x whose central estimate meets the target needs no finer steps
+        with np.errstate(invalid="ignore"):
+            met = ~np.any(c.error > target_relative_error * _size(c, norms), axis=1)
+        down &= ~(resolved & met)
         down &= (sol.finest > h_floor) & ~settled
         # a direction whose one-sided derivatives disagreed has a kink above its finest
         # steps: longer steps would cross it again, so its ladder never moves up
@@ -412,6 +411,23 @@ def _split(c: TableauResult, r: TableauResult, l: TableauResult) -> np.ndarray:
             | (np.abs(cv - lv) > 2.0 * (c.error + l.error))
         )
     return split & np.isfinite(rv) & np.isfinite(lv)
+
+
+def _kinks(sol: _Solution, resolution: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(split, resolved)``, each ``(d,)``: some output's left, right and central
+    estimates disagree (a kink within the finest step, or one that the finer steps of
+    a longer ladder resolve, where they agree again); and every such disagreement is
+    *pinned*: each side is resolved so well that the kink explaining it lies within
+    ``resolution`` of x (a one-sided difference that crosses a kink at distance
+    ``delta < h`` changes by about ``|r - l| delta / (2 h)`` from ``h`` to ``2 h``), so
+    finer steps cannot tell it from a kink at x in the working dtype."""
+    c, r, l = sol.c, sol.r, sol.l
+    split = _split(c, r, l)
+    split_any = np.any(split, axis=1)
+    with np.errstate(all="ignore"):
+        gap = np.abs(_to_float(np.asarray(r.value)) - _to_float(np.asarray(l.value)))
+        pinned = 2.0 * sol.finest[:, None] * np.maximum(r.error, l.error) <= resolution * gap
+    return split_any, np.all(~split | pinned, axis=1) & split_any
 
 
 def _size(c: TableauResult, norms: np.ndarray) -> np.ndarray:
