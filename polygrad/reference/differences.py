@@ -314,7 +314,7 @@ def directional_derivatives(
         # is still limited by truncation at the finest step (a length scale shorter
         # than |x|), upwards where it is limited by noise (a length scale longer than
         # |x|, e.g. x near 0 for a function of scale 1).
-        c, r, l = sol.c, sol.r, sol.l
+        c = sol.c
         finest = sol.finest[:, None]
         down = np.any((sol.step_c <= finest) & (c.truncation > 3.0 * c.noise), axis=1)
         # left and right derivatives that disagree: a kink within the finest step, or
