@@ -35,6 +35,7 @@ from .progress import progress
 from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from .reference.curvature import derivative_coefficients, rounding_noise
 from .reference.differences import DirectionalDerivatives
+from .reference.noise import output_resolution
 from .report import SEVERITY, Entries, Report, Verdict
 
 __all__ = ["check", "assert_gradients", "C_AD", "TOLERANCE_FACTOR"]
@@ -150,6 +151,7 @@ def _reference(
     ladder: tuple[float, int],
     accuracy: float,
     shared_noise_dirs: np.ndarray | None = None,
+    resolution: np.ndarray | float = 0.0,
 ) -> DirectionalDerivatives:
     """Reference derivatives along every direction yielded by ``W_chunks``.
 
@@ -165,11 +167,16 @@ def _reference(
     sizes for noise, hid nearby kinks behind wide error bars and gave wrong
     references. A direction noisier than assumed shows it in the Richardson
     tableau, whose error estimate grows with the scatter of its differences.
+    ``resolution`` (per output) is the grid on which ``fn`` rounds its results
+    (:func:`polygrad.reference.noise.output_resolution`): no noise estimate is
+    below its rounding.
     """
     h_max, levels = ladder
     shared = None
     if method != "mp" and shared_noise_dirs is not None:
-        noise = estimate_noise(fn, target.x0, shared_noise_dirs, f0, eps, _ecnoise_step(eps))
+        noise = estimate_noise(
+            fn, target.x0, shared_noise_dirs, f0, eps, _ecnoise_step(eps), resolution=resolution
+        )
         noise_info["evaluations"] += noise.evaluations
         noise_info["detected"] += int(np.sum(noise.inform == 1))
         noise_info["total"] += int(noise.inform.size)
@@ -192,7 +199,9 @@ def _reference(
             if shared is not None:
                 sigma = np.broadcast_to(shared, (W.shape[0], f0.size))
             else:
-                noise = estimate_noise(fn, target.x0, W, f0, eps, _ecnoise_step(eps))
+                noise = estimate_noise(
+                    fn, target.x0, W, f0, eps, _ecnoise_step(eps), resolution=resolution
+                )
                 noise_info["evaluations"] += noise.evaluations
                 noise_info["detected"] += int(np.sum(noise.inform == 1))
                 noise_info["total"] += int(noise.inform.size)
@@ -590,6 +599,12 @@ def check(
             bar.update(X.shape[0])
             return out
 
+        # the grid of f's values: a small result of cancelling terms rounds at their size
+        resolution, noise_info["evaluations"] = output_resolution(
+            ref_fn_counted, target.x0, f0_ref, s, _ecnoise_step(ref_eps),
+            np.random.default_rng([seed, 2]),
+        )  # fmt: skip
+
         def run_reference(method: str) -> DirectionalDerivatives:
             return _reference(
                 target,
@@ -604,6 +619,7 @@ def check(
                 (h_max, levels),
                 accuracy,
                 shared_noise_dirs,
+                resolution,
             )
 
         try:

@@ -217,6 +217,11 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
                 " — expected here: the function has kinks next to this point, and a kink "
                 "crossed by the steps leaves a first-order remainder"
             )
+        elif taylor.get("verdict") == "consistent" and "MISMATCH" in report.counts():
+            txt += (
+                " — along one random direction only, which barely weighs a few wrong "
+                "entries among many; the comparison of each entry above decides"
+            )
         lines.append(txt)
     for note in d.get("notes", []):
         lines.append(f"  note: {note}")

@@ -368,6 +368,30 @@ def test_value_near_zero_from_cancellation_passes(n):
     assert bad.verdict == Verdict.MISMATCH
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cancelling_sum_rounds_at_its_terms_not_at_its_value(dtype):
+    """sum(sin(x)) over 300 points symmetric about 0: f is ~1e-14 but rounded at the
+    size of its partial sums (~1e2), so along some coordinates its values near x are an
+    exact staircase with equal treads, in which ECnoise finds no noise at all. The noise
+    must come from the grid of the values: no false MISMATCH or NONSMOOTH on a correct
+    gradient, and the one wrong entry is the only one found."""
+    x = np.linspace(-1.0, 1.0, 300).astype(dtype)
+    good = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
+    counts = good.counts()
+    assert "MISMATCH" not in counts and "NONSMOOTH" not in counts, counts
+    true = np.cos(x.astype(np.float64))
+    assert np.all(np.abs(good.entries.reference - true) <= good.entries.reference_error)
+
+    def bad_grad(x):
+        out = np.cos(x)
+        out[7] *= 1.001
+        return out
+
+    bad = pg.check(lambda x: np.sum(np.sin(x)), x, grad=bad_grad)
+    assert bad.verdict == Verdict.MISMATCH
+    assert np.flatnonzero(bad.entries.status == bad.entries.status.max()).tolist() == [7]
+
+
 def _lse(x):
     return np.max(x) + np.log(np.sum(np.exp(x - np.max(x))))
 

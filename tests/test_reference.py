@@ -17,7 +17,13 @@ from polygrad.reference import (
     neville,
     step_ladder,
 )
-from polygrad.reference.noise import NOISE_DETECTED, NOISE_NOT_DETECTED, STEP_TOO_LARGE
+from polygrad.reference.noise import (
+    NOISE_DETECTED,
+    NOISE_NOT_DETECTED,
+    STEP_TOO_LARGE,
+    output_resolution,
+    value_grid,
+)
 
 EPS64 = float(np.finfo(np.float64).eps)
 
@@ -186,6 +192,42 @@ def test_refinement_handles_short_length_scale():
     true = 300 * np.cos(300.0)
     assert abs(dd.central.value[0, 0] - true) <= dd.central.error[0, 0]
     assert dd.central.error[0, 0] < 1e-6 * 300
+
+
+def test_value_grid_is_the_coarsest_common_power_of_two():
+    q = 2.0**-44
+    vals = np.array([[3 * q, 0.0], [-8 * q, 1.5], [5 * q, np.nan], [1024 * q, 0.75]])
+    np.testing.assert_array_equal(value_grid(vals), [q, 0.25])
+    assert value_grid(np.zeros((3, 1)))[0] == 0.0
+    # float32 results seen in float64: the grid of a float32 mantissa
+    v = np.float32(1.1)
+    assert value_grid(np.array([[float(v)]]))[0] == np.spacing(np.float32(1.0))
+
+
+def test_output_resolution_sees_cancellation_but_not_exact_arithmetic():
+    """A sum of large cancelling terms rounds on the grid of its partial sums (~2^-44
+    here, though |f| ~ 1e-13); an exactly computed linear function at binary inputs has
+    no coarse grid once it is sampled at generic points."""
+    rng = np.random.default_rng(0)
+    x = np.linspace(-1.0, 1.0, 2000)
+
+    def cancelling(X):
+        return np.sum(np.sin(X), axis=1)[:, None]
+
+    f0 = cancelling(x[None])[0]
+    grid, evals = output_resolution(cancelling, x, f0, np.ones_like(x), 2.0**-19, rng)
+    assert evals == 3
+    assert 2.0**-48 <= grid[0] <= 2.0**-40 and grid[0] > 1e3 * EPS64 * abs(f0[0])
+
+    def linear(X):
+        return (2.0 * X[:, :1] + X[:, 1:2]) * np.array([[1.0, 3.0]])
+
+    x = np.array([1.0, 2.0])
+    grid, _ = output_resolution(linear, x, linear(x[None])[0], np.ones(2), 2.0**-19, rng)
+    assert np.all(grid <= 4 * EPS64 * 4.0 * np.array([1.0, 3.0]))
+    noise = estimate_noise(linear, x, np.eye(2), linear(x[None])[0], EPS64, 2.0**-19,
+                           resolution=grid)  # fmt: skip
+    assert np.all(noise.sigma <= 16 * EPS64 * 12.0)
 
 
 def test_noise_measured_where_f_crosses_zero():

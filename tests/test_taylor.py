@@ -74,6 +74,27 @@ def test_check_attaches_taylor_and_renders_it():
     report.to_json()  # JSON-serialisable
 
 
+def test_taylor_line_does_not_contradict_a_mismatch():
+    """One entry among 2000 wrong by 1% in float32: a random direction barely sees it,
+    so the Taylor test is consistent; the rendered line must say that the comparison of
+    each entry decides."""
+    f, g = FUNCTIONS["sin"]
+    x = (np.linspace(-1.0, 1.0, 2000) + 0.5).astype(np.float32)
+
+    def bad_grad(x):
+        out = g(x)
+        out[7] *= 1.01
+        return out
+
+    report = pg.check(f, x, grad=bad_grad)
+    assert str(report.verdict) == "MISMATCH" and report.counts()["MISMATCH"] == 1
+    assert report.details["taylor"]["verdict"] == "consistent"
+    text = render_text(report, color=False)
+    assert "supports the gradient — along one random direction only" in text
+    good = render_text(pg.check(f, x, grad=g), color=False)
+    assert "supports the gradient" in good and "along one random direction only" not in good
+
+
 def test_taylor_failure_never_fails_a_check(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("broken")

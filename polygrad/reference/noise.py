@@ -38,7 +38,13 @@ import numpy as np
 
 from .differences import rows_per_batch
 
-__all__ = ["NoiseEstimate", "ecnoise", "estimate_noise"]
+__all__ = ["NoiseEstimate", "ecnoise", "estimate_noise", "output_resolution", "value_grid"]
+
+SQRT12 = float(np.sqrt(12.0))
+"""Rounding to a grid of spacing ``q`` has standard deviation ``q / sqrt(12)``."""
+
+SPREAD_CELLS = 1024
+"""A grid is the rounding of ``f`` only where the sampled values span this many cells."""
 
 NOISE_DETECTED = 1
 NOISE_NOT_DETECTED = 2
@@ -114,7 +120,8 @@ class NoiseEstimate:
         Standard deviation of the noise of each output along each direction,
         in the output's units; at least the floor.
     floor : ndarray, shape (m,)
-        The round-off floor ``eps * |f(x)|`` used where no noise is detected.
+        The round-off floor used where no noise is detected: ``eps * |f(x)|``, or
+        the rounding of ``f``'s grid where that is larger (``resolution``).
     inform : ndarray of int, shape (d, m)
         ECnoise code per direction and output (1, 2 or 3; see the module
         docstring).
@@ -135,6 +142,89 @@ class NoiseEstimate:
         return bool(np.all(self.inform == NOISE_DETECTED))
 
 
+def value_grid(values: np.ndarray) -> np.ndarray:
+    """The coarsest power of two of which every value is an integer multiple.
+
+    Parameters
+    ----------
+    values : ndarray, shape (k, m)
+        ``k`` float64 values of each of ``m`` outputs.
+
+    Returns
+    -------
+    ndarray, shape (m,)
+        Per output, the largest ``2^e`` dividing every finite nonzero value
+        (each value is ``M 2^e'`` with an odd integer ``M``; this is the smallest
+        such ``2^e'``), or 0 where no value is finite and nonzero.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    usable = np.isfinite(v) & (v != 0)
+    mant, expo = np.frexp(np.where(usable, v, 1.0))
+    whole = np.abs(np.ldexp(mant, 53)).astype(np.int64)  # exact: 53-bit integer mantissa
+    lowest = (whole & -whole).astype(np.float64)  # its lowest set bit
+    grain = np.where(usable, np.ldexp(lowest, expo - 53), np.inf)
+    grid = np.min(grain, axis=0)
+    return np.where(np.isfinite(grid), grid, 0.0)
+
+
+def output_resolution(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    f0: np.ndarray,
+    scales: np.ndarray,
+    step: float,
+    rng: np.random.Generator,
+    points: int = 3,
+) -> tuple[np.ndarray, int]:
+    """The grid on which ``fn`` rounds its results near ``x0``, per output.
+
+    A result computed as a small difference of large terms (a sum of values
+    that cancel, ``f(x) - f(y)`` of nearby points) is rounded at the magnitude
+    of the terms, not at its own: its values near ``x0`` are multiples of a
+    power of two far coarser than their own ulp, and that grid, not ``eps
+    |f|``, is its resolution. Sampled on equally spaced binary points, such a
+    function can even be locally an exact staircase with equal treads, in
+    which ECnoise finds no noise at all. The grid is read off the values at
+    ``points`` generic points (every coordinate moved by ``step`` times its
+    scale times a random factor with a full mantissa, so that an exactly
+    computed function does not land on a coarse grid) and at ``x0``. Values
+    that span fewer than :data:`SPREAD_CELLS` cells of their grid are a
+    function constant in pieces (``floor``), whose grid is not rounding.
+
+    Parameters
+    ----------
+    fn : callable
+        ``(B, n) -> (B, m)`` batch evaluation.
+    x0 : ndarray, shape (n,)
+    f0 : ndarray, shape (m,)
+        ``fn`` at ``x0``.
+    scales : ndarray, shape (n,)
+        Size of each coordinate (the direction scales).
+    step : float
+        Relative size of the moves.
+    rng : numpy.random.Generator
+    points : int
+        Number of generic points.
+
+    Returns
+    -------
+    grid : ndarray, shape (m,)
+        See :func:`value_grid` (0 where the values span too few cells); rounding
+        at this grid has standard deviation ``grid / sqrt(12)``.
+    evaluations : int
+    """
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(points, x0.size))
+    X = x0 + step * scales * signs * rng.uniform(0.5, 1.0, size=(points, x0.size))
+    values = np.vstack([np.asarray(f0, dtype=np.float64)[None, :], fn(X)])
+    grid = value_grid(values)
+    # values that span only a few cells of their grid are a function that is constant
+    # in pieces (an exact staircase such as floor), not a rounded continuous one
+    with np.errstate(invalid="ignore"):
+        spread = np.nanmax(values, axis=0) - np.nanmin(values, axis=0)
+        rounded = spread >= SPREAD_CELLS * grid
+    return np.where(rounded, grid, 0.0), points
+
+
 def estimate_noise(
     fn: Callable[[np.ndarray], np.ndarray],
     x0: np.ndarray,
@@ -144,6 +234,7 @@ def estimate_noise(
     step: float,
     points: int = 8,
     retries: int = 2,
+    resolution: np.ndarray | float = 0.0,
 ) -> NoiseEstimate:
     """Estimate the noise of ``fn`` at ``x0`` along each of ``directions``.
 
@@ -168,9 +259,12 @@ def estimate_noise(
         How many times to shrink the step by 2^6 on code 3. On code 2 (no
         noise: the function is constant at this resolution along ``w``) the
         floor is used without retrying: a wider step would cross kinks and
-        report them as noise. (Known limit: when ``f`` is a small result of
-        cancelling terms, its round-off is set by the terms, and the floor
-        ``eps |f|`` can then be too small.)
+        report them as noise.
+    resolution : ndarray of shape (m,) or float
+        The grid on which ``fn`` rounds its results (see
+        :func:`output_resolution`): the floor is at least ``resolution /
+        sqrt(12)``. When ``f`` is a small result of cancelling terms, its
+        round-off is set by the terms, and ``eps |f|`` alone is far too small.
 
     Returns
     -------
@@ -178,7 +272,7 @@ def estimate_noise(
     """
     # one rounding of f, and never below the smallest subnormal (underflow resolution)
     subnormal = 2.0**-1074 if eps < 1e-10 else 2.0**-149
-    floor = np.maximum(eps * np.abs(f0), subnormal)
+    floor = np.maximum(np.maximum(eps * np.abs(f0), subnormal), np.asarray(resolution) / SQRT12)
     d = directions.shape[0]
     offsets = np.arange(points + 1) - points // 2
     evals = 0
