@@ -120,6 +120,26 @@ def test_python_control_flow_falls_back_to_single_calls():
     np.testing.assert_allclose(t.vjp(np.array([[1.0]])), [[2.0, 4.0]])
 
 
+def test_tensor_if_in_forward_mode_falls_back_quietly_with_a_note(capfd):
+    """`if` on a tensor becomes tf.cond under AutoGraph, which pfor cannot vectorize in
+    forward mode: pfor logs the whole graph at ERROR level before raising. The check
+    still answers, says why it is slow, and prints no such log."""
+
+    def f(x):
+        if tf.reduce_sum(x) > 0:
+            return tf.reduce_sum(tf.sin(x) * x)
+        return tf.reduce_sum(tf.cos(x))
+
+    x = tf.constant(np.linspace(0.1, 1.0, 20), dtype=tf.float32)
+    report = pg.check(f, x, mode="fwd")
+    assert report.verdict == pg.Verdict.PASS
+    note = [n for n in report.details["notes"] if "cannot vectorize the forward-mode rule" in n]
+    assert len(note) == 1 and "Python control flow on tensor values" in note[0]
+    assert "in user code" not in note[0]
+    err = capfd.readouterr().err
+    assert "Got error while pfor was converting" not in err and "attr {" not in err
+
+
 def test_closure_over_float32_tensor_has_no_float64_evaluation():
     w = tf.constant([0.5, 1.5], tf.float32)
     t = target(lambda x: tf.reduce_sum(w * x), tf.constant([1.0, 2.0]))

@@ -192,6 +192,10 @@ def _numpy(t: Any, dtype: Any = None) -> np.ndarray:
     return np.asarray(a) if dtype is None else np.asarray(a).astype(dtype)
 
 
+NAMES = {"evaluate": "function", "vjp": "reverse-mode rule", "jvp": "forward-mode rule"}
+"""How the notes name what ``_Program`` vectorizes."""
+
+
 class _Program:
     """The function as batched NumPy callables, in one set of dtypes.
 
@@ -280,7 +284,10 @@ class _Program:
         if self.vectorized[kind] and (len(A) > SMALL_BATCH or kind in self._compiled):
             logger = logging.getLogger("tensorflow")
             level = logger.level
-            logger.setLevel(logging.ERROR)  # each new target traces anew: no retracing warnings
+            # each new target traces anew (no retracing warnings), and a function that pfor
+            # cannot vectorize makes it log the whole graph at ERROR level before raising
+            # (the exception is handled below, and a note says so)
+            logger.setLevel(logging.CRITICAL)
             try:
                 while True:
                     compiled = self._compile(kind, fn)
@@ -289,10 +296,17 @@ class _Program:
                             out = self._sizer(partial(feed, compiled), A)
                         else:
                             out = chunked(partial(feed, compiled), A, self.batch_size)
-                    except Exception:  # noqa: BLE001 - pfor or graph mode cannot run fn
+                    except Exception as exc:  # noqa: BLE001 - pfor or graph mode cannot run fn
                         del self._compiled[kind]
                         if self.autograph[kind]:
                             self.vectorized[kind] = False
+                            self.notes.append(
+                                f"tf.vectorized_map cannot vectorize the {NAMES[kind]} "
+                                f"({_describe(exc)}); its points are evaluated one call at a "
+                                "time, which is slower (Python control flow on tensor values, "
+                                "e.g. `if tf.reduce_sum(x) > 0`, is a common cause; tf.where "
+                                "vectorizes)"
+                            )
                             break
                         self.autograph[kind] = True
                         continue
@@ -619,7 +633,7 @@ class TensorflowBackend(Backend):
                 prog.vjp_one(rng.standard_normal(y0.size))
                 fns["vjp" + suffix] = prog.vjp
             except Exception as exc:  # noqa: BLE001 - reported in the notes
-                notes.append(f"reverse mode failed: {type(exc).__name__}: {_first_line(exc)}")
+                notes.append(_mode_failed("reverse", suffix, exc))
             fns["jvp" + suffix] = prog.jvp
 
         def probe_forward(target: Target) -> None:
@@ -639,9 +653,7 @@ class TensorflowBackend(Backend):
                     prog.jvp_one(rng.standard_normal(x0.size))
                 except Exception as exc:  # noqa: BLE001 - reported in the notes
                     setattr(target, "jvp" + suffix, None)
-                    target.notes.append(
-                        f"forward mode failed: {type(exc).__name__}: {_first_line(exc)}"
-                    )
+                    target.notes.append(_mode_failed("forward", suffix, exc))
 
         return Target(
             x0=x0,
@@ -806,6 +818,28 @@ class TensorflowBackend(Backend):
         return grad_f
 
 
+def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:
+    """The note for a ``mode`` ("reverse"/"forward") rule that failed on its probe, in
+    the working dtype (``suffix ""``) or in its float64 re-run (``"64"``)."""
+    if suffix == "":
+        return f"{mode} mode failed: {_describe(exc)}"
+    return (
+        f"the float64 re-run of the {mode}-mode rule failed ({_describe(exc)}); the "
+        "working-dtype rule is checked, but without its float64 value a wrong rule cannot be "
+        "told from round-off in the working dtype (no UNSTABLE verdict)"
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"`` in one line (see :func:`_first_line`)."""
+    line, name = _first_line(exc), type(exc).__name__
+    return line if line.startswith(name) else f"{name}: {line}"
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
+    """The message of ``exc`` in one line; for an error raised while tracing ("in user
+    code:" and a traceback), the error itself, which TensorFlow puts last."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not text:
+        return ""
+    return (text[-1] if text[0] == "in user code:" else text[0])[:200]
