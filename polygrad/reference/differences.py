@@ -50,6 +50,10 @@ def rows_per_batch(n: int, max_rows: int) -> int:
     return max(1, min(int(max_rows), BATCH_BYTES // (8 * max(int(n), 1))))
 
 
+FINE_LEVELS = 4
+"""The finest steps of a ladder whose own estimate must confirm the one chosen (see the
+``fine_levels`` of :func:`polygrad.reference.richardson.neville`)."""
+
 JUMP_RATIO = 0.65
 """``|g(h/2) - g(0)| / |g(h) - g(0)|`` above which a difference is not shrinking."""
 
@@ -316,21 +320,33 @@ def directional_derivatives(
         # |x|, e.g. x near 0 for a function of scale 1).
         c = sol.c
         finest = sol.finest[:, None]
-        down = np.any((sol.step_c <= finest) & (c.truncation > 3.0 * c.noise), axis=1)
+        truncated = c.truncation > 3.0 * c.noise
+        down = np.any((sol.step_c <= finest) & truncated, axis=1)
+        size = _size(c, norms)
+        with np.errstate(invalid="ignore"):
+            miss = c.error > target_relative_error * size
+            # the best estimate of the finest steps alone is still limited by truncation
+            # and short of the target: the estimate chosen above them is unconfirmed (a
+            # length scale far shorter than |x| aliases the large steps, or f is exactly
+            # 0 on both sides of them, and their tableau looks converged)
+            fine = sol.fine
+            unconfirmed = (fine.truncation > 3.0 * fine.noise) & (
+                fine.error > target_relative_error * size
+            )
+        down |= np.any(unconfirmed, axis=1)
         # left and right derivatives that disagree: a kink within the finest step, or
         # one that the finer steps of a longer ladder resolve (then they agree again)
         # (for a smooth function central, left and right estimates share one limit)
         split_any, resolved = _kinks(sol, resolution)
         down |= split_any & ~resolved
         # a kink pinned at x whose central estimate meets the target needs no finer steps
-        with np.errstate(invalid="ignore"):
-            met = ~np.any(c.error > target_relative_error * _size(c, norms), axis=1)
-        down &= ~(resolved & met)
+        down &= ~(resolved & ~np.any(miss, axis=1))
         down &= (sol.finest > h_floor) & ~settled
         # a direction whose one-sided derivatives disagreed has a kink above its finest
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
-        up = ~down & ~kinked & ~settled
+        # upwards only where noise, not truncation, keeps the estimate from its target
+        up = ~down & ~kinked & ~settled & np.any(miss & ~truncated, axis=1)
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
         k_up = np.where(up, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)
@@ -493,6 +509,7 @@ class _Solution:
     sgn_l: np.ndarray
     finest: np.ndarray
     largest: np.ndarray
+    fine: TableauResult
 
 
 def _solve(
@@ -517,7 +534,7 @@ def _solve(
     patterns, inverse = np.unique(valid, axis=0, return_inverse=True)
     inverse = np.asarray(inverse).reshape(-1)
     parts: dict[str, list[np.ndarray]] = {}
-    tabs: dict[str, list] = {"c": [], "r": [], "l": []}
+    tabs: dict[str, list] = {"c": [], "r": [], "l": [], "fine": []}
     order = []
     for p, pattern in enumerate(patterns):
         rows = np.flatnonzero(inverse == p)
@@ -527,6 +544,10 @@ def _solve(
         st = steps[cols]
         Yg = Y[rows][:, cols]
         c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
+        fine = c
+        if st.size > FINE_LEVELS:
+            fine = _tableaus(Yg[:, -FINE_LEVELS:], f0, st[-FINE_LEVELS:], sigma[rows], eps)[0]
+        tabs["fine"].append((fine, st[-FINE_LEVELS:][np.minimum(fine.level, FINE_LEVELS - 1)]))
         jr, sr = _jumps(Yg, f0, sigma[rows], 0, r, eps)
         jl, sl = _jumps(Yg, f0, sigma[rows], 1, l, eps)
         if final:
@@ -560,7 +581,7 @@ def _solve(
         )
         return res, gather([s for _, s in tabs[key]])
 
-    (c, sc), (r, sr_), (l, sl_) = tab("c"), tab("r"), tab("l")
+    (c, sc), (r, sr_), (l, sl_), (fine, _) = tab("c"), tab("r"), tab("l"), tab("fine")
     return _Solution(
         c,
         r,
@@ -574,6 +595,7 @@ def _solve(
         gather(parts["sgn_l"]),
         gather(parts["finest"]),
         gather(parts["largest"]),
+        fine,
     )
 
 
