@@ -746,7 +746,17 @@ def _judge(
         rng = np.random.default_rng()
         rng.bit_generator.state = cap["rng_state"]  # the same cotangents as the reference run
         blocks.append(
-            _compare(t, cap["dd"], md, cap["full"], cap["s"], cap["W_all"], rng, cap["ref_eps"])
+            _compare(
+                t,
+                cap["dd"],
+                md,
+                cap["full"],
+                cap["s"],
+                cap["W_all"],
+                rng,
+                cap["ref_eps"],
+                cap["vouched"],
+            )  # fmt: skip
         )
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
     verdict, ok = _overall(entries, nonsmooth)

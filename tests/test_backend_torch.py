@@ -548,3 +548,17 @@ def test_cnn_on_a_flat_background_calls_ties_nonsmooth_not_mismatch():
     at_kink = report.entries.status == SEVERITY[pg.Verdict.NONSMOOTH]
     background = img.ravel() == 0
     assert np.mean(at_kink[background]) > 0.5 > np.mean(at_kink[~background])
+
+
+def test_float64_reference_vouches_for_its_target_not_for_a_tinier_error_bar():
+    """float32 var() at an offset of 1e4: the float64 reference is aimed at float32's
+    epsilon and its error bars of 1e-14 are incidental (off by a few times). The float64
+    evaluation of the rule is right, so the verdict is UNSTABLE (the float32 value loses
+    digits to the offset), never MISMATCH; log_softmax with large logits likewise."""
+    x = torch.tensor(np.random.default_rng(2).normal(size=50) + 1e4, dtype=torch.float32)
+    report = pg.check(lambda x: x.var(unbiased=False), x)
+    assert report.verdict == pg.Verdict.UNSTABLE, report.counts()
+    logits = torch.tensor(
+        [994.98236, 994.9911, 1004.1403, 1002.94135, 985.1522, 1013.1804, 1006.56683, 975.61316]
+    )
+    assert "MISMATCH" not in pg.check(lambda x: torch.log_softmax(x, 0), logits).counts()

@@ -345,8 +345,7 @@ def directional_derivatives(
         # a direction whose one-sided derivatives disagreed has a kink above its finest
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
-        # upwards only where noise, not truncation, keeps the estimate from its target
-        up = ~down & ~kinked & ~settled & np.any(miss & ~truncated, axis=1)
+        up = ~down & ~kinked & ~settled
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
         k_up = np.where(up, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)

@@ -38,7 +38,14 @@ import numpy as np
 
 from .differences import rows_per_batch
 
-__all__ = ["NoiseEstimate", "ecnoise", "estimate_noise", "output_resolution", "value_grid"]
+__all__ = [
+    "NoiseEstimate",
+    "ecnoise",
+    "estimate_noise",
+    "generic_bits",
+    "output_resolution",
+    "value_grid",
+]
 
 SQRT12 = float(np.sqrt(12.0))
 """Rounding to a grid of spacing ``q`` has standard deviation ``q / sqrt(12)``."""
@@ -225,6 +232,28 @@ def output_resolution(
     return np.where(rounded, grid, 0.0), points
 
 
+GENERIC = 0.3819660112501051
+"""``2 - φ``: a fraction far from every short binary fraction (its continued fraction is
+all ones), so that the increments of the sampled values avoid simple ratios with the
+output grid."""
+
+
+def generic_bits(eps: float, step: float) -> int:
+    """Bits of the fraction added to ECnoise's step, at most 20.
+
+    As many as keep every sample ``x0 + i δ w`` (``|i| <= 4``, ``|x0|`` up to
+    1.5 times the direction's scale) exact in arithmetic with machine epsilon
+    ``eps``: 20 for float64, 10 for float32, none (a plain power of two) for
+    bfloat16 or for ``eps = 0`` (unknown arithmetic). After a retry with a
+    smaller step the samples may round to the input's grid: that adds the
+    input's own rounding to the noise, which only widens error bars.
+    """
+    if eps <= 0.0:
+        return 0
+    room = int(np.floor(-np.log2(eps))) - int(np.ceil(-np.log2(step))) - 3
+    return int(min(20, max(0, room)))
+
+
 def estimate_noise(
     fn: Callable[[np.ndarray], np.ndarray],
     x0: np.ndarray,
@@ -245,14 +274,21 @@ def estimate_noise(
     x0 : ndarray, shape (n,)
         The point.
     directions : ndarray, shape (d, n)
-        Directions to sample along; steps ``i * step * w``, exact in binary
-        when ``step`` is a power of two and ``w`` holds powers of two.
+        Directions to sample along, holding powers of two (or 0) times ±1; the
+        samples are ``x0 + i δ w`` with ``δ = step (1 + r)``, where ``r`` is a
+        fraction of :func:`generic_bits` bits, so that every sample is exact in
+        binary but the increments ``δ g'`` are not commensurate with the
+        power-of-two grid on which ``f`` rounds its results. On a binary step a
+        function whose derivative is near a power of two (``exp`` near 0, a sum of
+        ``sin`` near 0) rounds every sample the same way, and ECnoise, seeing an
+        exact staircase with equal treads, finds no noise at all.
     f0 : ndarray, shape (m,)
         ``fn`` at ``x0``.
     eps : float
         Machine epsilon of the arithmetic ``fn`` uses (sets the floor).
     step : float
-        Initial sampling step ``δ`` in units of the direction.
+        Initial sampling step (a power of two) in units of the direction; ``δ``
+        is slightly larger (see ``directions``).
     points : int
         ``p``: the table uses ``p + 1`` points centred on ``x0``.
     retries : int
@@ -276,7 +312,8 @@ def estimate_noise(
     d = directions.shape[0]
     offsets = np.arange(points + 1) - points // 2
     evals = 0
-    delta = np.full(d, float(step))
+    bits = generic_bits(eps, step)
+    delta = np.full(d, float(step) * (1.0 + np.floor(GENERIC * 2.0**bits) / 2.0**bits))
     best_sigma = np.zeros((d,) + f0.shape)
     best_inform = np.full((d,) + f0.shape, STEP_TOO_LARGE)
     todo = np.ones(d, dtype=bool)
