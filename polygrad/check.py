@@ -249,24 +249,54 @@ def _reference(
     )
 
 
+def _raising_points_as_nan(
+    fn: Callable[[np.ndarray], np.ndarray], m: int, raised: dict[str, Any]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``fn`` with the rows at which it raises returned as NaN (``(B, n) -> (B, m)``).
+
+    A batch that raises is split in halves until the rows that raise are
+    found; ``raised`` records the first exception and how many rows raised.
+    """
+
+    def guarded(X: np.ndarray) -> np.ndarray:
+        try:
+            return fn(X)
+        except Exception as exc:  # noqa: BLE001 - the user's function, at a point away from x
+            if X.shape[0] <= 1:
+                raised.setdefault("first", exc)
+                raised["count"] = raised.get("count", 0) + X.shape[0]
+                return np.full((X.shape[0], m), np.nan)
+            half = X.shape[0] // 2
+            return np.concatenate([guarded(X[:half]), guarded(X[half:])])
+
+    return guarded
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: first line of the message"``."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
+
+
 def _borrow_unseen_noise(sigma: np.ndarray, inform: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """``(d, m)`` noise, where a direction saw none, raised to the least seen elsewhere.
 
     Rounding noise is a property of the evaluation more than of the direction,
-    but a direction can miss it: where ``f`` is constant to the last bit along
-    it, or where its samples change ``f`` by a near-whole number of ulps, so
-    that their rounding errors drift smoothly instead of scattering (a step
-    scaled to a tiny ``|x_i|`` in a function of size 1, e.g. ``exp(x) - 1 - x``
-    near 0) and ECnoise's high differences vanish. Such a direction (no noise
-    detected above the floor ``eps |f|``) gets, per output, the smallest noise
-    detected along the others; a direction along which ``f`` really does not
-    change then has a wider error bar around its zero, which costs nothing.
+    but a direction can miss it: where its samples change ``f`` by a near-whole
+    number of ulps, their rounding errors drift smoothly instead of scattering
+    (a step scaled to a tiny ``|x_i|`` in a function of size 1, e.g.
+    ``exp(x) - 1 - x`` near 0), ECnoise's high differences vanish, and the noise
+    it reports is at the floor ``eps |f|``. Such a direction gets, per output,
+    the smallest noise detected above the floor along the others. A direction
+    along which ``f`` does not change at all (code 2) keeps its floor: its
+    difference quotients are exactly 0.
     """
     seen = (inform == 1) & (sigma > floor[None, :])
+    drift = (inform == 1) & ~seen
     with np.errstate(invalid="ignore"):
         least = np.min(np.where(seen, sigma, np.inf), axis=0)
     least = np.where(np.isfinite(least), least, 0.0)
-    return np.where(seen, sigma, np.maximum(sigma, least[None, :]))
+    return np.where(drift, np.maximum(sigma, least[None, :]), sigma)
 
 
 def _naive_roundoff(
@@ -527,6 +557,10 @@ def check(
     if wd64:
         ref_method = "float64"
     f0_ref = ref_fn(target.x0[None, :])[0]
+    # away from x, a point where f raises (a matrix no longer positive definite) is a
+    # point where f is not finite: the differences step around it
+    raised: dict[str, Any] = {}
+    ref_fn = _raising_points_as_nan(ref_fn, target.m, raised)
 
     rng = np.random.default_rng(seed)
     s = _pow2_scales(target.x0)
@@ -724,8 +758,21 @@ def check(
                 + ")"
             )
         )
+    if raised:
+        details["notes"].append(
+            f"the function raised {_describe(raised['first'])} at {raised['count']} of the "
+            "points near x that the reference needed; they count as points where it is not "
+            "finite"
+        )
     if target.working_dtype != "float64":
-        rnd = _naive_roundoff(target, noise_dirs[0], target.evaluate64)
+        guarded64 = (
+            None
+            if target.evaluate64 is None
+            else ref_fn
+            if ref_method != "working"
+            else (_raising_points_as_nan(target.evaluate64, target.m, {}))
+        )
+        rnd = _naive_roundoff(target, noise_dirs[0], guarded64)
         if rnd is not None:
             details["naive_central_difference"] = rnd
     details["notes"] = list(dict.fromkeys(details["notes"] + list(target.notes)))
@@ -930,9 +977,19 @@ def _decide(
         ad_finite = np.isfinite(ad) & (np.isfinite(ad64) | ~have64)
         diff_w = np.abs(ad - ref)
         diff_64 = np.abs(ad64 - ref)
-        bad_w = ~(diff_w <= tol_w)
-        bad_64 = ~(diff_64 <= tol_64) if have64 else bad_w
         coarse = _too_coarse(ref_err, scale, eps_w)
+
+        def fits_a_side(a: np.ndarray, eps: float) -> np.ndarray:
+            # a coarse central estimate is only as good as its error bar, which can be
+            # wrong where the steps are far beyond the function's length scale; where the
+            # left or right estimate (each with its own bar) still admits the value, the
+            # evidence of a wrong rule is not conclusive
+            fit_l = np.abs(a - left) <= TOLERANCE_FACTOR * vouch(left_err) + C_AD * eps * scale
+            fit_r = np.abs(a - right) <= TOLERANCE_FACTOR * vouch(right_err) + C_AD * eps * scale
+            return coarse & (fit_l | fit_r)
+
+        bad_w = ~(diff_w <= tol_w) & ~fits_a_side(ad, eps_w)
+        bad_64 = ~(diff_64 <= tol_64) & ~fits_a_side(ad64, F64_EPS) if have64 else bad_w
     status = np.full(ad.shape, SEVERITY[Verdict.PASS], dtype=np.int64)
     status = np.where(coarse & ~bad_64, SEVERITY[Verdict.INCONCLUSIVE], status)
     status = np.where(~bad_64 & bad_w & have64, SEVERITY[Verdict.UNSTABLE], status)

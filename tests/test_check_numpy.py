@@ -502,3 +502,23 @@ def test_noise_that_one_direction_cannot_see_is_borrowed_from_the_others():
     e = report.entries
     assert np.mean(np.abs(e.reference - np.expm1(x)) <= e.reference_error) >= 0.99
     assert "MISMATCH" not in report.counts() and "NONSMOOTH" not in report.counts()
+
+
+def test_a_function_that_raises_away_from_x_is_not_finite_there():
+    """log det through a Cholesky factor: the large steps of the ladder can make the
+    matrix indefinite, where NumPy raises. Those points count as points where f is not
+    finite (the differences step around them); the check answers and says so."""
+    rng = np.random.default_rng(2)
+    B = rng.normal(size=(4, 4))
+    S = B @ B.T + 4 * np.eye(4)
+
+    def logdet(A):
+        return 2 * np.sum(np.log(np.diag(np.linalg.cholesky((A + A.T) / 2))))
+
+    report = pg.check(logdet, S, grad=np.linalg.inv)
+    assert report.verdict == Verdict.PASS
+    assert any("raised LinAlgError" in n for n in report.details["notes"])
+    bad = pg.check(logdet, S, grad=lambda A: np.linalg.inv(A) * (1 + 1e-6))
+    assert bad.verdict == Verdict.MISMATCH
+    with pytest.raises(np.linalg.LinAlgError):  # at x itself it is the user's error
+        pg.check(logdet, -S, grad=np.linalg.inv)

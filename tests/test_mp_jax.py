@@ -528,16 +528,16 @@ def test_float64_rule_wrong_by_1e9_is_mismatch_with_mp_reference() -> None:
 
 
 def test_float64_rule_wrong_by_1e9_is_below_float64_resolution_when_ill_conditioned() -> None:
-    """(x + 1e7)^2 - 1e14 - 2e7 x = x^2: float64 differences drown in cancellation noise."""
+    """(x + 1e7)^2 - 1e14 - 2e7 x = x^2: float64 differences drown in cancellation noise
+    (f rounds at ulp(1e14) ~ 0.016), so they cannot judge the diagonal (INCONCLUSIVE,
+    never PASS or MISMATCH); the exactly zero off-diagonal entries still PASS."""
     f = _custom_vjp_with_error(lambda x: (x + 1e7) ** 2 - 1e14 - 2e7 * x, lambda x: 2 * x)
     with jax.enable_x64(True):
         x = jnp.asarray([0.7345612893, -1.2718354427])
     report = pg.check(f, x, reference="float64")
-    assert report.verdict == pg.Verdict.PASS, str(report)
-    resolution = report.details["reference"]["resolution"]
-    assert resolution > 1e-9
-    text = str(report)
-    assert "cannot resolve gradient errors below" in text and "reference='mp'" in text
+    assert report.verdict == pg.Verdict.INCONCLUSIVE, str(report)
+    assert report.counts() == {"INCONCLUSIVE": 2, "PASS": 2}
+    assert 1e-3 < report.details["reference"]["noise"] < 0.1
     report = pg.check(f, x, reference="mp")
     assert report.verdict == pg.Verdict.MISMATCH, str(report)
     assert "cannot resolve" not in str(report)
