@@ -9,7 +9,10 @@ The decision rule (all quantities per compared entry):
   ``C_AD · eps · scale``, where ``scale`` is the size of the quantity (the
   entry plus the RMS of its row for Jacobian entries; the entry plus the
   2-norm of its terms for projections);
-* ``tolerance = 2 e + C_AD · eps · scale``: MISMATCH when the float64
+* ``tolerance = 2 e + C_AD · eps · scale`` (``e`` at least the accuracy a
+  finite-difference reference was aimed at; where some entry fails, plus twice
+  the largest move of the autodiff value a few ulps away, see
+  :mod:`polygrad.dither`): MISMATCH when the float64
   evaluation of the rule (or, without one, the working-dtype evaluation) is
   further than that from the reference; UNSTABLE when only the working-dtype
   value is; NONSMOOTH when the left and right derivatives differ beyond their
@@ -30,6 +33,7 @@ import numpy as np
 
 from .backends import select_backend
 from .backends.base import Supplied, Target
+from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, spread
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
@@ -247,6 +251,39 @@ def _reference(
         np.concatenate([p.jump_right for p in parts]),
         np.concatenate([p.jump_left for p in parts]),
     )
+
+
+def _autodiff_roundoff(
+    be: Any,
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    argnums: tuple[int, ...],
+    supplied: Supplied,
+    batch_size: int,
+    seed: int,
+    blocks: list[Entries],
+    compare_all: Callable[..., list[Entries]],
+) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per block, the (working, float64) allowance for autodiff round-off, or None.
+
+    The autodiff values are evaluated again at inputs moved by a few ulps (see
+    :mod:`polygrad.dither`); None when the inputs cannot be moved (not float16,
+    float32 or float64) or the function fails there.
+    """
+    moved = dithered_args(be, args, argnums, np.random.default_rng([seed, 3]))
+    if moved is None:
+        return None
+    try:
+        others = [compare_all(be.make_target(f, a, argnums, supplied, batch_size)) for a in moved]
+    except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts as they are
+        return None
+    return [
+        (
+            ALLOWANCE * spread([o[j].autodiff for o in others], b.autodiff),
+            ALLOWANCE * spread([o[j].autodiff64 for o in others], b.autodiff64),
+        )
+        for j, b in enumerate(blocks)
+    ]
 
 
 def _raising_points_as_nan(
@@ -696,9 +733,44 @@ def check(
             target=target, dd=dd, full=full, s=s, W_all=W_all, ref_eps=ref_eps, modes=modes,
             rng_state=rng.bit_generator.state, ref_method=ref_method, vouched=vouched,
         )  # fmt: skip
-    blocks = []
-    for md in modes:
-        blocks.append(_compare(target, dd, md, full, s, W_all, rng, ref_eps, vouched))
+    rng_state = rng.bit_generator.state
+
+    def compare_all(t: Target, allowances: list[tuple[np.ndarray, np.ndarray]] | None = None):
+        rng.bit_generator.state = rng_state  # the same cotangents at every evaluation
+        return [
+            _compare(
+                t,
+                dd,
+                md,
+                full,
+                s,
+                W_all,
+                rng,
+                ref_eps,
+                vouched,
+                None if allowances is None else allowances[j],
+            )  # fmt: skip
+            for j, md in enumerate(modes)
+        ]
+
+    blocks = compare_all(target)
+    failing = [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]]
+    if (
+        wrt == "inputs"
+        and order == 1
+        and not (cinfo and cinfo.any)
+        and any(np.isin(b.status, failing).any() for b in blocks)
+    ):
+        allowances = _autodiff_roundoff(be, f, args, argnums_t, supplied, batch_size, seed,
+                                        blocks, compare_all)  # fmt: skip
+        if allowances is not None:
+            blocks = compare_all(target, allowances)
+            details["notes"].append(
+                f"some entries failed: their autodiff values were evaluated again at {DITHERS} "
+                f"inputs moved by up to {ULPS} ulps, and each entry is allowed {ALLOWANCE:g} "
+                "times the largest move (the round-off of evaluating the rule; a wrong rule "
+                "is wrong by the same amount there)"
+            )
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
 
     verdict, ok = _overall(entries, nonsmooth)
@@ -797,6 +869,7 @@ def _compare(
     rng: np.random.Generator,
     ref_eps: float,
     vouched: float = 0.0,
+    allowance: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Entries:
     n, m = target.n, target.m
     ref, ref_err = dd.central.value, dd.central.error  # (d, m)
@@ -894,6 +967,7 @@ def _compare(
         target.eps,
         ref_eps,
         vouched,
+        allowance,
     )
 
 
@@ -919,6 +993,7 @@ def _decide(
     eps_w: float,
     ref_eps: float,
     vouched: float = 0.0,
+    allowance: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Entries:
     """Apply the decision rule of the module docstring to every entry.
 
@@ -926,8 +1001,15 @@ def _decide(
     an error bar far below it is incidental (the ladder stops refining once the
     target is met, and the bar's own estimate is not sharper than that), so the
     tolerances and the agreement of one-sided estimates use at least
-    ``vouched * scale`` as the reference's error.
+    ``vouched * scale`` as the reference's error. ``allowance`` adds, per entry,
+    the round-off measured for the working-dtype and the float64 autodiff
+    values (see :mod:`polygrad.dither`).
     """
+    extra_w, extra_64 = (
+        (np.zeros_like(ad), np.zeros_like(ad))
+        if allowance is None
+        else (np.nan_to_num(allowance[0]), np.nan_to_num(allowance[1]))
+    )
     with np.errstate(all="ignore"):
         # central reference missing (function not finite on one side): use the other side
         central_ok = np.isfinite(ref) & np.isfinite(ref_err)
@@ -942,8 +1024,8 @@ def _decide(
         def vouch(e: np.ndarray) -> np.ndarray:
             return np.where(e < least, least, e)  # NaN stays NaN
 
-        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale
-        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale
+        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale + extra_w
+        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale + extra_64
         # For a smooth function the central, left and right estimates share one limit;
         # where they disagree, it is not smooth. The central estimate is the reference:
         # one-sided tableaus converge only at first order, and where f changes by less
@@ -970,8 +1052,8 @@ def _decide(
         pick_l = candidate & ~pick_r & (left_err < ref_err)
         ref = np.where(pick_r, right, np.where(pick_l, left, ref))
         ref_err = np.where(pick_r, right_err, np.where(pick_l, left_err, ref_err))
-        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale
-        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale
+        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale + extra_w
+        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale + extra_64
         lo, hi = np.fmin(left, right), np.fmax(left, right)
         within = (ad >= lo - tol_w) & (ad <= hi + tol_w)
         ad_finite = np.isfinite(ad) & (np.isfinite(ad64) | ~have64)

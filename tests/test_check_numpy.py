@@ -522,3 +522,44 @@ def test_a_function_that_raises_away_from_x_is_not_finite_there():
     assert bad.verdict == Verdict.MISMATCH
     with pytest.raises(np.linalg.LinAlgError):  # at x itself it is the user's error
         pg.check(logdet, -S, grad=np.linalg.inv)
+
+
+def test_round_off_of_a_right_rule_is_measured_a_few_ulps_away():
+    """A float64 rule written as a difference of large terms is off by an ulp of the
+    terms, beyond 64 eps times the entry's scale; a few ulps away it moves by as much,
+    so it is allowed (PASS against the mp reference). A planted error does not move:
+    a float32 rule with one entry wrong by 1e-4 is still MISMATCH at that entry only,
+    and 1 - cos(x) for x - sin(x) near 0 (a cancellation of the rule's own making,
+    which rounds the same way a few ulps away) is still UNSTABLE."""
+    x = np.random.default_rng(0).normal(size=50) + 100
+    var = pg.check(
+        lambda x: np.mean(x**2) - np.mean(x) ** 2, x,
+        grad=lambda x: 2 * x / len(x) - 2 * np.mean(x) / len(x), reference="mp",
+    )  # fmt: skip
+    assert var.verdict == Verdict.PASS, var.counts()
+    assert any("moved by up to 2 ulps" in n for n in var.details["notes"])
+
+    rng = np.random.default_rng(1)
+    W = rng.standard_normal((500, 20)).astype(np.float32)
+
+    def f(x):
+        z = np.tanh(x) @ W.astype(x.dtype)
+        return np.max(z) + np.log(np.sum(np.exp(z - np.max(z))))
+
+    def g(x, bug):
+        t = np.tanh(x)
+        z = t @ W.astype(x.dtype)
+        p = np.exp(z - np.max(z))
+        out = (1 - t**2) * (W.astype(x.dtype) @ (p / np.sum(p)))
+        out[3] *= 1 + bug
+        return out
+
+    x = rng.standard_normal(500).astype(np.float32)
+    assert pg.check(f, x, grad=lambda x: g(x, 0.0)).verdict == Verdict.PASS
+    bad = pg.check(f, x, grad=lambda x: g(x, 1e-4))
+    assert bad.verdict == Verdict.MISMATCH
+    assert np.flatnonzero(bad.entries.status == bad.entries.status.max()).tolist() == [3]
+    own = pg.check(
+        lambda x: np.sum(x - np.sin(x)), np.array([1e-3], np.float32), grad=lambda x: 1 - np.cos(x)
+    )
+    assert own.verdict == Verdict.UNSTABLE

@@ -1,0 +1,101 @@
+"""The round-off of an autodiff value, seen by moving the input a few ulps.
+
+``check`` allows an autodiff value ``64 eps`` times its scale of round-off.
+A right rule evaluated in floating point can exceed that: a softmax or
+log-sum-exp of many large logits rounds its logits at their size, and the
+gradient inherits those rounding errors (a float32 log-sum-exp of 500 logits
+near 500 is off by about 100 eps times its scale); a float64 rule written as
+a difference of large terms (``2x/n - 2 mean(x)/n`` at ``x ≈ 100``) is off by
+an ulp of the terms. Such round-off is not a property of the rule but of
+evaluating it at a rounded point: moving the input by a couple of ulps, which
+changes the function by far less than the tolerance, re-rounds every
+intermediate and moves the autodiff value by about as much as its round-off.
+
+:func:`dithered_args` builds those moved inputs; ``check`` re-evaluates the
+autodiff values there only when some entry fails, and allows each entry twice
+the largest move it saw (:data:`ALLOWANCE`). A wrong rule does not move with
+the input (it is wrong by the same amount a few ulps away), so it still
+fails; a rule that loses digits to cancellation of its own making, such as
+``1 - cos(x)`` for the derivative of ``x - sin(x)`` near 0, rounds the same
+way a few ulps away and is still ``UNSTABLE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._pytree import flatten, unflatten
+from .backends.base import Backend
+
+__all__ = ["ALLOWANCE", "DITHERS", "ULPS", "dithered_args", "spread"]
+
+DITHERS = 5
+"""How many moved inputs the autodiff value is re-evaluated at."""
+
+ULPS = 2
+"""Each input coordinate moves by a random whole number of ulps in ``[-ULPS, ULPS]``."""
+
+ALLOWANCE = 2.0
+"""Multiple of the largest move of the autodiff value added to its tolerance."""
+
+_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def dithered_args(
+    be: Backend, args: tuple[Any, ...], argnums: tuple[int, ...], rng: np.random.Generator
+) -> list[tuple[Any, ...]] | None:
+    """:data:`DITHERS` copies of ``args`` whose differentiated leaves moved a few ulps.
+
+    Parameters
+    ----------
+    be : Backend
+        The framework of the arrays.
+    args : tuple
+        The arguments of the function, as the user passed them.
+    argnums : tuple of int
+        Which arguments are differentiated (their leaves are moved).
+    rng : numpy.random.Generator
+        Source of the moves.
+
+    Returns
+    -------
+    list of tuple, or None
+        The moved arguments, each leaf in its own dtype; None when a leaf is not
+        a float16, float32 or float64 array (bfloat16 has no NumPy ulp).
+    """
+    out = []
+    for _ in range(DITHERS):
+        moved_args = list(args)
+        for i in argnums:
+            leaves, _paths, treedef = flatten(args[i])
+            moved = []
+            for leaf in leaves:
+                a = np.asarray(be.to_numpy(leaf))
+                if a.dtype not in _DTYPES:
+                    return None
+                ulps = rng.integers(-ULPS, ULPS + 1, size=a.shape).astype(a.dtype)
+                moved.append(be.from_numpy((a + ulps * np.spacing(a)).astype(a.dtype)))
+            moved_args[i] = unflatten(treedef, moved)
+        out.append(tuple(moved_args))
+    return out
+
+
+def spread(values: list[np.ndarray], base: np.ndarray) -> np.ndarray:
+    """Largest ``|v - base|`` over ``values``, per entry (NaN where none is finite).
+
+    Parameters
+    ----------
+    values : list of ndarray
+        The autodiff values at the moved inputs, each shaped like ``base``.
+    base : ndarray
+        The autodiff values at the input itself.
+
+    Returns
+    -------
+    ndarray
+        Same shape as ``base``.
+    """
+    with np.errstate(invalid="ignore"):
+        return np.fmax.reduce(np.abs(np.stack(values) - base[None]), axis=0)
