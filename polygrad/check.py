@@ -263,13 +263,25 @@ def _autodiff_roundoff(
     seed: int,
     blocks: list[Entries],
     compare_all: Callable[..., list[Entries]],
+    wd64: bool,
 ) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """Per block, the (working, float64) allowance for autodiff round-off, or None.
 
-    The autodiff values are evaluated again at inputs moved by a few ulps (see
-    :mod:`polygrad.dither`); None when the inputs cannot be moved (not float16,
-    float32 or float64) or the function fails there.
+    The autodiff values are evaluated again at inputs moved by a few ulps of
+    the working dtype (see :mod:`polygrad.dither`). Part of each move is the
+    true change of the derivative over the move (its sensitivity to the
+    input), which is not round-off: an input where the derivative changes fast
+    (``cos`` at ``x ≈ 1000`` in float32) would otherwise hide a wrong rule. For
+    a narrower working dtype that part is measured by the float64 evaluation of
+    the rule at the same moved inputs and taken out, and the float64 value gets
+    no allowance (a move of float32 ulps says nothing about float64 round-off).
+    A float64 function moves by float64 ulps, over which the derivative's own
+    change is round-off-sized; without a float64 evaluation of a narrower
+    rule, there is no allowance (None). None also when the inputs cannot be
+    moved (not float16, float32 or float64) or the function fails there.
     """
+    if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
+        return None
     moved = dithered_args(be, args, argnums, np.random.default_rng([seed, 3]))
     if moved is None:
         return None
@@ -277,13 +289,17 @@ def _autodiff_roundoff(
         others = [compare_all(be.make_target(f, a, argnums, supplied, batch_size)) for a in moved]
     except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts as they are
         return None
-    return [
-        (
-            ALLOWANCE * spread([o[j].autodiff for o in others], b.autodiff),
-            ALLOWANCE * spread([o[j].autodiff64 for o in others], b.autodiff64),
-        )
-        for j, b in enumerate(blocks)
-    ]
+    out = []
+    for j, b in enumerate(blocks):
+        moves = [o[j].autodiff - b.autodiff for o in others]
+        if wd64:
+            allow = ALLOWANCE * spread(moves)
+            out.append((allow, allow))
+        else:
+            smooth = [o[j].autodiff64 - b.autodiff64 for o in others]
+            rounding = [mv - sm for mv, sm in zip(moves, smooth, strict=True)]
+            out.append((ALLOWANCE * spread(rounding), np.zeros_like(b.autodiff)))
+    return out
 
 
 def _raising_points_as_nan(
@@ -762,7 +778,7 @@ def check(
         and any(np.isin(b.status, failing).any() for b in blocks)
     ):
         allowances = _autodiff_roundoff(be, f, args, argnums_t, supplied, batch_size, seed,
-                                        blocks, compare_all)  # fmt: skip
+                                        blocks, compare_all, wd64)  # fmt: skip
         if allowances is not None:
             blocks = compare_all(target, allowances)
             details["notes"].append(

@@ -9,7 +9,11 @@ a difference of large terms (``2x/n - 2 mean(x)/n`` at ``x ≈ 100``) is off by
 an ulp of the terms. Such round-off is not a property of the rule but of
 evaluating it at a rounded point: moving the input by a couple of ulps, which
 changes the function by far less than the tolerance, re-rounds every
-intermediate and moves the autodiff value by about as much as its round-off.
+intermediate and moves the autodiff value by about as much as its round-off,
+plus the true change of the derivative over the move, which ``check`` takes
+out using the float64 evaluation of the rule at the same moved inputs (an
+input where the derivative changes fast, ``cos`` near 1000 in float32, must
+not hide a wrong rule).
 
 :func:`dithered_args` builds those moved inputs; ``check`` re-evaluates the
 autodiff values there only when some entry fails, and allows each entry twice
@@ -82,20 +86,19 @@ def dithered_args(
     return out
 
 
-def spread(values: list[np.ndarray], base: np.ndarray) -> np.ndarray:
-    """Largest ``|v - base|`` over ``values``, per entry (NaN where none is finite).
+def spread(moves: list[np.ndarray]) -> np.ndarray:
+    """Largest ``|move|`` over ``moves``, per entry (NaN where none is finite).
 
     Parameters
     ----------
-    values : list of ndarray
-        The autodiff values at the moved inputs, each shaped like ``base``.
-    base : ndarray
-        The autodiff values at the input itself.
+    moves : list of ndarray
+        Changes of the autodiff values from the input to each moved input (or
+        their round-off part), all of one shape.
 
     Returns
     -------
     ndarray
-        Same shape as ``base``.
+        That shape.
     """
     with np.errstate(invalid="ignore"):
-        return np.fmax.reduce(np.abs(np.stack(values) - base[None]), axis=0)
+        return np.fmax.reduce(np.abs(np.stack(moves)), axis=0)

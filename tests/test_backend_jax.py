@@ -474,3 +474,20 @@ def test_forward_mode_on_custom_vjp_is_a_clear_error():
     assert pg.check(lambda x: jnp.sum(f(x)), x).verdict == pg.Verdict.PASS
     with pytest.raises(ValueError, match="custom_vjp.*mode='rev'"):
         pg.check(lambda x: jnp.sum(f(x)), x, mode="both")
+
+
+def test_round_off_allowance_does_not_hide_a_wrong_rule_where_the_derivative_moves_fast():
+    """sin at x ~ 1000 in float32: two float32 ulps move cos(x) by ~1e-4, far more than
+    its round-off. That change is the derivative's own (the float64 rule moves with
+    it) and must not widen the tolerance: a rule wrong by 1e-3 or 1e-4 is caught on
+    every diagonal entry."""
+    for error in (1e-3, 1e-4):
+
+        @jax.custom_vjp
+        def s(x):
+            return jnp.sin(x)
+
+        s.defvjp(lambda x: (jnp.sin(x), x), lambda x, g, e=error: (g * jnp.cos(x) * (1 + e),))
+        x = jnp.asarray(np.random.default_rng(0).uniform(1000, 1010, 10), jnp.float32)
+        report = pg.check(s, x)
+        assert report.counts() == {"MISMATCH": 10, "PASS": 90}, (error, report.counts())

@@ -552,12 +552,14 @@ def test_cnn_on_a_flat_background_calls_ties_nonsmooth_not_mismatch():
 
 def test_float64_reference_vouches_for_its_target_not_for_a_tinier_error_bar():
     """float32 var() at an offset of 1e4: the float64 reference is aimed at float32's
-    epsilon and its error bars of 1e-14 are incidental (off by a few times). The float64
-    evaluation of the rule is right, so the verdict is UNSTABLE (the float32 value loses
-    digits to the offset), never MISMATCH; log_softmax with large logits likewise."""
+    epsilon and its error bars of 1e-14 are incidental (off by a few times), so the
+    right float64 rule is not a MISMATCH. The float32 value loses digits to the rounding
+    of the mean, which a move of a few ulps re-rounds just as much: PASS, with a note.
+    log_softmax with large logits: no MISMATCH either."""
     x = torch.tensor(np.random.default_rng(2).normal(size=50) + 1e4, dtype=torch.float32)
     report = pg.check(lambda x: x.var(unbiased=False), x)
-    assert report.verdict == pg.Verdict.UNSTABLE, report.counts()
+    assert report.verdict == pg.Verdict.PASS, report.counts()
+    assert any("moved by up to 2 ulps" in n for n in report.details["notes"])
     logits = torch.tensor(
         [994.98236, 994.9911, 1004.1403, 1002.94135, 985.1522, 1013.1804, 1006.56683, 975.61316]
     )
