@@ -563,3 +563,16 @@ def test_round_off_of_a_right_rule_is_measured_a_few_ulps_away():
         lambda x: np.sum(x - np.sin(x)), np.array([1e-3], np.float32), grad=lambda x: 1 - np.cos(x)
     )
     assert own.verdict == Verdict.UNSTABLE
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_value_that_barely_changes_near_0_is_inconclusive_not_mismatch(dtype):
+    """cosh(x) - 1 at x ~ 1e-8 .. 1e-6: f is a few ulps of 1 and changes by less than
+    one over the steps (scaled to |x|), so the difference quotients are exactly 0. Its
+    grid (ulp(1)) is its resolution, not an exact staircase: the error bars say the
+    derivative is not resolved (INCONCLUSIVE), never a confident 0 (MISMATCH)."""
+    x = (10 ** np.random.default_rng(0).uniform(-8, -6, 30)).astype(dtype)
+    report = pg.check(lambda x: np.sum(np.cosh(x) - 1), x, grad=np.sinh, reference="float64")
+    assert "MISMATCH" not in report.counts(), report.counts()
+    e = report.entries
+    assert np.all(np.abs(e.reference - np.sinh(x.astype(np.float64))) <= e.reference_error)

@@ -604,3 +604,36 @@ def test_untraceable_function_has_no_mp_reference_and_says_why() -> None:
     assert t.evaluate_mp is None
     assert "could not be traced" in str(t.mp_unavailable_reason)
     assert "TracerArrayConversionError" in str(t.mp_unavailable_reason)
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e4, 1e5, 1e6])
+def test_mp_reference_of_a_periodic_function_at_large_inputs(offset) -> None:
+    """sum(sin(x)) at x ~ 1e3 .. 1e6, float64, mp reference: the mp ladder's steps are
+    scaled to |x|, far beyond sin's period; it grows finer steps until the finest ones
+    confirm the estimate, and cross-checks its one-sided error bars (they claimed 1e-8
+    where they were off by 1e-6, a false NONSMOOTH). Every entry PASSes with a reference
+    within its error bar of the truth."""
+    with jax.enable_x64(True):
+        x = jnp.asarray(offset + np.random.default_rng(0).uniform(0.0, 7.0, 6))
+    report = pg.check(lambda v: jnp.sum(jnp.sin(v)), x)
+    assert report.details["reference"]["method"] == "mp"
+    assert report.verdict == pg.Verdict.PASS, report.counts()
+    true = np.cos(np.asarray(x))
+    e = report.entries
+    assert np.all(np.abs(e.reference - true) <= e.reference_error)
+
+
+def test_float64_differences_at_a_million_are_inconclusive_not_mismatch() -> None:
+    """sin at x = 1e6 with float64 differences: ECnoise sampled 3 apart read sin itself
+    as noise of size 1, the ladder moved up to steps of 1.6e7 where the quotients
+    average to 0, and a right gradient was a MISMATCH. Noise above sqrt(eps) of the
+    values now means "step too large"; the finest steps float64 allows here (relative
+    2^-24, 0.06) cannot reach the target, so the verdict is INCONCLUSIVE, with a
+    reference that covers the truth."""
+    with jax.enable_x64(True):
+        x = jnp.asarray([1000000.3217])
+    report = pg.check(lambda v: jnp.sum(jnp.sin(v)), x, reference="float64")
+    assert report.verdict == pg.Verdict.INCONCLUSIVE
+    e = report.entries
+    assert abs(e.reference[0] - np.cos(1000000.3217)) <= e.reference_error[0] < 0.01
+    assert report.details["reference"]["noise"] < 1e-12

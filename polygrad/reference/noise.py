@@ -51,7 +51,11 @@ SQRT12 = float(np.sqrt(12.0))
 """Rounding to a grid of spacing ``q`` has standard deviation ``q / sqrt(12)``."""
 
 SPREAD_CELLS = 1024
-"""A grid is the rounding of ``f`` only where the sampled values span this many cells."""
+"""Sampled values that span fewer cells of their grid barely move (see ``STAIRCASE_CELLS``)."""
+
+STAIRCASE_CELLS = 8
+"""Values that barely move and are at most this many cells of their grid from 0 are an
+exact staircase (whole numbers), whose grid is not rounding."""
 
 NOISE_DETECTED = 1
 NOISE_NOT_DETECTED = 2
@@ -195,8 +199,9 @@ def output_resolution(
     ``points`` generic points (every coordinate moved by ``step`` times its
     scale times a random factor with a full mantissa, so that an exactly
     computed function does not land on a coarse grid) and at ``x0``. Values
-    that span fewer than :data:`SPREAD_CELLS` cells of their grid are a
-    function constant in pieces (``floor``), whose grid is not rounding.
+    that span fewer than :data:`SPREAD_CELLS` cells of their grid and lie within
+    :data:`STAIRCASE_CELLS` cells of 0 are a function constant in pieces
+    (``floor``), whose grid is not rounding.
 
     Parameters
     ----------
@@ -224,12 +229,14 @@ def output_resolution(
     X = x0 + step * scales * signs * rng.uniform(0.5, 1.0, size=(points, x0.size))
     values = np.vstack([np.asarray(f0, dtype=np.float64)[None, :], fn(X)])
     grid = value_grid(values)
-    # values that span only a few cells of their grid are a function that is constant
-    # in pieces (an exact staircase such as floor), not a rounded continuous one
+    # values that are a few whole cells of their grid and barely move are a function that
+    # is constant in pieces (an exact staircase such as floor: 3 and 4), not a rounded
+    # continuous one (cosh(x) - 1 near 0 is 20 cells of ulp(1) and does not move either)
     with np.errstate(invalid="ignore"):
         spread = np.nanmax(values, axis=0) - np.nanmin(values, axis=0)
-        rounded = spread >= SPREAD_CELLS * grid
-    return np.where(rounded, grid, 0.0), points
+        size = np.nanmax(np.abs(values), axis=0)
+        staircase = (spread < SPREAD_CELLS * grid) & (size <= STAIRCASE_CELLS * grid)
+    return np.where(staircase, 0.0, grid), points
 
 
 GENERIC = 0.3819660112501051
@@ -335,6 +342,14 @@ def estimate_noise(
         Y = np.concatenate(blocks)
         for row, k in enumerate(idx):
             sig, inf = ecnoise(Y[row])
+            # rounding noise above sqrt(eps) of the values is a function that varies on
+            # the scale of the step (sin at x ~ 1e6 sampled 3 apart), not noise: a
+            # smaller step tells (a truly noisy function stays as noisy)
+            with np.errstate(invalid="ignore"):
+                plausible = np.sqrt(eps) * np.max(np.abs(Y[row]), axis=0)
+            inf = np.where(
+                (inf == NOISE_DETECTED) & (eps > 0) & (sig > plausible), STEP_TOO_LARGE, inf
+            )
             improve = (inf == NOISE_DETECTED) | (best_inform[k] != NOISE_DETECTED)
             best_sigma[k] = np.where(improve, sig, best_sigma[k])
             best_inform[k] = np.where(improve, inf, best_inform[k])
