@@ -577,3 +577,18 @@ def test_float32_logsumexp_of_a_long_matmul_is_not_unstable(seed):
     x = torch.tensor(rng.standard_normal(500), dtype=torch.float32)
     report = pg.check(lambda x, W: torch.logsumexp(torch.tanh(x) @ W, 0), x, W)
     assert report.verdict == pg.Verdict.PASS, report.counts()
+
+
+@pytest.mark.parametrize(
+    "rho, verdict", [(0.9999, pg.Verdict.PASS), (0.999999, pg.Verdict.INCONCLUSIVE)]
+)
+def test_cholesky_of_a_nearly_singular_matrix(rho, verdict):
+    """A 2 x 2 correlation matrix 1e-4 (1e-6) from singular: every step of the first
+    ladder makes it indefinite on one side, where torch raises. Those points are not
+    finite (not a reason to give up vmap), and the ladder moves down until both sides
+    exist: PASS where float64 steps can get inside (1e-4), INCONCLUSIVE where they cannot
+    reach the target (1e-6); never NONFINITE or MISMATCH on the right gradient."""
+    S = torch.tensor([[1.0, rho], [rho, 1.0]], dtype=torch.float64)
+    report = pg.check(lambda S: torch.linalg.cholesky((S + S.T) / 2).sum(), S)
+    assert report.verdict == verdict, report.counts()
+    assert not any("could not batch" in n for n in report.details["notes"])

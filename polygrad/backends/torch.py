@@ -329,8 +329,13 @@ class _Program:
                 with torch.no_grad():
                     return _to_float64_numpy(torch, torch.func.vmap(self.call)(*leaves))
             except Exception as exc:  # noqa: BLE001 - anything vmap cannot batch
+                # point by point: if a point itself raises (a matrix that is no longer
+                # positive definite), the failure is the function's there, not vmap's,
+                # and it propagates (the check treats such points as not finite)
+                rows = [self.call(*(leaf[b] for leaf in leaves)) for b in range(X.shape[0])]
                 self._vmap_eval = False
                 self._note_fallback("function", exc)
+                return np.stack([_to_float64_numpy(torch, r) for r in rows])
         rows = [self.call(*(leaf[b] for leaf in leaves)) for b in range(X.shape[0])]
         return np.stack([_to_float64_numpy(torch, r) for r in rows])
 

@@ -334,6 +334,9 @@ def directional_derivatives(
                 fine.error > target_relative_error * size
             )
         down |= np.any(unconfirmed, axis=1)
+        # no finite estimate at any step (f is not finite on one side of each): smaller
+        # steps may stay inside the domain (a matrix a step away from indefinite)
+        down |= ~np.any(np.isfinite(np.asarray(c.value, dtype=np.float64)), axis=1)
         # left and right derivatives that disagree: a kink within the finest step, or
         # one that the finer steps of a longer ladder resolve (then they agree again)
         # (for a smooth function central, left and right estimates share one limit)
