@@ -65,6 +65,9 @@ SHARED_NOISE_DIRECTIONS = 32
 SHARED_NOISE_MARGIN = 10.0
 """The noise used for every direction: this many times the smallest detected in the sample."""
 
+BORROW_SHARE = 0.25
+"""Share of the directions that must detect noise before the others borrow it."""
+
 
 def _pow2_scales(x0: np.ndarray) -> np.ndarray:
     """Per-coordinate direction scales: powers of two near ``|x_i|``.
@@ -340,12 +343,18 @@ def _borrow_unseen_noise(sigma: np.ndarray, inform: np.ndarray, floor: np.ndarra
     (a step scaled to a tiny ``|x_i|`` in a function of size 1, e.g.
     ``exp(x) - 1 - x`` near 0), ECnoise's high differences vanish, and the noise
     it reports is at the floor ``eps |f|``. Such a direction gets, per output,
-    the smallest noise detected above the floor along the others. A direction
+    the smallest noise detected above the floor along the others, provided at
+    least a quarter of the directions (and two) detected some: ECnoise also
+    reads a kink at ``x`` as noise, and a single kinked coordinate must not lend
+    its kink to the smooth ones. A direction
     along which ``f`` does not change at all (code 2) keeps its floor: its
     difference quotients are exactly 0.
     """
     seen = (inform == 1) & (sigma > floor[None, :])
     drift = (inform == 1) & ~seen
+    # ECnoise reads a kink as noise: only noise seen along a fair share of the
+    # directions is the evaluation's (one kinked coordinate among 8 smooth ones is not)
+    drift &= np.sum(seen, axis=0)[None, :] >= max(2, BORROW_SHARE * sigma.shape[0])
     with np.errstate(invalid="ignore"):
         least = np.min(np.where(seen, sigma, np.inf), axis=0)
     least = np.where(np.isfinite(least), least, 0.0)

@@ -466,3 +466,15 @@ def test_working_dtype_reference_detects_a_1e_4_rule_error():
     assert good.verdict == pg.Verdict.PASS
     bad = pg.check(make(1e-4), x)
     assert bad.verdict == pg.Verdict.MISMATCH
+
+
+@pytest.mark.parametrize("dtype", [tf.float64, tf.float32])
+def test_one_kinked_coordinate_does_not_lend_its_kink_as_noise(dtype):
+    """sum(w |x|) with x_2 = 0: ECnoise reads the kink along x_2 as noise; the seven
+    smooth coordinates (linear, so they see no noise at all) must not borrow it, or their
+    error bars grow 10^7 times and they are INCONCLUSIVE."""
+    w = tf.constant(np.random.default_rng(21).uniform(0.5, 2.0, 8), dtype)
+    x = np.random.default_rng(22).uniform(-2.0, 2.0, 8)
+    x[2] = 0.0
+    report = pg.check(lambda x: tf.reduce_sum(w * tf.abs(x)), tf.constant(x, dtype))
+    assert report.counts() == {"NONSMOOTH": 1, "PASS": 7}

@@ -137,7 +137,10 @@ def _tableaus(
     sigma: np.ndarray,
     value_eps: float,
     cross_check: bool = False,
+    sides: bool = True,
 ) -> tuple:
+    """Central, right and left tableaus of values ``Y`` ``(d, L, 2, m)``; with ``sides``
+    False only the central one (``(c,)``)."""
     h = steps[:, None, None]
     Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
     Ym = np.moveaxis(Y[:, :, 1], 1, 0)
@@ -159,6 +162,8 @@ def _tableaus(
     sd_c = np.sqrt(2.0) / 2.0 * sig / h
     sd_1 = np.sqrt(2.0) * sig / h
     c = neville(D, steps, 2, 2, sd_c, value_eps, cross_check=cross_check)
+    if not sides:
+        return (c,)
     r = neville(Fp, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
     l = neville(Fm, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
     return c, r, l
@@ -548,7 +553,9 @@ def _solve(
         c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
         fine = c
         if st.size > FINE_LEVELS:
-            fine = _tableaus(Yg[:, -FINE_LEVELS:], f0, st[-FINE_LEVELS:], sigma[rows], eps)[0]
+            fine = _tableaus(
+                Yg[:, -FINE_LEVELS:], f0, st[-FINE_LEVELS:], sigma[rows], eps, sides=False
+            )[0]
         tabs["fine"].append((fine, st[-FINE_LEVELS:][np.minimum(fine.level, FINE_LEVELS - 1)]))
         jr, sr = _jumps(Yg, f0, sigma[rows], 0, r, eps)
         jl, sl = _jumps(Yg, f0, sigma[rows], 1, l, eps)

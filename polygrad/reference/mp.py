@@ -157,14 +157,19 @@ def _solve_mp(
         lo = max(0, int(L) - window) if window else 0
         Y = np.stack([Ys[k][lo:] for k in rows])
         st = steps[lo:L]
-        c, r, l = _tableaus(Y, f0, st, sigma[rows], unit, cross_check=final)
-        flags: tuple = ()
-        if final:
-            _, rp, lp = _tableaus(Y, f0, st, sigma[rows], unit)
-            flags = (
-                *_jumps(Y, f0, sigma[rows], 0, rp, unit),
-                *_jumps(Y, f0, sigma[rows], 1, lp, unit),
+        if not final:
+            order.append(rows)
+            parts.append(
+                (*_tableaus(Y, f0, st, sigma[rows], unit, sides=False), None, None, (), st)
             )
+            continue
+        c, r, l = _tableaus(Y, f0, st, sigma[rows], unit, cross_check=True)
+        # the jump test uses the plain one-sided tableaus (as in float64)
+        _, rp, lp = _tableaus(Y, f0, st, sigma[rows], unit)
+        flags = (
+            *_jumps(Y, f0, sigma[rows], 0, rp, unit),
+            *_jumps(Y, f0, sigma[rows], 1, lp, unit),
+        )
         order.append(rows)
         parts.append((c, r, l, flags, st))
     back = np.empty(d, dtype=np.int64)
