@@ -245,7 +245,13 @@ def directional_derivatives(
     max_refinements, refine_levels : int
         How often, and by how many steps, the ladder may be extended:
         downwards by ``refine_levels`` for directions limited by truncation at
-        the finest step or whose left and right estimates disagree; upwards for
+        the finest step, whose best estimate over their :data:`FINE_LEVELS`
+        finest steps alone is still limited by truncation and short of the
+        target (the estimate chosen above them is unconfirmed: steps far beyond
+        the function's length scale alias it, or see it as exactly 0, and their
+        tableau looks converged), that have no finite estimate at any step, or
+        whose left and right estimates disagree (unless the kink is pinned at
+        x, see ``resolution``); upwards for
         directions whose error bar exceeds ``target_relative_error`` times the
         derivative (or, if larger, times the length of the direction times the
         root mean square of that output's derivatives per unit length along all
@@ -300,7 +306,7 @@ def directional_derivatives(
         sol = _solve(Y, f0, steps, sigma, eps)
         settled, noisy = _triage(sol, Y, norms, target_relative_error)
         # a kink pinned at x by the coarse pair needs no finer steps (see the loop below)
-        split_any, resolved = _kinks(sol, resolution)
+        _, resolved = _kinks(sol, resolution)
         pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
         # the rest of the ladder below, or, where only noise stands in the way, steps above
         k_up = np.where(noisy, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
