@@ -346,9 +346,8 @@ def _borrow_unseen_noise(sigma: np.ndarray, inform: np.ndarray, floor: np.ndarra
     the smallest noise detected above the floor along the others, provided at
     least a quarter of the directions (and two) detected some: ECnoise also
     reads a kink at ``x`` as noise, and a single kinked coordinate must not lend
-    its kink to the smooth ones. A direction
-    along which ``f`` does not change at all (code 2) keeps its floor: its
-    difference quotients are exactly 0.
+    its kink to the smooth ones. A direction along which ``f`` does not change
+    at all (code 2) keeps its floor: its difference quotients are exactly 0.
     """
     seen = (inform == 1) & (sigma > floor[None, :])
     drift = (inform == 1) & ~seen
@@ -760,7 +759,9 @@ def check(
         )  # fmt: skip
     rng_state = rng.bit_generator.state
 
-    def compare_all(t: Target, allowances: list[tuple[np.ndarray, np.ndarray]] | None = None):
+    def compare_all(
+        t: Target, allowances: list[tuple[np.ndarray, np.ndarray]] | None = None
+    ) -> list[Entries]:
         rng.bit_generator.state = rng_state  # the same cotangents at every evaluation
         return [
             _compare(
@@ -862,13 +863,9 @@ def check(
             "finite"
         )
     if target.working_dtype != "float64":
-        guarded64 = (
-            None
-            if target.evaluate64 is None
-            else ref_fn
-            if ref_method != "working"
-            else (_raising_points_as_nan(target.evaluate64, target.m, {}))
-        )
+        guarded64 = None
+        if target.evaluate64 is not None:
+            guarded64 = _raising_points_as_nan(target.evaluate64, target.m, {})
         rnd = _naive_roundoff(target, noise_dirs[0], guarded64)
         if rnd is not None:
             details["naive_central_difference"] = rnd

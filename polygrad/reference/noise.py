@@ -221,8 +221,8 @@ def output_resolution(
     Returns
     -------
     grid : ndarray, shape (m,)
-        See :func:`value_grid` (0 where the values span too few cells); rounding
-        at this grid has standard deviation ``grid / sqrt(12)``.
+        See :func:`value_grid` (0 where the values are an exact staircase);
+        rounding at this grid has standard deviation ``grid / sqrt(12)``.
     evaluations : int
     """
     signs = rng.choice(np.array([-1.0, 1.0]), size=(points, x0.size))
