@@ -33,7 +33,7 @@ import numpy as np
 
 from .backends import select_backend
 from .backends.base import Supplied, Target
-from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, spread
+from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, move_sizes, spread
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
@@ -267,11 +267,15 @@ def _autodiff_roundoff(
     blocks: list[Entries],
     compare_all: Callable[..., list[Entries]],
     wd64: bool,
+    target_dtype: str,
 ) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """Per block, the (working, float64) allowance for autodiff round-off, or None.
 
     The autodiff values are evaluated again at inputs moved by a few ulps of
-    the working dtype (see :mod:`polygrad.dither`). Part of each move is the
+    the working dtype (see :mod:`polygrad.dither`), and, for failing entries
+    whose value did not move at all, by larger moves (:func:`move_sizes`); each
+    entry gets twice the largest move at the smallest size that moved it. Part
+    of each move is the
     true change of the derivative over the move (its sensitivity to the
     input), which is not round-off: an input where the derivative changes fast
     (``cos`` at ``x ≈ 1000`` in float32) would otherwise hide a wrong rule. For
@@ -285,23 +289,34 @@ def _autodiff_roundoff(
     """
     if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
         return None
-    moved = dithered_args(be, args, argnums, np.random.default_rng([seed, 3]))
-    if moved is None:
-        return None
-    try:
-        others = [compare_all(be.make_target(f, a, argnums, supplied, batch_size)) for a in moved]
-    except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts as they are
-        return None
+    dtype = np.dtype(target_dtype)
+    failing = [np.isin(b.status, [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]])
+               for b in blocks]  # fmt: skip
+    allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
+    rng = np.random.default_rng([seed, 3])
+    for ulps in move_sizes(dtype):
+        moved = dithered_args(be, args, argnums, rng, ulps)
+        if moved is None:
+            return None
+        try:
+            others = [compare_all(be.make_target(f, a, argnums, supplied, batch_size))
+                      for a in moved]  # fmt: skip
+        except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts
+            break
+        for j, b in enumerate(blocks):
+            moves = [o[j].autodiff - b.autodiff for o in others]
+            # per entry, the smallest size of move that moved its value at all
+            new = np.isnan(allow[j]) & (spread(moves) > 0)
+            if not wd64:  # the derivative's own change, from the float64 rule, taken out
+                moves = [mv - (o[j].autodiff64 - b.autodiff64)
+                         for mv, o in zip(moves, others, strict=True)]  # fmt: skip
+            allow[j] = np.where(new, ALLOWANCE * spread(moves), allow[j])
+        if not any(np.any(fl & np.isnan(al)) for fl, al in zip(failing, allow, strict=True)):
+            break
     out = []
-    for j, b in enumerate(blocks):
-        moves = [o[j].autodiff - b.autodiff for o in others]
-        if wd64:
-            allow = ALLOWANCE * spread(moves)
-            out.append((allow, allow))
-        else:
-            smooth = [o[j].autodiff64 - b.autodiff64 for o in others]
-            rounding = [mv - sm for mv, sm in zip(moves, smooth, strict=True)]
-            out.append((ALLOWANCE * spread(rounding), np.zeros_like(b.autodiff)))
+    for al in allow:
+        al = np.nan_to_num(al)
+        out.append((al, al) if wd64 else (al, np.zeros_like(al)))
     return out
 
 
@@ -788,14 +803,15 @@ def check(
         and any(np.isin(b.status, failing).any() for b in blocks)
     ):
         allowances = _autodiff_roundoff(be, f, args, argnums_t, supplied, batch_size, seed,
-                                        blocks, compare_all, wd64)  # fmt: skip
+                                        blocks, compare_all, wd64,
+                                        target.working_dtype)  # fmt: skip
         if allowances is not None:
             blocks = compare_all(target, allowances)
             details["notes"].append(
                 f"some entries failed: their autodiff values were evaluated again at {DITHERS} "
-                f"inputs moved by up to {ULPS} ulps, and each entry is allowed {ALLOWANCE:g} "
-                "times the largest move (the round-off of evaluating the rule; a wrong rule "
-                "is wrong by the same amount there)"
+                f"inputs moved by up to {ULPS} ulps (further where a value did not move), and "
+                f"each entry is allowed {ALLOWANCE:g} times the largest move (the round-off of "
+                "evaluating the rule; a wrong rule is wrong by the same amount there)"
             )
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
 

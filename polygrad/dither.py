@@ -21,7 +21,9 @@ the largest move it saw (:data:`ALLOWANCE`). A wrong rule does not move with
 the input (it is wrong by the same amount a few ulps away), so it still
 fails; a rule that loses digits to cancellation of its own making, such as
 ``1 - cos(x)`` for the derivative of ``x - sin(x)`` near 0, rounds the same
-way a few ulps away and is still ``UNSTABLE``.
+way a few ulps away and is still ``UNSTABLE``. An autodiff value that does not move
+at all under a move of a few ulps (``1 - tanh(x)^2`` at ``x = 12``, whose
+``tanh(x)`` rounds to the same number) is moved further (:func:`move_sizes`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from ._pytree import flatten, unflatten
 from .backends.base import Backend
 
-__all__ = ["ALLOWANCE", "DITHERS", "ULPS", "dithered_args", "spread"]
+__all__ = ["ALLOWANCE", "DITHERS", "ULPS", "dithered_args", "move_sizes", "spread"]
 
 DITHERS = 5
 """How many moved inputs the autodiff value is re-evaluated at."""
@@ -46,9 +48,48 @@ ALLOWANCE = 2.0
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
+GROWTH = 1024
+"""Factor by which the moves grow for entries whose autodiff value did not move."""
+
+LARGEST_MOVE = {np.dtype(np.float64): 2.0**-20}
+"""Largest relative move of the input (2^-12 for narrower dtypes): the derivative's own
+change over a float64 move is not taken out (there is no wider evaluation), and it
+stays below about ``GROWTH`` ulps of the value at the first size that moves it."""
+
+
+def move_sizes(dtype: np.dtype) -> list[int]:
+    """The sizes (in ulps of the input) of the moves, smallest first.
+
+    ``ULPS``, then ``GROWTH`` times more each time, while the relative move stays
+    within :data:`LARGEST_MOVE`. An autodiff value that does not move at all under a
+    move of a few ulps (``1 - tanh(x)^2`` at ``x = 12``: ``tanh(x)`` rounds to the
+    same float64 number) rounds its intermediates all the same, and only a larger
+    move shows its round-off; ``check`` uses, per entry, the smallest size that
+    moved it.
+
+    Parameters
+    ----------
+    dtype : numpy.dtype
+        The working dtype of the inputs.
+
+    Returns
+    -------
+    list of int
+    """
+    eps = float(np.finfo(dtype).eps)
+    largest = LARGEST_MOVE.get(np.dtype(dtype), 2.0**-12)
+    sizes = [ULPS]
+    while sizes[-1] * GROWTH * eps <= largest:
+        sizes.append(sizes[-1] * GROWTH)
+    return sizes
+
 
 def dithered_args(
-    be: Backend, args: tuple[Any, ...], argnums: tuple[int, ...], rng: np.random.Generator
+    be: Backend,
+    args: tuple[Any, ...],
+    argnums: tuple[int, ...],
+    rng: np.random.Generator,
+    ulps: int = ULPS,
 ) -> list[tuple[Any, ...]] | None:
     """:data:`DITHERS` copies of ``args`` whose differentiated leaves moved a few ulps.
 
@@ -62,6 +103,9 @@ def dithered_args(
         Which arguments are differentiated (their leaves are moved).
     rng : numpy.random.Generator
         Source of the moves.
+    ulps : int
+        Each coordinate moves by a random whole number of its ulps in
+        ``[-ulps, ulps]``.
 
     Returns
     -------
@@ -79,8 +123,9 @@ def dithered_args(
                 a = np.asarray(be.to_numpy(leaf))
                 if a.dtype not in _DTYPES:
                     return None
-                ulps = rng.integers(-ULPS, ULPS + 1, size=a.shape).astype(a.dtype)
-                moved.append(be.from_numpy((a + ulps * np.spacing(a)).astype(a.dtype)))
+                k = rng.integers(-ulps, ulps + 1, size=a.shape).astype(np.float64)
+                step = np.spacing(a).astype(np.float64)
+                moved.append(be.from_numpy((a.astype(np.float64) + k * step).astype(a.dtype)))
             moved_args[i] = unflatten(treedef, moved)
         out.append(tuple(moved_args))
     return out
