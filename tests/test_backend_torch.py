@@ -630,3 +630,40 @@ def test_a_wrong_rule_on_a_saturated_entry_is_still_caught():
 
     x = torch.tensor([5.0, 0.3], dtype=torch.float64)
     assert pg.check(BadTanh.apply, x).verdict == pg.Verdict.MISMATCH
+
+
+def test_detached_output_is_a_mismatch_with_a_note_and_a_python_float_is_an_error():
+    """An output cut off from autograd has autodiff gradient 0 (a real bug: MISMATCH,
+    with a note saying why), not a raw torch error; a function returning a Python float
+    gets a clear InputTypeError."""
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    report = pg.check(lambda x: (x.detach() ** 3).sum(), x)
+    assert report.verdict == pg.Verdict.MISMATCH
+    assert np.all(report.entries.autodiff == 0.0)
+    assert any(
+        "does not depend on the inputs through autograd" in n for n in report.details["notes"]
+    )
+    with pytest.raises(InputTypeError, match="returned a float, not a tensor"):
+        pg.check(lambda x: float((x**2).sum()), x)
+
+
+def test_an_output_row_that_is_exactly_zero_is_judged_on_the_whole_jacobian():
+    """x^2 elementwise at [0, 1, 2] plus sum(x): the row of d(x_0^2)/dx is exactly 0, and
+    on its own scale (0) every error bar was too coarse (INCONCLUSIVE); on the scale of
+    the whole Jacobian it passes. A nonzero rule there is still caught."""
+    x = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    report = pg.check(lambda x: {"a": x.sum(), "b": x**2}, x)
+    assert report.counts() == {"PASS": 12}
+
+    class Leaky(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**2
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * (2 * x + 1e-6)
+
+    assert pg.check(Leaky.apply, x).verdict == pg.Verdict.MISMATCH

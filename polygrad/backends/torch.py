@@ -308,6 +308,13 @@ class _Program:
         leaves = [p.clone() for p in self.primals]
         raw_out = self.raw(*leaves)
         self.out_leaves = flatten(raw_out)[0]
+        for leaf in self.out_leaves:
+            if not isinstance(leaf, torch.Tensor):
+                raise InputTypeError(
+                    f"the function returned a {type(leaf).__name__}, not a tensor; return "
+                    "the tensor itself (float(), .item() or .numpy() cut it off from "
+                    "autograd)"
+                )
         out = _flat_output(torch, raw_out)
         check_not_mutated(
             [_to_float64_numpy(torch, t) for t in leaves],
@@ -362,6 +369,15 @@ class _Program:
                 req = [p.detach().clone().requires_grad_() for p in self.primals]
                 self._graph = (req, self.call(*req))
         req, out = self._graph
+        if not out.requires_grad:
+            # the output does not depend on the inputs through autograd (detached, or
+            # computed outside torch): its gradient, as autograd sees it, is zero
+            _add_note(
+                self.notes,
+                "the output does not depend on the inputs through autograd (a .detach(), "
+                ".item(), .numpy() or torch.no_grad() on the way?): autodiff gives 0",
+            )
+            return np.zeros((k, sum(self.sizes)))
         rows = []
         for u in Ut:
             grads = torch.autograd.grad(out, req, u, retain_graph=True, allow_unused=True)
