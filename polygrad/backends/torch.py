@@ -774,7 +774,10 @@ class TorchBackend(Backend):
             _add_note(
                 notes,
                 f"the function could not be evaluated in float64 ({_first_line(exc)}); the "
-                "reference is computed in the working dtype",
+                "reference is computed in the working dtype, with wider error bars; if it "
+                "closes over a model or tensors, pass them as arguments instead (e.g. "
+                "check(lambda model, x: loss(model(x)), model, x, argnums=1)) so that they "
+                "can be promoted",
             )
             return None
         if out.dtype != torch.float64:
