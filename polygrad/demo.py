@@ -1,4 +1,4 @@
-"""``polygrad demo``: the two cases of USERS.md, run on every installed framework.
+"""``polygrad demo``: the two questions polygrad was built for, run on every installed framework.
 
 1. *"The error grows as the step shrinks"* — the log-density of a normal
    distribution, ``f(x) = Σ -(x_i - loc)² / (2 scale_i²)``, float32, at
@@ -462,7 +462,7 @@ def demo(
     say("polygrad demo: checking real gradients against a reference with a known error.")
     say("Each line: [as expected?] example, framework, verdict, time, what the numbers say.")
     say("")
-    say("Case 1 (USERS.md): f(x) = sum -(x - loc)^2 / (2 scale^2), float32, x = 1. A plain")
+    say("Case 1: f(x) = sum -(x - loc)^2 / (2 scale^2), float32, x = 1. A plain")
     say("central difference disagrees with autodiff more as the step shrinks; polygrad says")
     say("whether that is round-off and which step to use.")
     dm.all_case1()
@@ -470,7 +470,7 @@ def demo(
     say("A custom gradient with a planted bug (the 2 of d(x^2)/dx forgotten):")
     dm.planted_bug()
     say("")
-    say("Case 2 (USERS.md): gradient of a CNN's loss with respect to a 28x28 digit image:")
+    say("Case 2: gradient of a CNN's loss with respect to a 28x28 digit image:")
     if quick:
         dm.skip("case 2 (CNN input gradient)", "left out (--quick)")
     else:
@@ -485,9 +485,9 @@ def demo(
     say("  round-off of float32; the growing disagreement of the plain difference in case 1 is")
     say("  round-off of the check itself (see the *-sweep.png plots: the V-shaped curve and the")
     say("  best step). MISMATCH for the planted bug is far outside every error bar, and the")
-    say("  Taylor test falls like h^1 instead of h^2. NONSMOOTH in case 2 marks pixels where")
-    say("  the CNN has a kink (ReLU, max-pool): left and right derivatives differ there, which")
-    say("  is not a gradient error (the check is ok).")
+    say("  Taylor test falls like h^1 instead of h^2. NONSMOOTH, where it appears in case 2,")
+    say("  marks pixels where the CNN has a kink (ReLU, max-pool): left and right derivatives")
+    say("  differ there, which is not a gradient error (the check is ok).")
     for o in res.outcomes:
         if not o.as_expected:
             say(f"  unexpected: {o.example} ({o.framework}) gave {o.status}: {o.detail}")

@@ -173,11 +173,20 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
             f"{_g(e.tolerance[i], 2):>10}"
         )
         if str(v) == "NONSMOOTH":
-            inside = "lies" if e.within_one_sided[i] else "does NOT lie"
-            lines.append(
-                f"  {'':<28}   left derivative {_g(e.left[i], 6)}, right {_g(e.right[i], 6)}; "
-                f"autodiff {inside} between them"
-            )
+            sides = [
+                f"{word} derivative "
+                + (_g(val, 6) if not np.isnan(val) else "undefined (f is not finite there)")
+                for word, val in (("left", e.left[i]), ("right", e.right[i]))
+            ]
+            if np.isnan(e.left[i]) or np.isnan(e.right[i]):
+                tail = ""
+            else:
+                tail = (
+                    "; autodiff "
+                    + ("lies" if e.within_one_sided[i] else "does NOT lie")
+                    + " between them"
+                )
+            lines.append(f"  {'':<28}   {sides[0]}, {sides[1]}{tail}")
         if str(v) in ("MISMATCH", "UNSTABLE") and np.isfinite(e.autodiff64[i]):
             lines.append(
                 f"  {'':<28}   float64 evaluation of the rule: {_g(e.autodiff64[i], 10)} "

@@ -255,7 +255,9 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
     if kind in "iu":
         raise InputTypeError(
             f"{name} has integer dtype {a.dtype}; gradients are defined only for floating "
-            "inputs. Cast it (e.g. x.astype(np.float32)), or leave it out of argnums."
+            "inputs. Cast it to a floating dtype (x.float() in PyTorch, x.astype(np.float32) "
+            "in NumPy or JAX, tf.cast(x, tf.float32) in TensorFlow), or leave it out of "
+            "argnums."
         )
     if kind == "c":
         raise InputTypeError(

@@ -96,9 +96,11 @@ def step_ladder(h_max: float, levels: int) -> np.ndarray:
 
 
 def _to_float(a: np.ndarray) -> np.ndarray:
-    if a.dtype == object:
-        return np.vectorize(float, otypes=[np.float64])(a) if a.size else a.astype(np.float64)
-    return a.astype(np.float64)
+    """float64 copy of ``a`` (mpmath numbers rounded; a NaN or infinity stays one, quietly)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        if a.dtype == object:
+            return np.vectorize(float, otypes=[np.float64])(a) if a.size else a.astype(np.float64)
+        return a.astype(np.float64)
 
 
 def neville(
