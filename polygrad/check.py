@@ -295,7 +295,7 @@ def _autodiff_roundoff(
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype):
-        moved = dithered_args(be, args, argnums, rng, ulps)
+        moved = dithered_args(be, args, argnums, rng, ulps, paired=wd64)
         if moved is None:
             return None
         try:
@@ -307,7 +307,9 @@ def _autodiff_roundoff(
             moves = [o[j].autodiff - b.autodiff for o in others]
             # per entry, the smallest size of move that moved its value at all
             new = np.isnan(allow[j]) & (spread(moves) > 0)
-            if not wd64:  # the derivative's own change, from the float64 rule, taken out
+            if wd64:  # the even part of each pair: the derivative's linear change cancels
+                moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
+            else:  # the derivative's own change, from the float64 rule, taken out
                 moves = [mv - (o[j].autodiff64 - b.autodiff64)
                          for mv, o in zip(moves, others, strict=True)]  # fmt: skip
             allow[j] = np.where(new, ALLOWANCE * spread(moves), allow[j])

@@ -48,13 +48,14 @@ ALLOWANCE = 2.0
 
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
-GROWTH = 1024
+GROWTH = 64
 """Factor by which the moves grow for entries whose autodiff value did not move."""
 
-LARGEST_MOVE = {np.dtype(np.float64): 2.0**-20}
-"""Largest relative move of the input (2^-12 for narrower dtypes): the derivative's own
-change over a float64 move is not taken out (there is no wider evaluation), and it
-stays below about ``GROWTH`` ulps of the value at the first size that moves it."""
+LARGEST_MOVE = {np.dtype(np.float64): 2.0**-33}
+"""Largest relative move of the input (2^-12 for narrower dtypes). In float64 the
+moves stay far below float32's resolution (2^-24), so that a rule that rounds through
+float32 inside a float64 function is not excused as round-off; the derivative's own
+change over a float64 move is taken out by pairing each move with its opposite."""
 
 
 def move_sizes(dtype: np.dtype) -> list[int]:
@@ -90,6 +91,7 @@ def dithered_args(
     argnums: tuple[int, ...],
     rng: np.random.Generator,
     ulps: int = ULPS,
+    paired: bool = False,
 ) -> list[tuple[Any, ...]] | None:
     """:data:`DITHERS` copies of ``args`` whose differentiated leaves moved a few ulps.
 
@@ -106,6 +108,10 @@ def dithered_args(
     ulps : int
         Each coordinate moves by a random whole number of its ulps in
         ``[-ulps, ulps]``.
+    paired : bool
+        Each move is followed by its opposite (``2 DITHERS`` copies): the even
+        part of a pair, ``(a(x + d) + a(x - d)) / 2 - a(x)``, is free of the
+        derivative's own linear change over the move.
 
     Returns
     -------
@@ -115,19 +121,22 @@ def dithered_args(
     """
     out = []
     for _ in range(DITHERS):
-        moved_args = list(args)
+        plus, minus = list(args), list(args)
         for i in argnums:
             leaves, _paths, treedef = flatten(args[i])
-            moved = []
+            up, down = [], []
             for leaf in leaves:
                 a = np.asarray(be.to_numpy(leaf))
                 if a.dtype not in _DTYPES:
                     return None
                 k = rng.integers(-ulps, ulps + 1, size=a.shape).astype(np.float64)
-                step = np.spacing(a).astype(np.float64)
-                moved.append(be.from_numpy((a.astype(np.float64) + k * step).astype(a.dtype)))
-            moved_args[i] = unflatten(treedef, moved)
-        out.append(tuple(moved_args))
+                step = k * np.spacing(a).astype(np.float64)
+                up.append(be.from_numpy((a.astype(np.float64) + step).astype(a.dtype)))
+                down.append(be.from_numpy((a.astype(np.float64) - step).astype(a.dtype)))
+            plus[i], minus[i] = unflatten(treedef, up), unflatten(treedef, down)
+        out.append(tuple(plus))
+        if paired:
+            out.append(tuple(minus))
     return out
 
 

@@ -576,3 +576,15 @@ def test_value_that_barely_changes_near_0_is_inconclusive_not_mismatch(dtype):
     assert "MISMATCH" not in report.counts(), report.counts()
     e = report.entries
     assert np.all(np.abs(e.reference - np.sinh(x.astype(np.float64))) <= e.reference_error)
+
+
+@pytest.mark.parametrize("x0, error", [(1000.3, 1e-4), (1.0, 1e-6)])
+def test_a_float64_rule_that_rounds_through_float32_is_not_excused(x0, error):
+    """A float64 rule computed on float32(x): its value does not move under moves of a
+    few float64 ulps, and larger moves must stay below float32's resolution, or its
+    float32 quantization would pass for round-off and hide the planted error."""
+    report = pg.check(
+        lambda x: np.sin(x).sum(), np.array([x0]),
+        grad=lambda x: np.cos(x.astype(np.float32)).astype(np.float64) * (1 + error),
+    )  # fmt: skip
+    assert report.verdict == Verdict.MISMATCH
