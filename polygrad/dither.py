@@ -10,10 +10,11 @@ an ulp of the terms. Such round-off is not a property of the rule but of
 evaluating it at a rounded point: moving the input by a couple of ulps, which
 changes the function by far less than the tolerance, re-rounds every
 intermediate and moves the autodiff value by about as much as its round-off,
-plus the true change of the derivative over the move, which ``check`` takes
-out using the float64 evaluation of the rule at the same moved inputs (an
-input where the derivative changes fast, ``cos`` near 1000 in float32, must
-not hide a wrong rule).
+plus the true change of the derivative over the move, which must not count:
+``check`` takes it out using the float64 evaluation of the rule at the same
+moved inputs (an input where the derivative changes fast, ``cos`` near 1000
+in float32, must not hide a wrong rule), and, for a float64 function, by
+pairing each move with its opposite.
 
 :func:`dithered_args` builds those moved inputs; ``check`` re-evaluates the
 autodiff values there only when some entry fails, and allows each entry twice
@@ -22,7 +23,7 @@ the input (it is wrong by the same amount a few ulps away), so it still
 fails; a rule that loses digits to cancellation of its own making, such as
 ``1 - cos(x)`` for the derivative of ``x - sin(x)`` near 0, rounds the same
 way a few ulps away and is still ``UNSTABLE``. An autodiff value that does not move
-at all under a move of a few ulps (``1 - tanh(x)^2`` at ``x = 12``, whose
+at all under a move of a few ulps (``1 - tanh(x)^2`` at ``x = 8`` in float64, whose
 ``tanh(x)`` rounds to the same number) is moved further (:func:`move_sizes`).
 """
 
@@ -63,7 +64,7 @@ def move_sizes(dtype: np.dtype) -> list[int]:
 
     ``ULPS``, then ``GROWTH`` times more each time, while the relative move stays
     within :data:`LARGEST_MOVE`. An autodiff value that does not move at all under a
-    move of a few ulps (``1 - tanh(x)^2`` at ``x = 12``: ``tanh(x)`` rounds to the
+    move of a few ulps (``1 - tanh(x)^2`` at ``x = 8``: ``tanh(x)`` rounds to the
     same float64 number) rounds its intermediates all the same, and only a larger
     move shows its round-off; ``check`` uses, per entry, the smallest size that
     moved it.
