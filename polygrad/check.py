@@ -26,13 +26,13 @@ from __future__ import annotations
 import functools
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
 
 from .backends import select_backend
-from .backends.base import Supplied, Target
+from .backends.base import Supplied, Target, describe_exception
 from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, move_sizes, spread
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
 from .progress import progress
@@ -265,6 +265,7 @@ def _autodiff_roundoff(
     batch_size: int,
     seed: int,
     blocks: list[Entries],
+    failing: list[np.ndarray],
     compare_all: Callable[..., list[Entries]],
     wd64: bool,
     target_dtype: str,
@@ -272,26 +273,25 @@ def _autodiff_roundoff(
     """Per block, the (working, float64) allowance for autodiff round-off, or None.
 
     The autodiff values are evaluated again at inputs moved by a few ulps of
-    the working dtype (see :mod:`polygrad.dither`), and, for failing entries
-    whose value did not move at all, by larger moves (:func:`move_sizes`); each
-    entry gets twice the largest move at the smallest size that moved it. Part
-    of each move is the
-    true change of the derivative over the move (its sensitivity to the
-    input), which is not round-off: an input where the derivative changes fast
-    (``cos`` at ``x ≈ 1000`` in float32) would otherwise hide a wrong rule. For
-    a narrower working dtype that part is measured by the float64 evaluation of
-    the rule at the same moved inputs and taken out, and the float64 value gets
-    no allowance (a move of float32 ulps says nothing about float64 round-off).
-    A float64 function moves by float64 ulps, over which the derivative's own
-    change is round-off-sized; without a float64 evaluation of a narrower
-    rule, there is no allowance (None). None also when the inputs cannot be
-    moved (not float16, float32 or float64) or the function fails there.
+    the working dtype (see :mod:`polygrad.dither`), and, while some ``failing``
+    entry's value did not move at all, by larger moves (:func:`move_sizes`);
+    each entry gets twice the largest move at the smallest size that moved it.
+    Part of each move is the true change of the derivative over the move (its
+    sensitivity to the input), which is not round-off: an input where the
+    derivative changes fast (``cos`` at ``x ≈ 1000`` in float32) would
+    otherwise hide a wrong rule. For a narrower working dtype that part is
+    measured by the float64 evaluation of the rule at the same moved inputs and
+    taken out, and the float64 value gets no allowance (a move of float32 ulps
+    says nothing about float64 round-off). A float64 function's moves come in
+    pairs of opposites, and only the even part of each pair counts: the linear
+    change cancels. Without a float64 evaluation of a narrower rule there is no
+    allowance (None); None also when the inputs cannot be moved (not float16,
+    float32 or float64). Where the function fails at moved inputs, the moves
+    stop, and entries that had not moved yet get no allowance.
     """
     if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
         return None
     dtype = np.dtype(target_dtype)
-    failing = [np.isin(b.status, [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]])
-               for b in blocks]  # fmt: skip
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype):
@@ -343,12 +343,6 @@ def _raising_points_as_nan(
             return np.concatenate([guarded(X[:half]), guarded(X[half:])])
 
     return guarded
-
-
-def _describe(exc: BaseException) -> str:
-    """``"Type: first line of the message"``."""
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__
 
 
 def _borrow_unseen_noise(sigma: np.ndarray, inform: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -779,33 +773,21 @@ def check(
     def compare_all(
         t: Target, allowances: list[tuple[np.ndarray, np.ndarray]] | None = None
     ) -> list[Entries]:
-        rng.bit_generator.state = rng_state  # the same cotangents at every evaluation
-        return [
-            _compare(
-                t,
-                dd,
-                md,
-                full,
-                s,
-                W_all,
-                rng,
-                ref_eps,
-                vouched,
-                None if allowances is None else allowances[j],
-            )  # fmt: skip
-            for j, md in enumerate(modes)
-        ]
+        return _compare_modes(
+            t, dd, modes, full, s, W_all, rng_state, ref_eps, vouched, allowances
+        )  # fmt: skip
 
     blocks = compare_all(target)
-    failing = [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]]
+    failing = [np.isin(b.status, [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]])
+               for b in blocks]  # fmt: skip
     if (
         wrt == "inputs"
         and order == 1
         and not (cinfo and cinfo.any)
-        and any(np.isin(b.status, failing).any() for b in blocks)
+        and any(fl.any() for fl in failing)
     ):
         allowances = _autodiff_roundoff(be, f, args, argnums_t, supplied, batch_size, seed,
-                                        blocks, compare_all, wd64,
+                                        blocks, failing, compare_all, wd64,
                                         target.working_dtype)  # fmt: skip
         if allowances is not None:
             blocks = compare_all(target, allowances)
@@ -876,9 +858,9 @@ def check(
         )
     if raised:
         details["notes"].append(
-            f"the function raised {_describe(raised['first'])} at {raised['count']} of the "
-            "points near x that the reference needed; they count as points where it is not "
-            "finite"
+            f"the function raised {describe_exception(raised['first'])} at {raised['count']} "
+            "of the points near x that the reference needed; they count as points where it "
+            "is not finite"
         )
     if target.working_dtype != "float64":
         guarded64 = None
@@ -897,6 +879,29 @@ def check(
     details["seconds"] = time.perf_counter() - t_start
     quantity = "Jacobian entries" if full else "projections uᵀJw"
     return Report(verdict=verdict, ok=ok, entries=entries, quantity=quantity, details=details)
+
+
+def _compare_modes(
+    target: Target,
+    dd: DirectionalDerivatives,
+    modes: list[str],
+    full: bool,
+    s: np.ndarray,
+    W: np.ndarray | None,
+    rng_state: Mapping[str, Any],
+    ref_eps: float,
+    vouched: float = 0.0,
+    allowances: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> list[Entries]:
+    """:func:`_compare` for each of ``modes``, each from the random state ``rng_state``
+    (the same cotangents for every target judged against one reference)."""
+    blocks = []
+    for j, md in enumerate(modes):
+        rng = np.random.default_rng()
+        rng.bit_generator.state = rng_state
+        allowance = None if allowances is None else allowances[j]
+        blocks.append(_compare(target, dd, md, full, s, W, rng, ref_eps, vouched, allowance))
+    return blocks
 
 
 def _compare(
@@ -1070,8 +1075,12 @@ def _decide(
         def vouch(e: np.ndarray) -> np.ndarray:
             return np.where(e < least, least, e)  # NaN stays NaN
 
-        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale + extra_w
-        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale + extra_64
+        def tolerances(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(working dtype, float64) tolerances around a reference with error bar ``e``."""
+            two_e = TOLERANCE_FACTOR * vouch(e)
+            return two_e + C_AD * eps_w * scale + extra_w, two_e + C_AD * F64_EPS * scale + extra_64
+
+        tol_w, tol_64 = tolerances(ref_err)
         # For a smooth function the central, left and right estimates share one limit;
         # where they disagree, it is not smooth. The central estimate is the reference:
         # one-sided tableaus converge only at first order, and where f changes by less
@@ -1098,8 +1107,7 @@ def _decide(
         pick_l = candidate & ~pick_r & (left_err < ref_err)
         ref = np.where(pick_r, right, np.where(pick_l, left, ref))
         ref_err = np.where(pick_r, right_err, np.where(pick_l, left_err, ref_err))
-        tol_w = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * eps_w * scale + extra_w
-        tol_64 = TOLERANCE_FACTOR * vouch(ref_err) + C_AD * F64_EPS * scale + extra_64
+        tol_w, tol_64 = tolerances(ref_err)
         lo, hi = np.fmin(left, right), np.fmax(left, right)
         within = (ad >= lo - tol_w) & (ad <= hi + tol_w)
         ad_finite = np.isfinite(ad) & (np.isfinite(ad64) | ~have64)

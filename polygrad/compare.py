@@ -35,7 +35,15 @@ import numpy as np
 from ._pytree import flatten, tree_map
 from .backends import BACKEND_MODULES, _backend_class, get_backend, select_backend
 from .backends.base import Backend, Supplied, Target
-from .check import C_AD, F64_EPS, _compare, _concat_entries, _overall, check, normalize_argnums
+from .check import (
+    C_AD,
+    F64_EPS,
+    _compare_modes,
+    _concat_entries,
+    _overall,
+    check,
+    normalize_argnums,
+)
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
 from .report import SEVERITY, Report, Verdict, _jsonable
@@ -741,23 +749,10 @@ def _judge(
     ]
     if not modes:
         raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
-    blocks = []
-    for md in modes:
-        rng = np.random.default_rng()
-        rng.bit_generator.state = cap["rng_state"]  # the same cotangents as the reference run
-        blocks.append(
-            _compare(
-                t,
-                cap["dd"],
-                md,
-                cap["full"],
-                cap["s"],
-                cap["W_all"],
-                rng,
-                cap["ref_eps"],
-                cap["vouched"],
-            )  # fmt: skip
-        )
+    blocks = _compare_modes(
+        t, cap["dd"], modes, cap["full"], cap["s"], cap["W_all"], cap["rng_state"],
+        cap["ref_eps"], cap["vouched"],
+    )  # fmt: skip
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
     verdict, ok = _overall(entries, nonsmooth)
     details = {

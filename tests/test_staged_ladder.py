@@ -28,18 +28,24 @@ def _counted(f):
     return fn, rows
 
 
+def _staged(fn, x, noise):
+    """The staged short ladder of a check aimed at float32 accuracy (float64 differences,
+    the coarse pair 2^-11, 2^-12 first) along the coordinate axes of ``x``, with noise
+    ``noise`` in the single output."""
+    f0 = fn(x[None])[0]
+    sig = np.full((x.size, 1), noise)
+    return directional_derivatives(
+        fn, x, np.eye(x.size), f0, sig, EPS64, "float64", 2.0**-11, 4,
+        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+    )  # fmt: skip
+
+
 def test_smooth_directions_settle_on_the_first_two_steps():
     """sum(sin(x)) with a float32 target: every direction settles on its first pair of
     steps (4 evaluations each, plus g(0) once) and the error bars cover the truth."""
     x = np.linspace(0.3, 1.7, 50)
     fn, rows = _counted(lambda X: np.sum(np.sin(X), axis=1)[:, None])
-    f0 = fn(x[None])[0]
-    W = np.eye(x.size)
-    sig = np.full((x.size, 1), 4 * EPS64)
-    dd = directional_derivatives(
-        fn, x, W, f0, sig, EPS64, "float64", 2.0**-11, 4,
-        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
-    )  # fmt: skip
+    dd = _staged(fn, x, 4 * EPS64)
     assert dd.central.evaluations == x.size * 4 + 1
     err = np.abs(dd.central.value[:, 0] - np.cos(x))
     assert np.all(err <= dd.central.error[:, 0])
@@ -51,13 +57,7 @@ def test_kink_pinned_at_x_by_the_coarse_pair_is_not_refined():
     side exact, so the kink lies within float32's resolution of x), the rest settle."""
     x = np.array([0.0, 0.5, 0.9, 1.3])
     fn, _ = _counted(lambda X: (np.abs(X[:, 0]) + np.sum(np.sin(X[:, 1:]), axis=1))[:, None])
-    f0 = fn(x[None])[0]
-    W = np.eye(4)
-    sig = np.full((4, 1), 4 * EPS64)
-    dd = directional_derivatives(
-        fn, x, W, f0, sig, EPS64, "float64", 2.0**-11, 4,
-        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
-    )  # fmt: skip
+    dd = _staged(fn, x, 4 * EPS64)
     assert dd.right.value[0, 0] == pytest.approx(1.0, abs=1e-9)
     assert dd.left.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
     # 4 evaluations per direction and g(0): no finer steps for the kink either
@@ -71,12 +71,7 @@ def test_kink_near_x_is_refined_until_pinned():
     cross it, and the one-sided derivatives there are both the slope on the left, -1."""
     x = np.array([0.0, 0.5])
     fn, _ = _counted(lambda X: (np.abs(X[:, 0] - 1e-5) + np.sin(X[:, 1]))[:, None])
-    f0 = fn(x[None])[0]
-    sig = np.full((2, 1), 4 * EPS64)
-    dd = directional_derivatives(
-        fn, x, np.eye(2), f0, sig, EPS64, "float64", 2.0**-11, 4,
-        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
-    )  # fmt: skip
+    dd = _staged(fn, x, 4 * EPS64)
     assert dd.central.evaluations > 2 * 4 + 1
     assert dd.central.step[0, 0] < 1e-5
     assert dd.central.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
@@ -92,12 +87,7 @@ def test_noisy_direction_moves_up_by_the_levels_it_needs():
         return 1e7 + 1e-3 * X[:, :1] ** 2
 
     fn, _ = _counted(f)
-    f0 = fn(x[None])[0]
-    sig = np.full((1, 1), 1e7 * EPS64)
-    dd = directional_derivatives(
-        fn, x, np.eye(1), f0, sig, EPS64, "float64", 2.0**-11, 4,
-        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
-    )  # fmt: skip
+    dd = _staged(fn, x, 1e7 * EPS64)
     assert dd.central.step[0, 0] > 2.0**-11
     assert abs(dd.central.value[0, 0] - 2e-3) <= dd.central.error[0, 0]
     assert dd.central.error[0, 0] <= 1e-4 * 2e-3

@@ -204,7 +204,18 @@ class Target:
         return self.jvp is not None
 
     def has_mode(self, mode: str) -> bool:
-        """Whether ``"rev"`` (VJPs) or ``"fwd"`` (JVPs, see :meth:`forward_mode`) is available."""
+        """Whether the autodiff quantities of ``mode`` are available.
+
+        Parameters
+        ----------
+        mode : {"rev", "fwd"}
+            VJPs (``vjp``) or JVPs (``jvp``, probed on first use: see
+            :meth:`forward_mode`).
+
+        Returns
+        -------
+        bool
+        """
         return self.vjp is not None if mode == "rev" else self.forward_mode()
 
     def mp_mode(self) -> bool:
@@ -234,6 +245,32 @@ def dtype_eps(dtype: Any) -> float:
         import ml_dtypes  # bfloat16 and friends come from ml_dtypes
 
         return float(ml_dtypes.finfo(dt).eps)
+
+
+def describe_exception(exc: BaseException, limit: int = 200) -> str:
+    """``"Type: message"`` in one line, for notes and error messages.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The exception.
+    limit : int
+        Most characters of the message kept.
+
+    Returns
+    -------
+    str
+        The message's first non-empty line, or, for an error raised while a graph
+        was traced (TensorFlow writes "in user code:" and a traceback first), its
+        last line, which names the error; prefixed by the exception's type unless
+        the line already starts with it.
+    """
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    line = (lines[-1] if lines[0] == "in user code:" else lines[0])[:limit] if lines else ""
+    name = type(exc).__name__
+    if not line:
+        return name
+    return line if line.startswith(name) else f"{name}: {line}"
 
 
 def validate_float_array(a: np.ndarray, name: str) -> None:

@@ -76,6 +76,7 @@ from .base import (
     chunked,
     dtype_eps,
 )
+from .base import describe_exception as _describe
 from .numpy import PointFunction, check_not_mutated, output_layout
 
 __all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
@@ -754,7 +755,7 @@ class TensorflowBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - any failure means: no float64 evaluation
             notes.append(
                 "the function cannot be evaluated in float64 "
-                f"({type(exc).__name__}: {_first_line(exc)}), so the reference is computed in "
+                f"({_describe(exc)}), so the reference is computed in "
                 "the working dtype" + hint
             )
             return None
@@ -828,18 +829,3 @@ def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:
         "working-dtype rule is checked, but without its float64 value a wrong rule cannot be "
         "told from round-off in the working dtype (no UNSTABLE verdict)"
     )
-
-
-def _describe(exc: BaseException) -> str:
-    """``"Type: message"`` in one line (see :func:`_first_line`)."""
-    line, name = _first_line(exc), type(exc).__name__
-    return line if line.startswith(name) else f"{name}: {line}"
-
-
-def _first_line(exc: BaseException) -> str:
-    """The message of ``exc`` in one line; for an error raised while tracing ("in user
-    code:" and a traceback), the error itself, which TensorFlow puts last."""
-    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if not text:
-        return ""
-    return (text[-1] if text[0] == "in user code:" else text[0])[:200]

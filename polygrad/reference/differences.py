@@ -304,12 +304,13 @@ def directional_derivatives(
         f0 = center.get("f0", f0)
         evals += len(center)
         sol = _solve(Y, f0, steps, sigma, eps)
-        settled, noisy = _triage(sol, Y, norms, target_relative_error)
+        size = _size(sol.c, norms)
+        settled, noisy = _triage(sol, Y, size, target_relative_error)
         # a kink pinned at x by the coarse pair needs no finer steps (see the loop below)
         _, resolved = _kinks(sol, resolution)
         pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
         # the rest of the ladder below, or, where only noise stands in the way, steps above
-        k_up = np.where(noisy, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
+        k_up = np.where(noisy, _levels_up(sol, size, target_relative_error, refine_levels), 0)
         k_dn = np.where(~settled & ~pinned & ~(noisy & (k_up > 0)), levels - first_levels, 0)
         raised += k_up
         if np.any(k_up) or np.any(k_dn):
@@ -361,7 +362,7 @@ def directional_derivatives(
         kinked |= split_any
         up = ~down & ~kinked & ~settled
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
-        k_up = np.where(up, _levels_up(sol, norms, target_relative_error, refine_levels), 0)
+        k_up = np.where(up, _levels_up(sol, size, target_relative_error, refine_levels), 0)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)
         raised += k_up
         k_dn = np.where(down, refine_levels, 0)
@@ -473,12 +474,12 @@ def _size(c: TableauResult, norms: np.ndarray) -> np.ndarray:
     return np.maximum(np.abs(cval), norms[:, None] * np.nan_to_num(typical)[None, :])
 
 
-def _levels_up(sol: _Solution, norms: np.ndarray, accuracy: float, most: int) -> np.ndarray:
+def _levels_up(sol: _Solution, size: np.ndarray, accuracy: float, most: int) -> np.ndarray:
     """``(d,)``: levels (factors of two) to move the steps up by, 0 where the central
-    estimate meets ``accuracy``. A noise-limited error falls like ``1/h``: the steps
-    move up by as many levels as the error exceeds the target (in powers of two), plus
-    one for the tableau, at most ``most`` and never beyond a step of 32."""
-    size = _size(sol.c, norms)
+    estimate meets ``accuracy`` times ``size`` (:func:`_size`). A noise-limited error
+    falls like ``1/h``: the steps move up by as many levels as the error exceeds the
+    target (in powers of two), plus one for the tableau, at most ``most`` and never
+    beyond a step of 32."""
     with np.errstate(all="ignore"):
         ratio = sol.c.error / (accuracy * size)
         excess = np.max(np.where(size != 0, ratio, 0.0), axis=1)
@@ -490,13 +491,13 @@ def _levels_up(sol: _Solution, norms: np.ndarray, accuracy: float, most: int) ->
 
 
 def _triage(
-    sol: _Solution, Y: np.ndarray, norms: np.ndarray, accuracy: float
+    sol: _Solution, Y: np.ndarray, size: np.ndarray, accuracy: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(settled, noisy)``, each ``(d,)``, after the first steps (values ``Y``):
     settled directions already give the reference (see ``first_levels`` of
     :func:`directional_derivatives`); noisy ones are smooth there and miss the
-    target only through noise, so larger steps, not smaller, will meet it."""
-    size = _size(sol.c, norms)
+    target only through noise, so larger steps, not smaller, will meet it. ``size``
+    is what the error is judged against (:func:`_size`)."""
     with np.errstate(invalid="ignore"):
         short = sol.c.error > accuracy * size
     finite = np.all(np.isfinite(Y), axis=(1, 2, 3))
