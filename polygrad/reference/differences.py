@@ -467,7 +467,11 @@ def _size(c: TableauResult, norms: np.ndarray) -> np.ndarray:
     than its neighbours needs no more digits than they do; measuring them per unit
     length keeps a coordinate with a tiny step scale (an input near 0) to the same
     relative accuracy, in the user's units, as its neighbours."""
-    cval = _to_float(np.asarray(c.value))
+    return _size_of_values(_to_float(np.asarray(c.value)), norms)
+
+
+def _size_of_values(cval: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """:func:`_size` of float64 values ``(d, m)``."""
     with np.errstate(all="ignore"):
         unit = cval / np.where(norms > 0, norms, 1.0)[:, None]
         typical = np.sqrt(np.nanmean(np.where(np.isfinite(unit), unit, np.nan) ** 2, axis=0))

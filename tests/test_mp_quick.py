@@ -1,0 +1,120 @@
+"""The quick mp reference: one central difference at 50 digits, checked by halving."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad.reference.mp import mp_directional_derivatives, quick_mp_derivatives
+
+
+def _mp_fn(fn):
+    """``evaluate_mp`` of a scalar-per-output function written on mpmath numbers."""
+
+    def evaluate_mp(x0, dx, dps):
+        ctx = mpmath.MPContext()  # the numbers keep their context's precision
+        ctx.dps = dps
+        x = [ctx.mpf(float(a)) + ctx.mpf(float(b)) for a, b in zip(x0, dx, strict=True)]
+        return np.array(fn(ctx, x), dtype=object)
+
+    return evaluate_mp
+
+
+def _smooth(ctx, x):
+    return [ctx.sin(x[0]) * x[1] ** 2, ctx.exp(x[0] - x[1]), ctx.log(1 + x[1] ** 2)]
+
+
+def _smooth_jacobian(x):
+    a, b = x
+    return np.array(
+        [
+            [np.cos(a) * b**2, 2 * b * np.sin(a)],
+            [np.exp(a - b), -np.exp(a - b)],
+            [0.0, 2 * b / (1 + b**2)],
+        ]
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_quick_estimate_is_right_within_its_error_bar(seed):
+    rng = np.random.default_rng(seed)
+    x0 = rng.uniform(-3, 3, 2)
+    W = np.eye(2)
+    f0 = _mp_fn(_smooth)(x0, np.zeros(2), 50)
+    derivs, settled = quick_mp_derivatives(_mp_fn(_smooth), x0, W, f0, 50)
+    assert settled.all()
+    truth = _smooth_jacobian(x0).T  # (d, m)
+    with mpmath.workdps(60):
+        exact = np.array(
+            [
+                [mpmath.cos(x0[0]) * mpmath.mpf(x0[1]) ** 2, mpmath.exp(x0[0] - x0[1])],
+                [2 * mpmath.mpf(x0[1]) * mpmath.sin(x0[0]), -mpmath.exp(x0[0] - x0[1])],
+            ],
+            dtype=object,
+        )
+        err = np.abs(derivs.central.value_mp[:, :2] - exact)
+        assert all(
+            e <= b for e, b in zip(err.ravel(), derivs.central.error_mp[:, :2].ravel(), strict=True)
+        )
+        assert all(
+            e < 1e-30 * max(1.0, abs(t)) for e, t in zip(err.ravel(), exact.ravel(), strict=True)
+        )
+    np.testing.assert_allclose(derivs.central.value, truth, rtol=1e-15, atol=1e-300)
+    # one-sided derivatives of a smooth function are the derivative too
+    np.testing.assert_allclose(derivs.right.value, truth, rtol=1e-15, atol=1e-300)
+    np.testing.assert_allclose(derivs.left.value, truth, rtol=1e-15, atol=1e-300)
+
+
+def test_a_kink_at_the_point_is_not_settled_and_goes_to_the_ladder():
+    def kinked(ctx, x):
+        return [abs(x[0]) + x[1] ** 3, x[1]]
+
+    x0 = np.array([0.0, 0.5])
+    fn = _mp_fn(kinked)
+    f0 = fn(x0, np.zeros(2), 50)
+    _, settled = quick_mp_derivatives(fn, x0, np.eye(2), f0, 50)
+    assert settled.tolist() == [False, True]
+    full = mp_directional_derivatives(fn, x0, np.eye(2))
+    # the ladder reports the one-sided derivatives of |x| at 0: +1 and -1
+    assert full.right.value[0, 0] == pytest.approx(1.0, rel=1e-15)
+    assert full.left.value[0, 0] == pytest.approx(-1.0, rel=1e-15)
+    assert full.central.value[1, 0] == pytest.approx(0.75, rel=1e-15)
+
+
+def test_a_kink_closer_than_the_step_is_not_settled():
+    """A kink between x and x + h changes D(h) but not D(h/2)... or the one-sided gap."""
+    step = 2.0**-40
+
+    def near_kink(ctx, x):
+        return [abs(x[0] - ctx.mpf(0.75) * step)]
+
+    x0 = np.zeros(1)
+    fn = _mp_fn(near_kink)
+    _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), 50), 50)
+    assert not settled[0]
+    full = mp_directional_derivatives(fn, x0, np.eye(1))
+    assert full.central.value[0, 0] == pytest.approx(-1.0, rel=1e-12)
+
+
+def test_float64_check_with_the_quick_mp_reference_passes_and_catches_1e_9():
+    x = np.linspace(-2.0, 2.0, 10)
+
+    def f(x):
+        return np.sum(np.sin(x) * x**2)
+
+    def grad(x):
+        return np.cos(x) * x**2 + 2 * x * np.sin(x)
+
+    report = pg.check(f, x, grad=grad)
+    assert report.details["reference"]["method"] == "mp"
+    assert report.verdict is pg.Verdict.PASS and report.ok
+    bad = pg.check(f, x, grad=lambda x: grad(x) * (1 + 1e-9))
+    assert bad.verdict is pg.Verdict.MISMATCH
+
+
+def test_float64_abs_at_zero_is_still_nonsmooth():
+    report = pg.check(lambda x: np.sum(np.abs(x)), np.array([0.0, 1.0]), grad=np.sign)
+    assert report.details["reference"]["method"] == "mp"
+    assert report.verdict is pg.Verdict.NONSMOOTH
