@@ -32,6 +32,7 @@ CONSTRAINTS = ("-c", "constraints.txt")
 TESTING_TESTS = ("tests/test_plugin.py", "tests/test_strategies.py", "tests/test_init_nox.py")
 NUMPY_TESTS = (
     "tests/test_reference.py",
+    "tests/test_mp_quick.py",
     "tests/test_check_numpy.py",
     "tests/test_errors.py",
     "tests/test_import.py",

@@ -2,6 +2,7 @@
 
 Usage::
 
+    python -m benchmarks latency [--quick]   (time to verdict: see benchmarks.latency)
     python -m benchmarks [--quick] [--only TOOL] [--cases TEXT] [--out-json PATH]
                          [--out-md PATH] [--timeout SECONDS] [--no-cnn] [--render]
 
@@ -183,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     SystemExit
         ``--only`` names no tool.
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["latency"]:
+        from . import latency
+
+        return latency.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=(__doc__ or "").split("\n")[0]
     )

@@ -33,3 +33,23 @@ def test_cnn_input_gradient_benchmark_quick(tmp_path: Path) -> None:
     seconds = {(r["framework"], r["tool"]): r["seconds"] for r in rows}
     assert set(seconds) == TOOLS
     assert all(s > 0 for s in seconds.values())
+
+
+def test_latency_benchmark_quick(tmp_path: Path) -> None:
+    """``python -m benchmarks latency --quick`` times polygrad beside each checker."""
+    out = tmp_path / "latency.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "latency", "--quick", "--out-json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["framework"], r["dtype"]) for r in rows} == {
+        (fw, dt) for fw in ("numpy", "torch") for dt in ("float32", "float64")
+    }
+    for r in rows:
+        assert r["verdict"] == "PASS", r
+        assert r["tool_warm"] > 0 and r["polygrad_warm"] > 0

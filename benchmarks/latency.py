@@ -1,0 +1,380 @@
+"""Time to verdict: polygrad beside each framework's own checker, in one run.
+
+Usage::
+
+    python -m benchmarks latency [--quick] [--out-json PATH] [--out-md PATH]
+
+Rows (one smooth function per row, written the way users write it: a closure over
+float32 weights; see :func:`_problem`):
+
+* n = 10, every framework, float32 and float64: ``torch.autograd.gradcheck``,
+  ``jax.test_util.check_grads``, ``tf.test.compute_gradient`` (then
+  ``np.testing.assert_allclose`` at rtol = atol = 1e-3), ``scipy.optimize.check_grad``
+  for NumPy (with the hand-written gradient polygrad gets too); polygrad's
+  ``check`` at its defaults. *first* is the first call on a new function object
+  (tracing included), *warm* the median of 5 further calls.
+* n = 1e4, PyTorch float64, full Jacobian: polygrad against slow ``gradcheck``.
+* n = 1e6, PyTorch float32, random projections: polygrad against one
+  forward+backward pass, with polygrad's extra peak memory (resident set, measured
+  in a fresh process).
+
+Each framework runs in its own worker process, so that no framework's threads or
+caches slow another's. The table goes to stdout, into ``benchmarks/results/latency.json``,
+and into the block between the ``latency`` markers of ``docs/benchmarks.md``.
+``--quick`` runs the n = 10 NumPy and PyTorch rows only (the smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+OUT_JSON = HERE / "results" / "latency.json"
+OUT_MD = HERE.parent / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- latency:begin -->", "<!-- latency:end -->"
+WARM_REPEATS = 5
+FRAMEWORKS = ("numpy", "torch", "jax", "tensorflow")
+
+
+def _weights(n: int, dtype: str) -> np.ndarray:
+    return np.random.default_rng(1).uniform(0.5, 1.5, n).astype(dtype)
+
+
+def _point(n: int, dtype: str) -> np.ndarray:
+    return np.random.default_rng(0).uniform(-2.0, 2.0, n).astype(dtype)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _first_and_warm(make: Callable[[], Callable[[], Any]]) -> tuple[float, float]:
+    """First call on a new function object, then the median of warm calls."""
+    first = _timed(make())
+    go = make()
+    go()
+    warm = statistics.median(_timed(go) for _ in range(WARM_REPEATS))
+    return first, warm
+
+
+def _numpy_row(n: int, dtype: str) -> dict[str, Any]:
+    import scipy.optimize
+
+    import polygrad as pg
+
+    w, x = _weights(n, dtype), _point(n, dtype)
+
+    def make_pg() -> Callable[[], Any]:
+        def f(x: np.ndarray) -> np.ndarray:  # a closure over w, as users write it
+            return np.sum(w * np.sin(x) * np.exp(x / 3))
+
+        def grad(x: np.ndarray) -> np.ndarray:
+            return w * np.exp(x / 3) * (np.cos(x) + np.sin(x) / 3)
+
+        return lambda: pg.check(f, x, grad=grad)
+
+    def make_tool() -> Callable[[], Any]:
+        def f(x: np.ndarray) -> float:
+            return float(np.sum(w * np.sin(x) * np.exp(x / 3)))
+
+        def grad(x: np.ndarray) -> np.ndarray:
+            return w * np.exp(x / 3) * (np.cos(x) + np.sin(x) / 3)
+
+        return lambda: scipy.optimize.check_grad(f, grad, x.astype(np.float64))
+
+    return _compare("scipy check_grad", make_tool, make_pg)
+
+
+def _torch_row(n: int, dtype: str) -> dict[str, Any]:
+    import torch
+
+    import polygrad as pg
+
+    w = torch.tensor(_weights(n, dtype))
+    x = torch.tensor(_point(n, dtype))
+
+    def f(x: Any) -> Any:  # closes over float32/float64 weights
+        return (w * torch.sin(x) * torch.exp(x / 3)).sum()
+
+    def make_pg() -> Callable[[], Any]:
+        g = lambda x: f(x)  # noqa: E731 - a new function object
+        return lambda: pg.check(g, x)
+
+    def make_tool() -> Callable[[], Any]:
+        g = lambda x: f(x)  # noqa: E731
+        x64 = x.double().requires_grad_()
+        return lambda: torch.autograd.gradcheck(g, (x64,))
+
+    return _compare("torch.autograd.gradcheck (float64)", make_tool, make_pg)
+
+
+def _jax_row(n: int, dtype: str) -> dict[str, Any]:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from jax.test_util import check_grads
+
+    import polygrad as pg
+
+    w = jnp.asarray(_weights(n, dtype))
+    x = jnp.asarray(_point(n, dtype))
+
+    def make_pg() -> Callable[[], Any]:
+        g = lambda x: jnp.sum(w * jnp.sin(x) * jnp.exp(x / 3))  # noqa: E731
+        return lambda: pg.check(g, x)
+
+    def make_tool() -> Callable[[], Any]:
+        g = lambda x: jnp.sum(w * jnp.sin(x) * jnp.exp(x / 3))  # noqa: E731
+        return lambda: check_grads(g, (x,), order=1, modes=["rev"])
+
+    return _compare("jax check_grads", make_tool, make_pg)
+
+
+def _tensorflow_row(n: int, dtype: str) -> dict[str, Any]:
+    import tensorflow as tf
+
+    import polygrad as pg
+
+    w = tf.constant(_weights(n, dtype))
+    x = tf.constant(_point(n, dtype))
+
+    def make_pg() -> Callable[[], Any]:
+        g = lambda x: tf.reduce_sum(w * tf.sin(x) * tf.exp(x / 3))  # noqa: E731
+        return lambda: pg.check(g, x)
+
+    def make_tool() -> Callable[[], Any]:
+        g = lambda x: tf.reduce_sum(w * tf.sin(x) * tf.exp(x / 3))  # noqa: E731
+
+        def go() -> None:
+            theo, num = tf.test.compute_gradient(g, [x])
+            np.testing.assert_allclose(theo[0], num[0], rtol=1e-3, atol=1e-3)
+
+        return go
+
+    return _compare("tf.test.compute_gradient", make_tool, make_pg)
+
+
+def _compare(
+    tool: str, make_tool: Callable[[], Callable[[], Any]], make_pg: Callable[[], Callable[[], Any]]
+) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tool_first, tool_warm = _first_and_warm(make_tool)
+        pg_first, pg_warm = _first_and_warm(make_pg)
+        verdict = make_pg()().verdict.name
+    return {
+        "tool": tool,
+        "tool_first": tool_first,
+        "tool_warm": tool_warm,
+        "polygrad_first": pg_first,
+        "polygrad_warm": pg_warm,
+        "verdict": verdict,
+    }
+
+
+ROWS: dict[str, Callable[[int, str], dict[str, Any]]] = {
+    "numpy": _numpy_row,
+    "torch": _torch_row,
+    "jax": _jax_row,
+    "tensorflow": _tensorflow_row,
+}
+
+
+def _torch_large_full(n: int) -> dict[str, Any]:
+    import torch
+
+    import polygrad as pg
+
+    w = torch.tensor(_weights(n, "float64"))
+    x = torch.tensor(_point(n, "float64"))
+
+    def f(x: Any) -> Any:
+        return w * torch.tanh(x) + torch.roll(x, 1) ** 2 / 4
+
+    t_tool = _timed(lambda: torch.autograd.gradcheck(f, (x.clone().requires_grad_(),)))
+    t0 = time.perf_counter()
+    report = pg.check(f, x, strategy="full")
+    return {
+        "tool": "torch.autograd.gradcheck (float64)",
+        "tool_warm": t_tool,
+        "polygrad_warm": time.perf_counter() - t0,
+        "verdict": report.verdict.name,
+    }
+
+
+def _torch_projections(n: int) -> dict[str, Any]:
+    import resource
+
+    import torch
+
+    import polygrad as pg
+
+    w = torch.tensor(_weights(n, "float32"))
+    x = torch.tensor(_point(n, "float32"))
+
+    def f(x: Any) -> Any:
+        return (w * torch.tanh(x) + torch.roll(x, 1) ** 2 / 4).sum()
+
+    def fwd_bwd() -> None:
+        xr = x.clone().requires_grad_()
+        f(xr).backward()
+
+    fwd_bwd()
+    t_fb = statistics.median(_timed(fwd_bwd) for _ in range(WARM_REPEATS))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    report = pg.check(f, x, strategy="projections")
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "tool": "one forward+backward",
+        "tool_warm": t_fb,
+        "polygrad_warm": seconds,
+        "verdict": report.verdict.name,
+        "extra_peak_mb": (after - before) / 1024.0,
+    }
+
+
+def _worker(job: str) -> None:
+    """Run one job in this process and print its JSON (used through a subprocess)."""
+    kind, _, arg = job.partition(":")
+    if kind == "small":
+        framework, dtype = arg.split(",")
+        rows = [{"n": 10, "framework": framework, "dtype": dtype, **ROWS[framework](10, dtype)}]
+    elif kind == "full":
+        rows = [
+            {
+                "n": int(arg),
+                "framework": "torch",
+                "dtype": "float64",
+                "strategy": "full",
+                **_torch_large_full(int(arg)),
+            }
+        ]
+    else:
+        rows = [
+            {
+                "n": int(arg),
+                "framework": "torch",
+                "dtype": "float32",
+                "strategy": "projections",
+                **_torch_projections(int(arg)),
+            }
+        ]
+    print(json.dumps(rows))
+
+
+def _run(job: str, timeout: float = 1800.0) -> list[dict[str, Any]]:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.latency", "--worker", job],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=HERE.parent,
+    )
+    if proc.returncode != 0:
+        return [{"job": job, "error": proc.stderr.strip().splitlines()[-1:]}]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def jobs(quick: bool) -> list[str]:
+    """The worker jobs of a run (see the module docstring)."""
+    frameworks = ("numpy", "torch") if quick else FRAMEWORKS
+    small = [f"small:{fw},{dt}" for fw in frameworks for dt in ("float32", "float64")]
+    return small if quick else [*small, "full:10000", "projections:1000000"]
+
+
+def _ratio(row: dict[str, Any], key: str) -> str:
+    tool = row.get(f"tool_{key}")
+    ours = row.get(f"polygrad_{key}")
+    return "" if not tool or ours is None else f"{ours / tool:.1f}x"
+
+
+def _ms(v: float | None) -> str:
+    return "" if v is None else (f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s")
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """The Markdown table of a run."""
+    out = [
+        "| check | tool | tool warm | polygrad warm | ratio warm | tool first | "
+        "polygrad first | ratio first | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['job']} | error: {r['error']} | | | | | | | |")
+            continue
+        what = f"{r['framework']}, n = {r['n']:g}, {r['dtype']}"
+        if "strategy" in r:
+            what += f", {r['strategy']}"
+        if "extra_peak_mb" in r:
+            what += f" (+{r['extra_peak_mb']:.0f} MB peak)"
+        out.append(
+            f"| {what} | {r['tool']} | {_ms(r.get('tool_warm'))} | {_ms(r.get('polygrad_warm'))} "
+            f"| {_ratio(r, 'warm')} | {_ms(r.get('tool_first'))} | "
+            f"{_ms(r.get('polygrad_first'))} | {_ratio(r, 'first')} | {r['verdict']} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(table: str, path: Path, meta: str) -> None:
+    """Replace the latency block of ``path`` (or append one) with ``table``."""
+    text = path.read_text() if path.exists() else ""
+    block = f"{BEGIN}\n{meta}\n\n{table}{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n## Time to verdict against the frameworks' checkers\n\n"
+        text += block + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks latency")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--out-json", type=Path, default=OUT_JSON)
+    parser.add_argument("--out-md", type=Path, default=OUT_MD)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker(args.worker)
+        return 0
+    rows: list[dict[str, Any]] = []
+    for job in jobs(args.quick):
+        rows.extend(_run(job))
+        print(render(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    table = render(rows)
+    print(table)
+    args.out_json.parent.mkdir(parents=True, exist_ok=True)
+    args.out_json.write_text(json.dumps({"quick": args.quick, "rows": rows}, indent=1) + "\n")
+    if not args.quick:
+        meta = (
+            f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPU cores by "
+            "`python -m benchmarks latency`; warm = median of 5 calls, first = first call "
+            "on a new function object."
+        )
+        write_markdown(table, args.out_md, meta)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
