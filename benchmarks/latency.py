@@ -204,7 +204,7 @@ def _torch_large_full(n: int) -> dict[str, Any]:
     x = torch.tensor(_point(n, "float64"))
 
     def f(x: Any) -> Any:
-        return w * torch.tanh(x) + torch.roll(x, 1) ** 2 / 4
+        return (w * torch.tanh(x) + torch.roll(x, 1) ** 2 / 4).sum()
 
     t_tool = _timed(lambda: torch.autograd.gradcheck(f, (x.clone().requires_grad_(),)))
     t0 = time.perf_counter()
