@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from ._install import pip_install
+
 __all__ = ["main", "load_function", "parse_point"]
 
 FRAMEWORKS = ("torch", "jax", "tensorflow")
@@ -157,7 +159,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[
     if module and importlib.util.find_spec(module) is None:
         raise UsageError(
             f"the {backend} backend needs {module!r}, which is not installed; install it with: "
-            f"pip install 'polygrad[{extra}]'"
+            + pip_install(extra)
         )
     x = _to_backend(parse_point(args.at), backend, args.dtype)
     options: dict[str, Any] = {"backend": backend}
@@ -318,10 +320,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print(f"{'backend':<11} {'installed':<10} {'version':<14} {'float64':<8} devices")
     for r in rows:
         if not r["installed"]:
-            print(
-                f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} "
-                f"pip install 'polygrad[{r['extra']}]'"
-            )
+            print(f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} " + pip_install(r["extra"]))
             continue
         dev = ", ".join(r.get("devices", [])) or ("-" if args.no_devices else "none found")
         if "error" in r:

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from ._install import pip_install
+
 __all__ = ["DemoResult", "run_demo", "demo"]
 
 N_DIM = 1
@@ -209,12 +211,10 @@ class _Demo:
             else:
                 self.skip(
                     "case 1 with tensorflow_probability",
-                    "not installed (pip install 'polygrad[tensorflow]')",
+                    f"not installed ({pip_install('tensorflow')})",
                 )
         else:
-            self.skip(
-                "case 1 with TensorFlow", "not installed (pip install 'polygrad[tensorflow]')"
-            )
+            self.skip("case 1 with TensorFlow", f"not installed ({pip_install('tensorflow')})")
 
         if _installed("torch"):
 
@@ -233,7 +233,7 @@ class _Demo:
 
             self.run("case 1", "torch", "PASS", torch_case)
         else:
-            self.skip("case 1 with PyTorch", "not installed (pip install 'polygrad[torch]')")
+            self.skip("case 1 with PyTorch", f"not installed ({pip_install('torch')})")
 
         if _installed("jax"):
 
@@ -249,7 +249,7 @@ class _Demo:
 
             self.run("case 1", "jax", "PASS", jax_case)
         else:
-            self.skip("case 1 with JAX", "not installed (pip install 'polygrad[jax]')")
+            self.skip("case 1 with JAX", f"not installed ({pip_install('jax')})")
 
     # ---- planted bug ----------------------------------------------------------------
     def planted_bug(self) -> None:
@@ -347,7 +347,7 @@ class _Demo:
         else:
             self.skip(
                 "case 2 (CNN input gradient)",
-                "needs Keras or PyTorch (pip install 'polygrad[tensorflow]' or 'polygrad[torch]')",
+                f"needs Keras or PyTorch ({pip_install('tensorflow')} or {pip_install('torch')})",
             )
 
     def _case2_outcome(self, report: Any, framework: str) -> Outcome:
@@ -494,7 +494,7 @@ def demo(
     if res.skipped:
         say("  skipped: " + "; ".join(res.skipped))
     if not dm.plots:
-        say("  plots were not drawn: matplotlib is not installed (pip install 'polygrad[plot]')")
+        say(f"  plots were not drawn: matplotlib is not installed ({pip_install('plot')})")
     (out / "summary.json").write_text(
         json.dumps(
             {

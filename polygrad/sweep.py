@@ -269,7 +269,7 @@ class Sweep:
         Raises
         ------
         ImportError
-            matplotlib is not installed (``pip install 'polygrad[plot]'``).
+            matplotlib is not installed (``pip install 'polygrad-check[plot]'``).
         """
         from .plot import plot_sweep
 

@@ -184,7 +184,7 @@ class TaylorResult:
         Raises
         ------
         ImportError
-            matplotlib is not installed (``pip install 'polygrad[plot]'``).
+            matplotlib is not installed (``pip install 'polygrad-check[plot]'``).
         """
         from .plot import plot_taylor
 

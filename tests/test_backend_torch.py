@@ -76,7 +76,7 @@ def test_missing_torch_names_the_extra(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad\[torch\]'"):
+    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad-check\[torch\]'"):
         get_backend("torch")
 
 

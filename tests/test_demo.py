@@ -62,7 +62,7 @@ def test_demo_numpy_only(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     for mod in ("torch", "jax", "tensorflow"):
-        assert f"pip install 'polygrad[{mod}]'" in r.stdout
+        assert f"pip install 'polygrad-check[{mod}]'" in r.stdout
     assert "numpy hand-written" in r.stdout and "MISMATCH" in r.stdout
     assert "Summary: 2 of 2 examples" in r.stdout
     assert (out / "case1-numpy-sweep.png").read_bytes()[:8] == PNG

@@ -97,7 +97,7 @@ def test_missing_framework_names_extra(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad\[torch\]'"):
+    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad-check\[torch\]'"):
         get_backend("torch")
     assert issubclass(MissingBackendError, ImportError)
 

@@ -138,7 +138,7 @@ def test_strategies_need_hypothesis_but_testing_does_not():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "needs hypothesis" in out.stdout
-    assert 'pip install "polygrad[test]"' in out.stdout
+    assert 'pip install "polygrad-check[test]"' in out.stdout
 
 
 # --- the recipe: property-based test of a hand-written gradient ----------------------------------

@@ -13,6 +13,7 @@ import importlib.util
 import sys
 from typing import Any
 
+from .._install import pip_install
 from .._pytree import flatten
 from ..errors import MissingBackendError
 from .base import Backend
@@ -56,7 +57,7 @@ def get_backend(name: str) -> Backend:
     if module and importlib.util.find_spec(module) is None:
         raise MissingBackendError(
             f"backend {key!r} needs {module!r}, which is not installed; install it with: "
-            f"pip install 'polygrad[{extra}]'"
+            + pip_install(extra)
         )
     return _backend_class(key)()
 

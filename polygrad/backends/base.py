@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._install import pip_install
 from ..errors import InputTypeError, InputValueError, MissingBackendError
 
 __all__ = [
@@ -402,7 +403,7 @@ class Backend(ABC):
     name : str
         Short name used with ``backend=`` (``"numpy"``, ``"torch"``...).
     extra : str
-        The pip extra that installs the framework (``polygrad[torch]``).
+        The pip extra that installs the framework (``polygrad-check[torch]``).
     supports_autodiff, supports_float64, supports_vmap, arbitrary_precision : bool
         Capability flags the core branches on.
     """
@@ -422,7 +423,7 @@ class Backend(ABC):
             except ImportError as exc:  # pragma: no cover - depends on the install
                 raise MissingBackendError(
                     f"the {self.name} backend needs {self.module!r}, which is not installed; "
-                    f"install it with: pip install 'polygrad[{self.extra}]'"
+                    f"install it with: {pip_install(self.extra)}"
                 ) from exc
 
     @classmethod
