@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ._install import pip_install
+from ._native_logs import quiet_native_logs
 
 __all__ = ["main", "load_function", "parse_point"]
 
@@ -304,9 +305,6 @@ def _devices(key: str) -> list[str]:
 
         return [f"{d.platform}:{d.id}" for d in jax.devices()]
     if key == "tensorflow":
-        import os
-
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
 
         return [d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices()]
@@ -438,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.run(args))
+        with quiet_native_logs():
+            return int(args.run(args))
     except UsageError as exc:
         print(f"polygrad {args.command}: error: {exc}", file=sys.stderr)
         return 2

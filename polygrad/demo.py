@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ._install import pip_install
+from ._native_logs import quiet_native_logs
 
 __all__ = ["DemoResult", "run_demo", "demo"]
 
@@ -178,7 +178,6 @@ class _Demo:
         if _installed("tensorflow"):
 
             def tf_hand() -> Outcome:
-                os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
                 import tensorflow as tf
 
                 def f(x: Any, scale: Any) -> Any:
@@ -371,7 +370,6 @@ class _Demo:
         )
 
     def case2_keras(self) -> Outcome:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import keras
         import tensorflow as tf
 
@@ -454,7 +452,16 @@ def run_demo(
 def demo(
     out: str | Path = "polygrad-demo", quick: bool = False, say: Callable[[str], None] = print
 ) -> DemoResult:
-    """Run the demo and return its :class:`DemoResult` (see :func:`run_demo`)."""
+    """Run the demo and return its :class:`DemoResult` (see :func:`run_demo`).
+
+    TensorFlow's native log lines are kept off stderr while it runs (see
+    :mod:`polygrad._native_logs`); the environment is restored afterwards.
+    """
+    with quiet_native_logs():
+        return _demo(out, quick, say)
+
+
+def _demo(out: str | Path, quick: bool, say: Callable[[str], None]) -> DemoResult:
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
