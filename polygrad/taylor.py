@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import select_backend
+from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
 from .check import F64_EPS, _ecnoise_step, _pow2_scales, normalize_argnums
 from .reference import estimate_noise
@@ -368,6 +368,7 @@ def taylor_test(
     if mode not in ("auto", "rev", "fwd"):
         raise ValueError(f"mode={mode!r}; choose 'auto', 'rev' or 'fwd'")
     argnums_t = normalize_argnums(argnums, len(args))
+    reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

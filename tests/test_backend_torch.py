@@ -137,7 +137,7 @@ def test_pytree_arguments_and_several_argnums():
     }
     x = torch.tensor([3.0, -1.0], dtype=torch.float64)
     t = target(f, p, x, 2.0, argnums=(0, 1))
-    assert [leaf.name for leaf in t.input_layout.leaves] == ["arg0['w']", "arg0['b']", "arg1"]
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["p['w']", "p['b']", "x"]
     np.testing.assert_array_equal(t.x0, [1, 2, 0.5, 3, -1])
     # d/dw = 2x, d/db = 1, d/dx = 2w
     np.testing.assert_allclose(t.vjp(np.ones((1, 1))), [[6, -2, 1, 2, 4]])
