@@ -802,6 +802,7 @@ def check(
 
     verdict, ok = _overall(entries, nonsmooth)
     details.update(
+        nonsmooth=nonsmooth,  # the option, for the report's explanation of NONSMOOTH
         backend=target.backend,
         working_dtype=target.working_dtype,
         eps=target.eps,

@@ -277,9 +277,7 @@ class Sweep:
 
 
 def _fmt(x: float, digits: int = 2) -> str:
-    if not np.isfinite(x):
-        return "-"
-    return f"{x:.{digits}g}"
+    return f"{x:.{digits}g}"  # nan and inf print as such
 
 
 def _pow2(h: float) -> str:
