@@ -15,7 +15,6 @@ from polygrad.testing.strategies import directions, points
 FAST = settings(
     max_examples=40,
     deadline=None,
-    derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -160,7 +159,7 @@ def softplus_grad_bug(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, 1 / (1 + e), e / (1 - e))
 
 
-RECIPE = settings(max_examples=20, deadline=None, derandomize=True, database=None)
+RECIPE = settings(max_examples=20, deadline=None, database=None)
 POINTS = points(5, "float64", min_magnitude=1e-3, max_magnitude=30.0)
 
 

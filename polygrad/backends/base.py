@@ -346,9 +346,18 @@ class ChunkSizer:
         Largest chunk (the user's ``batch_size``).
     candidates : tuple of int
         Chunk sizes tried (capped at ``max_rows``); ``max_rows`` is always one.
+    clock : callable
+        Seconds, monotonic (default :func:`time.perf_counter`); tests pass a
+        simulated clock.
     """
 
-    def __init__(self, max_rows: int, candidates: tuple[int, ...] = (32, 256)) -> None:
+    def __init__(
+        self,
+        max_rows: int,
+        candidates: tuple[int, ...] = (32, 256),
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.clock = clock
         self.max_rows = max(1, int(max_rows))
         sizes = {min(c, self.max_rows) for c in candidates} | {self.max_rows}
         self.candidates = sorted(sizes)
@@ -367,9 +376,9 @@ class ChunkSizer:
             else:
                 planned = False
                 size = self.best or (self._fastest() if self.per_row else self.candidates[0])
-            t0 = time.perf_counter()
+            t0 = self.clock()
             out.append(fn(X[i : i + size]))
-            elapsed = time.perf_counter() - t0
+            elapsed = self.clock() - t0
             i += min(size, B - i)
             if planned:
                 self._record(size, elapsed / size)
