@@ -461,9 +461,13 @@ def test_frameworks_installed_or_missing_with_the_extra():
         if framework_installed(name):
             assert np.asarray(to_backend(np.arange(3.0), name)).tolist() == [0.0, 1.0, 2.0]
         else:
-            with pytest.raises(MissingBackendError, match=rf'pip install "polygrad-check\[{name}\]"'):
+            with pytest.raises(
+                MissingBackendError, match=rf'pip install "polygrad-check\[{name}\]"'
+            ):
                 to_backend(np.arange(3.0), name)
-            with pytest.raises(MissingBackendError, match=rf"pip install 'polygrad-check\[{name}\]'"):
+            with pytest.raises(
+                MissingBackendError, match=rf"pip install 'polygrad-check\[{name}\]'"
+            ):
                 pg.check(lambda x: x, np.ones(2), backend=name)
 
 
