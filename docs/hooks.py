@@ -147,7 +147,7 @@ def render_figures() -> dict[str, bytes]:
     Raises
     ------
     ImportError
-        matplotlib is not installed (``pip install "polygrad[plot]"``).
+        matplotlib is not installed (``pip install "polygrad-check[plot]"``).
     """
     out = {}
     for name, make in FIGURES.items():

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .backends import select_backend
+from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target, describe_exception
 from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, move_sizes, spread
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
@@ -573,6 +573,7 @@ def check(
     if order not in (1, 2):
         raise ValueError(f"order={order}; polygrad checks first (1) and second (2) derivatives")
 
+    reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     supplied = Supplied(grad, jac, vjp, jvp)
     cinfo = None
@@ -801,6 +802,7 @@ def check(
 
     verdict, ok = _overall(entries, nonsmooth)
     details.update(
+        nonsmooth=nonsmooth,  # the option, for the report's explanation of NONSMOOTH
         backend=target.backend,
         working_dtype=target.working_dtype,
         eps=target.eps,

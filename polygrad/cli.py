@@ -29,6 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from ._install import pip_install
+from ._native_logs import quiet_native_logs
+
 __all__ = ["main", "load_function", "parse_point"]
 
 FRAMEWORKS = ("torch", "jax", "tensorflow")
@@ -157,7 +160,7 @@ def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[
     if module and importlib.util.find_spec(module) is None:
         raise UsageError(
             f"the {backend} backend needs {module!r}, which is not installed; install it with: "
-            f"pip install 'polygrad[{extra}]'"
+            + pip_install(extra)
         )
     x = _to_backend(parse_point(args.at), backend, args.dtype)
     options: dict[str, Any] = {"backend": backend}
@@ -302,9 +305,6 @@ def _devices(key: str) -> list[str]:
 
         return [f"{d.platform}:{d.id}" for d in jax.devices()]
     if key == "tensorflow":
-        import os
-
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
 
         return [d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices()]
@@ -318,10 +318,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print(f"{'backend':<11} {'installed':<10} {'version':<14} {'float64':<8} devices")
     for r in rows:
         if not r["installed"]:
-            print(
-                f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} "
-                f"pip install 'polygrad[{r['extra']}]'"
-            )
+            print(f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} " + pip_install(r["extra"]))
             continue
         dev = ", ".join(r.get("devices", [])) or ("-" if args.no_devices else "none found")
         if "error" in r:
@@ -439,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.run(args))
+        with quiet_native_logs():
+            return int(args.run(args))
     except UsageError as exc:
         print(f"polygrad {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -24,7 +24,6 @@ one-sided derivatives and whether its value lies between them.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -201,9 +200,9 @@ class Comparison:
 
 # ------------------------------------------------------------------------------ rendering
 def _g(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
+    if x is None:
         return "-"
-    return f"{float(x):.{digits}g}"
+    return f"{float(x):.{digits}g}"  # nan and inf print as such
 
 
 def _render(c: Comparison) -> str:

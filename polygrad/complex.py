@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from ._names import argument_names, keep_signature, leaf_name
 from ._pytree import flatten, unflatten
 from .errors import InputTypeError
 
@@ -220,6 +221,7 @@ def realify(
     flags: dict[int, list[bool]] = {}
     treedefs: dict[int, Any] = {}
     new_args = list(args)
+    arg_names = argument_names(f, len(args))
     for i in argnums:
         leaves, paths, td = flatten(args[i])
         treedefs[i] = td
@@ -231,7 +233,7 @@ def realify(
             if not is_c:
                 out.append(leaf)
                 continue
-            name = f"arg{i}{path}" if len(argnums) > 1 or path else "x"
+            name = leaf_name(arg_names, i, path, argnums)
             host = np.asarray(backend.to_numpy(leaf))
             validate_float_array(host.real, f"{name} (real part)")
             validate_float_array(host.imag, f"{name} (imaginary part)")
@@ -276,6 +278,8 @@ def realify(
 
     def f_real(*real_args: Any) -> Any:
         return real_output(f(*to_complex(real_args)))
+
+    keep_signature(f_real, f, len(args))  # reports name entries by f's arguments
 
     f_real.__name__ = getattr(f, "__name__", "f")
     f_real.__doc__ = getattr(f, "__doc__", None)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -38,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ._install import pip_install
+from ._native_logs import quiet_native_logs
 
 __all__ = ["DemoResult", "run_demo", "demo"]
 
@@ -176,7 +178,6 @@ class _Demo:
         if _installed("tensorflow"):
 
             def tf_hand() -> Outcome:
-                os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
                 import tensorflow as tf
 
                 def f(x: Any, scale: Any) -> Any:
@@ -209,12 +210,10 @@ class _Demo:
             else:
                 self.skip(
                     "case 1 with tensorflow_probability",
-                    "not installed (pip install 'polygrad[tensorflow]')",
+                    f"not installed ({pip_install('tensorflow')})",
                 )
         else:
-            self.skip(
-                "case 1 with TensorFlow", "not installed (pip install 'polygrad[tensorflow]')"
-            )
+            self.skip("case 1 with TensorFlow", f"not installed ({pip_install('tensorflow')})")
 
         if _installed("torch"):
 
@@ -233,7 +232,7 @@ class _Demo:
 
             self.run("case 1", "torch", "PASS", torch_case)
         else:
-            self.skip("case 1 with PyTorch", "not installed (pip install 'polygrad[torch]')")
+            self.skip("case 1 with PyTorch", f"not installed ({pip_install('torch')})")
 
         if _installed("jax"):
 
@@ -249,7 +248,7 @@ class _Demo:
 
             self.run("case 1", "jax", "PASS", jax_case)
         else:
-            self.skip("case 1 with JAX", "not installed (pip install 'polygrad[jax]')")
+            self.skip("case 1 with JAX", f"not installed ({pip_install('jax')})")
 
     # ---- planted bug ----------------------------------------------------------------
     def planted_bug(self) -> None:
@@ -347,7 +346,7 @@ class _Demo:
         else:
             self.skip(
                 "case 2 (CNN input gradient)",
-                "needs Keras or PyTorch (pip install 'polygrad[tensorflow]' or 'polygrad[torch]')",
+                f"needs Keras or PyTorch ({pip_install('tensorflow')} or {pip_install('torch')})",
             )
 
     def _case2_outcome(self, report: Any, framework: str) -> Outcome:
@@ -371,7 +370,6 @@ class _Demo:
         )
 
     def case2_keras(self) -> Outcome:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import keras
         import tensorflow as tf
 
@@ -454,7 +452,16 @@ def run_demo(
 def demo(
     out: str | Path = "polygrad-demo", quick: bool = False, say: Callable[[str], None] = print
 ) -> DemoResult:
-    """Run the demo and return its :class:`DemoResult` (see :func:`run_demo`)."""
+    """Run the demo and return its :class:`DemoResult` (see :func:`run_demo`).
+
+    TensorFlow's native log lines are kept off stderr while it runs (see
+    :mod:`polygrad._native_logs`); the environment is restored afterwards.
+    """
+    with quiet_native_logs():
+        return _demo(out, quick, say)
+
+
+def _demo(out: str | Path, quick: bool, say: Callable[[str], None]) -> DemoResult:
     t0 = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -494,7 +501,7 @@ def demo(
     if res.skipped:
         say("  skipped: " + "; ".join(res.skipped))
     if not dm.plots:
-        say("  plots were not drawn: matplotlib is not installed (pip install 'polygrad[plot]')")
+        say(f"  plots were not drawn: matplotlib is not installed ({pip_install('plot')})")
     (out / "summary.json").write_text(
         json.dumps(
             {

@@ -1,6 +1,6 @@
 """Figures: the error-versus-step curve, the Taylor test, per-entry errors of a report.
 
-matplotlib is an optional extra (``pip install 'polygrad[plot]'``), imported
+matplotlib is an optional extra (``pip install 'polygrad-check[plot]'``), imported
 only when a figure is drawn. Figures are built with
 :class:`matplotlib.figure.Figure` directly (no pyplot, no GUI backend), so
 they can be saved from scripts, servers and tests alike.
@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from ._install import pip_install
 
 if TYPE_CHECKING:
     from .report import Report
@@ -27,7 +29,7 @@ def _figure(ax: Any, size: tuple[float, float] = (6.4, 4.4)) -> tuple[Any, Any]:
     except ImportError as exc:
         raise ImportError(
             "plotting needs matplotlib, which is not installed; install it with: "
-            "pip install 'polygrad[plot]'"
+            + pip_install("plot")
         ) from exc
     if ax is not None:
         return ax.figure, ax

@@ -20,19 +20,6 @@ if TYPE_CHECKING:
 
 __all__ = ["render_text", "use_color", "strip_color"]
 
-_EXPLAIN = {
-    "PASS": "autodiff agrees with the reference within the combined error bars.",
-    "MISMATCH": "the gradient rule is wrong: the difference is far outside what round-off "
-    "and the reference's error bar allow.",
-    "UNSTABLE": "the rule is right (its float64 evaluation agrees with the reference), but the "
-    "working-dtype gradient has lost far more digits than round-off explains.",
-    "NONSMOOTH": "the function is not differentiable here (a kink or a jump within the "
-    "smallest step); the left and right derivatives differ.",
-    "NONFINITE": "autodiff and the reference disagree on finiteness (NaN/Inf on one side only).",
-    "INCONCLUSIVE": "no reference accurate enough could be obtained for some entries.",
-}
-
-
 _COLORS = {
     "PASS": "32",  # green
     "NONSMOOTH": "33",  # yellow
@@ -90,9 +77,12 @@ def _ulps(u: float) -> str:
 
 
 def _g(x: float | None, digits: int = 4) -> str:
-    x = float("nan") if x is None else float(x)
-    if np.isnan(x):
+    """``x`` to ``digits`` significant digits; ``nan`` for NaN, ``-`` for a missing value."""
+    if x is None:
         return "-"
+    x = float(x)
+    if np.isnan(x):
+        return "nan"
     if np.isinf(x):
         return "+inf" if x > 0 else "-inf"
     return f"{x:.{digits}g}"
@@ -117,14 +107,7 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     d = report.details
     e = report.entries
     ref = d.get("reference", {})
-    lines = []
-    code = _COLORS.get(str(report.verdict), "0")
-    lines.append(
-        "polygrad: "
-        + _paint(str(report.verdict), "1;" + code, color)
-        + ("" if report.ok else _paint("  (check failed)", code, color))
-    )
-    lines.append(f"  {_EXPLAIN[str(report.verdict)]}")
+    lines = [_headline(report, color)]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     lines.append(
         f"  checked {len(e.names)} {report.quantity} of f: {d.get('inputs')} input(s) "
@@ -180,12 +163,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
             ]
             if np.isnan(e.left[i]) or np.isnan(e.right[i]):
                 tail = ""
+            elif e.within_one_sided[i]:
+                tail = "; autodiff lies between them"
             else:
-                tail = (
-                    "; autodiff "
-                    + ("lies" if e.within_one_sided[i] else "does NOT lie")
-                    + " between them"
-                )
+                tail = "; autodiff lies outside them (possible at a composite kink, see below)"
             lines.append(f"  {'':<28}   {sides[0]}, {sides[1]}{tail}")
         if str(v) in ("MISMATCH", "UNSTABLE") and np.isfinite(e.autodiff64[i]):
             lines.append(
@@ -193,6 +174,8 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
                 f"(|diff| {_g(abs(e.autodiff64[i] - e.reference[i]), 2)}, tolerance "
                 f"{_g(e.tolerance64[i], 2)})"
             )
+    if "NONSMOOTH" in report.counts():
+        lines.append(_kinks(report))
     proj = d.get("projections")
     if proj:
         lines.append(
@@ -235,3 +218,104 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     for note in d.get("notes", []):
         lines.append(f"  note: {note}")
     return "\n".join(lines)
+
+
+_DOCS_KINKS = "docs/why-fd-fails.md#kinks"
+
+
+def _entries(k: int) -> str:
+    return f"{k} entry" if k == 1 else f"{k} entries"
+
+
+def _verb(k: int, one: str, many: str) -> str:
+    return one if k == 1 else many
+
+
+def _headline(report: Report, color: bool) -> str:
+    """First line: the verdict, an explicit ok / NOT OK, and why in one sentence."""
+    v = str(report.verdict)
+    code = _COLORS.get(v, "0")
+    mark = _paint("[ok]" if report.ok else "[NOT OK]", "1;" + ("32" if report.ok else "31"), color)
+    return f"polygrad: {_paint(v, '1;' + code, color)} {mark} — {_why(report)}"
+
+
+def _why(report: Report) -> str:
+    """One sentence: why this verdict, with the entry counts behind it."""
+    e, c = report.entries, report.counts()
+    n = len(e.names)
+    v = str(report.verdict)
+    k = c.get(v, 0)
+    if v == "PASS":
+        return (
+            f"autodiff agrees with the reference within the combined error bars on all {n} entries."
+        )
+    if v == "MISMATCH":
+        i = int(e.worst(1)[0])
+        times = e.difference[i] / e.tolerance[i] if e.tolerance[i] > 0 else float("inf")
+        return (
+            f"the gradient is wrong: {k} of {_entries(n)} {_verb(k, 'differs', 'differ')} from "
+            "the reference by far more "
+            f"than round-off and the reference's error bar allow (worst {e.names[i]}: off by "
+            f"{_g(e.difference[i], 2)}, {_g(times, 2)} times its tolerance)."
+        )
+    if v == "NONSMOOTH":
+        return _why_nonsmooth(report, k, n)
+    if v == "UNSTABLE":
+        return (
+            f"the rule is right (its float64 evaluation agrees with the reference), but at {k} "
+            f"of {_entries(n)} the {report.details.get('working_dtype')} gradient has lost far "
+            "more digits than round-off explains."
+        )
+    if v == "NONFINITE":
+        return (
+            f"autodiff and the reference disagree on finiteness at {k} of {_entries(n)} "
+            "(NaN or Inf on one side only)."
+        )
+    return (
+        f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
+        f"{_verb(k, 'it was', 'they were')} not judged (the notes below say why)."
+    )
+
+
+def _why_nonsmooth(report: Report, k: int, n: int) -> str:
+    e = report.entries
+    option = report.details.get("nonsmooth", "allow")
+    at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
+    outside = int(np.sum(~np.asarray(e.within_one_sided, dtype=bool)[at_kink]))
+    txt = (
+        f"the gradient agrees with the reference at the {_entries(n - k)} where f is smooth; "
+        f"{k} of {_entries(n)} {_verb(k, 'sits', 'sit')} at a kink of f, where f has no "
+        "derivative (its left and right derivatives differ), which is not a gradient error"
+    )
+    if option == "allow":
+        return txt + ': NONSMOOTH passes by default (check(..., nonsmooth="allow")).'
+    if option == "fail":
+        return txt + ', but nonsmooth="fail" fails any kink.'
+    if outside == 0:
+        return txt + (
+            ': autodiff lies between the one-sided derivatives at each, as nonsmooth="within" '
+            "requires."
+        )
+    return txt + (
+        f'; nonsmooth="within" fails it because autodiff lies outside the one-sided '
+        f'derivatives at {outside} of them (the default, nonsmooth="allow", passes it).'
+    )
+
+
+def _kinks(report: Report) -> str:
+    """The NONSMOOTH explanation printed below the worst entries."""
+    k = report.counts()["NONSMOOTH"]
+    return " ".join(
+        [
+            f"  kinks: {_entries(k)} {_verb(k, 'is', 'are')} NONSMOOTH. f has a kink there",
+            "(ReLU, abs, max, max-pooling ties): its left and right derivatives differ, and a",
+            "central difference across the kink returns neither. Autodiff returns one element",
+            "of the generalized derivative: at a single elementary kink, one of the one-sided",
+            "derivatives or a value between them; at a kink of a composition (ReLU inside",
+            "max-pooling, products of kinks) it may lie outside them, because autodiff computes",
+            "a conservative gradient (Bolte & Pauwels, NeurIPS 2020), so a value outside is not",
+            'evidence of a wrong rule. NONSMOOTH passes by default (nonsmooth="allow");',
+            'nonsmooth="within" requires autodiff between the one-sided derivatives,',
+            f'nonsmooth="fail" fails any kink. More: {_DOCS_KINKS}',
+        ]
+    )

@@ -179,7 +179,7 @@ class Report:
     def plot(self, path: Any = None, ax: Any = None) -> Any:
         """Heat map of ``|autodiff - reference| / tolerance`` per Jacobian entry.
 
-        Needs matplotlib (``pip install 'polygrad[plot]'``). Saves to ``path``
+        Needs matplotlib (``pip install 'polygrad-check[plot]'``). Saves to ``path``
         (PNG/SVG by extension) when given; returns the matplotlib figure.
         """
         from .plot import plot_report

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import select_backend
+from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
 from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher, normalize_argnums
 from .progress import progress
@@ -269,7 +269,7 @@ class Sweep:
         Raises
         ------
         ImportError
-            matplotlib is not installed (``pip install 'polygrad[plot]'``).
+            matplotlib is not installed (``pip install 'polygrad-check[plot]'``).
         """
         from .plot import plot_sweep
 
@@ -277,9 +277,7 @@ class Sweep:
 
 
 def _fmt(x: float, digits: int = 2) -> str:
-    if not np.isfinite(x):
-        return "-"
-    return f"{x:.{digits}g}"
+    return f"{x:.{digits}g}"  # nan and inf print as such
 
 
 def _pow2(h: float) -> str:
@@ -554,6 +552,7 @@ def sweep(
     if not args:
         raise TypeError("sweep(f, *args): pass the point at which to sweep")
     argnums_t = normalize_argnums(argnums, len(args))
+    reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     supplied = Supplied(grad, jac, vjp, jvp)
     if not be.supports_autodiff and not supplied.given():

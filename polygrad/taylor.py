@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .backends import select_backend
+from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
 from .check import F64_EPS, _ecnoise_step, _pow2_scales, normalize_argnums
 from .reference import estimate_noise
@@ -122,13 +122,19 @@ class TaylorResult:
         if self.verdict == "consistent":
             return txt + " (expected 2 for a correct gradient): supports the gradient"
         if self.verdict == "wrong":
-            rel = self.first_order_error / max(abs(self.directional_derivative), 1e-300)
+            order = "first order" if 0.5 <= self.slope <= 1.5 else "far below second order"
             return (
-                txt + f" — first order, so the directional derivative is wrong by about "
-                f"{_g(self.first_order_error)} ({_g(100 * rel)}% of "
-                f"{_g(self.directional_derivative)})"
+                txt + f" — {order}, so the directional derivative is wrong by about "
+                f"{_g(self.first_order_error)} ({self._relative_error()})"
             )
         return txt + " (between 1 = wrong and 2 = correct): inconclusive"
+
+    def _relative_error(self) -> str:
+        """The error as a percentage of the derivative, unless the derivative is ~0."""
+        dd, err = abs(self.directional_derivative), self.first_order_error
+        if not np.isfinite(dd) or dd <= 1e-3 * err:  # a percentage of ~0 says nothing
+            return f"the gradient's directional derivative is {_g(self.directional_derivative)}"
+        return f"{_g(100 * err / dd)}% of {_g(self.directional_derivative)}"
 
     def to_dict(self) -> dict[str, Any]:
         from .report import _jsonable
@@ -184,7 +190,7 @@ class TaylorResult:
         Raises
         ------
         ImportError
-            matplotlib is not installed (``pip install 'polygrad[plot]'``).
+            matplotlib is not installed (``pip install 'polygrad-check[plot]'``).
         """
         from .plot import plot_taylor
 
@@ -192,7 +198,7 @@ class TaylorResult:
 
 
 def _g(x: float) -> str:
-    return f"{float(x):.3g}" if np.isfinite(x) else "-"
+    return f"{float(x):.3g}"  # nan and inf print as such
 
 
 def _default_steps(eps: float) -> np.ndarray:
@@ -368,6 +374,7 @@ def taylor_test(
     if mode not in ("auto", "rev", "fwd"):
         raise ValueError(f"mode={mode!r}; choose 'auto', 'rev' or 'fwd'")
     argnums_t = normalize_argnums(argnums, len(args))
+    reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

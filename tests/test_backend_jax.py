@@ -241,9 +241,9 @@ def test_pytree_arguments_and_names():
 
     t = target(f, params, x, 2.0, argnums=(0, 1))
     names = [lf.name for lf in t.input_layout.leaves]
-    assert set(names) == {"arg0['w']", "arg0['b'][0]", "arg1"}
-    leaf_w = next(lf for lf in t.input_layout.leaves if lf.name == "arg0['w']")
-    assert t.input_layout.name_of(leaf_w.offset + 2) == "arg0['w'][0, 2]"
+    assert set(names) == {"p['w']", "p['b'][0]", "x"}
+    leaf_w = next(lf for lf in t.input_layout.leaves if lf.name == "p['w']")
+    assert t.input_layout.name_of(leaf_w.offset + 2) == "p['w'][0, 2]"
     assert t.n == 11 and t.m == 2
     u = np.array([0.5, -1.0])
     gp, gx = jax.grad(lambda p, x: jnp.dot(jnp.asarray(u, jnp.float32), f(p, x, 2.0)), (0, 1))(
@@ -252,8 +252,8 @@ def test_pytree_arguments_and_names():
     want = np.zeros(11)
     for leaf, g in (
         (leaf_w, gp["w"]),
-        (next(lf for lf in t.input_layout.leaves if lf.name == "arg0['b'][0]"), gp["b"][0]),
-        (next(lf for lf in t.input_layout.leaves if lf.name == "arg1"), gx),
+        (next(lf for lf in t.input_layout.leaves if lf.name == "p['b'][0]"), gp["b"][0]),
+        (next(lf for lf in t.input_layout.leaves if lf.name == "x"), gx),
     ):
         want[leaf.offset : leaf.offset + leaf.size] = np.asarray(g).ravel()
     np.testing.assert_allclose(t.vjp(u[None])[0], want, rtol=1e-6, atol=1e-7)
@@ -263,7 +263,7 @@ def test_pytree_arguments_and_names():
     np.testing.assert_allclose(V @ t.vjp64(np.eye(2)).T, t.jvp64(V), rtol=1e-12)
     # several outputs in a dict
     t2 = target(lambda x: {"a": jnp.sin(x), "b": jnp.sum(x**2)}, x)
-    assert [lf.name for lf in t2.output_layout.leaves] == ["f[0]", "f[1]"]
+    assert [lf.name for lf in t2.output_layout.leaves] == ["f['a']", "f['b']"]
     assert t2.m == 4
 
 

@@ -89,8 +89,8 @@ def test_vector_output_batched_equals_unbatched_and_pytree_inputs():
 
     p = {"u": tf.constant([[0.3, -1.2], [2.0, 0.7]]), "v": tf.constant([1.5])}
     t = target(f, p, batch_size=3)
-    assert [leaf.name for leaf in t.input_layout.leaves] == ["arg0['u']", "arg0['v']"]
-    assert [leaf.name for leaf in t.output_layout.leaves] == ["f[0]", "f[1]"]
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["p['u']", "p['v']"]
+    assert [leaf.name for leaf in t.output_layout.leaves] == ["f['a']", "f['b']"]
     assert (t.n, t.m) == (5, 5)
     rng = np.random.default_rng(1)
     X = t.x0 + 0.1 * rng.standard_normal((7, 5))

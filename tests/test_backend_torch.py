@@ -76,7 +76,7 @@ def test_missing_torch_names_the_extra(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
     )
-    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad\[torch\]'"):
+    with pytest.raises(MissingBackendError, match=r"pip install 'polygrad-check\[torch\]'"):
         get_backend("torch")
 
 
@@ -137,7 +137,7 @@ def test_pytree_arguments_and_several_argnums():
     }
     x = torch.tensor([3.0, -1.0], dtype=torch.float64)
     t = target(f, p, x, 2.0, argnums=(0, 1))
-    assert [leaf.name for leaf in t.input_layout.leaves] == ["arg0['w']", "arg0['b']", "arg1"]
+    assert [leaf.name for leaf in t.input_layout.leaves] == ["p['w']", "p['b']", "x"]
     np.testing.assert_array_equal(t.x0, [1, 2, 0.5, 3, -1])
     # d/dw = 2x, d/db = 1, d/dx = 2w
     np.testing.assert_allclose(t.vjp(np.ones((1, 1))), [[6, -2, 1, 2, 4]])
@@ -563,7 +563,8 @@ def test_float64_reference_vouches_for_its_target_not_for_a_tinier_error_bar():
     logits = torch.tensor(
         [994.98236, 994.9911, 1004.1403, 1002.94135, 985.1522, 1013.1804, 1006.56683, 975.61316]
     )
-    assert "MISMATCH" not in pg.check(lambda x: torch.log_softmax(x, 0), logits).counts()
+    soft = pg.check(lambda x: torch.log_softmax(x, 0), logits)
+    assert soft.verdict == pg.Verdict.PASS and soft.ok, soft.counts()
 
 
 @pytest.mark.parametrize("seed", [1, 7, 15])

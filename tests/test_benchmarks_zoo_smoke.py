@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -111,7 +110,6 @@ def test_shortfalls_apply_the_goals() -> None:
 
 def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) -> None:
     out_json, out_md = tmp_path / "zoo.json", tmp_path / "benchmarks.md"
-    t0 = time.perf_counter()
     proc = subprocess.run(
         [
             sys.executable,
@@ -128,9 +126,7 @@ def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) ->
         text=True,
         timeout=300,
     )
-    seconds = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert seconds < 60
 
     payload = json.loads(out_json.read_text())
     meta = payload["meta"]

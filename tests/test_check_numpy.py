@@ -108,7 +108,8 @@ def test_subgradient_outside_one_sided_range_is_not_ok():
     assert report.verdict == Verdict.NONSMOOTH
     assert not report.ok
     assert not report.entries.within_one_sided[0]
-    assert "does NOT lie between them" in str(report)
+    assert "autodiff lies outside them" in str(report)
+    assert str(report).startswith("polygrad: NONSMOOTH [NOT OK]")
     # by default a kink is not an error; "fail" makes any kink fail
     assert pg.check(f, x, grad=lambda x: np.array([3.0, 1.0])).ok
     assert not pg.check(f, x, grad=np.sign, nonsmooth="fail").ok
@@ -180,7 +181,7 @@ def test_several_arguments_and_pytrees():
     x = np.array([0.3, -0.7])
     report = pg.check(f, p, x, grad=grad)
     assert report.verdict == Verdict.PASS
-    assert "arg0['w'][1]" in report.entries.names or "['w'][1]" in " ".join(report.entries.names)
+    assert "p['w'][1]" in report.entries.names  # named by f's argument and the dict key
 
     def grad2(p, x):
         return grad(p, x), 2 * p["w"] * x + p["b"][0]
@@ -368,7 +369,21 @@ def test_value_near_zero_from_cancellation_passes(n):
     assert bad.verdict == Verdict.MISMATCH
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(
+            np.float64,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit: in float64, 6 of the 300 references of this cancelling "
+                "sum are not resolved (INCONCLUSIVE), so report.ok is False on a correct "
+                "gradient",
+            ),
+        ),
+        np.float32,
+    ],
+)
 def test_cancelling_sum_rounds_at_its_terms_not_at_its_value(dtype):
     """sum(sin(x)) over 300 points symmetric about 0: f is ~1e-14 but rounded at the
     size of its partial sums (~1e2), so along some coordinates its values near x are an
@@ -377,8 +392,7 @@ def test_cancelling_sum_rounds_at_its_terms_not_at_its_value(dtype):
     gradient, and the one wrong entry is the only one found."""
     x = np.linspace(-1.0, 1.0, 300).astype(dtype)
     good = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
-    counts = good.counts()
-    assert "MISMATCH" not in counts and "NONSMOOTH" not in counts, counts
+    assert good.verdict == Verdict.PASS and good.ok, good.counts()
     true = np.cos(x.astype(np.float64))
     # error bars are statistical: the documented coverage is 99%, and no miss is gross
     ratio = np.abs(good.entries.reference - true) / good.entries.reference_error
@@ -425,8 +439,7 @@ def test_error_bars_cover_richardson_entries_that_agree_by_chance():
     assert norm.verdict == Verdict.PASS, str(norm)
     x = 2.0 * np.random.default_rng(5).standard_normal(1500)
     rep = pg.check(lambda x: np.sum(np.log1p(x * x)), x, grad=lambda x: 2 * x / (1 + x * x))
-    assert rep.verdict in (Verdict.PASS, Verdict.INCONCLUSIVE), str(rep)
-    assert rep.counts().get("PASS", 0) >= 1490
+    assert rep.verdict == Verdict.PASS and rep.ok, str(rep)
     true = 2 * x / (1 + x * x)
     covered = np.abs(rep.entries.reference - true) <= rep.entries.reference_error
     assert covered.mean() > 0.99
@@ -468,6 +481,25 @@ def test_wrong_sign_on_tiny_inputs_of_a_large_function_never_passes():
     assert report.counts().get("PASS", 0) == 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: for float32 input the automatic reference is float64 differences, "
+    "which cannot resolve these entries (all 1000 INCONCLUSIVE), so the sign-flipped "
+    "gradient is not pinned down as MISMATCH; an mp reference is not tried",
+)
+def test_wrong_sign_on_tiny_inputs_of_a_large_function_is_a_mismatch():
+    """The same wrong gradient as above: it must be found, entry by entry."""
+    x = (np.random.default_rng(1).standard_normal(1000) * 1e-6).astype(np.float32)
+    report = pg.check(
+        lambda x: np.sum(np.log1p(x**2)) + 1e4,
+        x,
+        grad=lambda x: -2 * x / (1 + x**2),
+        strategy="full",
+    )
+    assert report.verdict == Verdict.MISMATCH and not report.ok
+    assert report.counts()["MISMATCH"] == np.count_nonzero(x)
+
+
 @pytest.mark.parametrize(
     "f, g",
     [
@@ -507,6 +539,19 @@ def test_noise_that_one_direction_cannot_see_is_borrowed_from_the_others():
     ratio = np.abs(e.reference - np.expm1(x)) / e.reference_error
     assert np.mean(ratio <= 1.0) >= 0.9 and np.max(ratio) <= 3.0
     assert "MISMATCH" not in report.counts() and "NONSMOOTH" not in report.counts()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: with the float64 reference, 2 of the 100 entries of exp(x) - 1 - x "
+    "near 0 stay INCONCLUSIVE (their rounding drifts smoothly along those directions), so "
+    "report.ok is False on a correct gradient",
+)
+def test_noise_borrowed_from_the_other_directions_gives_a_passing_check():
+    """The same check as above must also pass: the gradient is right."""
+    x = np.random.default_rng(0).uniform(-1e-3, 1e-3, 100).astype(np.float32).astype(float)
+    report = pg.check(lambda x: np.sum(np.exp(x) - 1 - x), x, grad=np.expm1, reference="float64")
+    assert report.verdict == Verdict.PASS and report.ok, report.counts()
 
 
 def test_a_function_that_raises_away_from_x_is_not_finite_there():
@@ -578,9 +623,32 @@ def test_value_that_barely_changes_near_0_is_inconclusive_not_mismatch(dtype):
     derivative is not resolved (INCONCLUSIVE), never a confident 0 (MISMATCH)."""
     x = (10 ** np.random.default_rng(0).uniform(-8, -6, 30)).astype(dtype)
     report = pg.check(lambda x: np.sum(np.cosh(x) - 1), x, grad=np.sinh, reference="float64")
-    assert "MISMATCH" not in report.counts(), report.counts()
+    # the float64 reference the user asked for cannot resolve any of these derivatives
+    assert report.counts() == {"INCONCLUSIVE": 30} and not report.ok
     e = report.entries
     assert np.all(np.abs(e.reference - np.sinh(x.astype(np.float64))) <= e.reference_error)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.float64,
+        pytest.param(
+            np.float32,
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known limit: for float32 input the automatic reference is float64 "
+                "differences, which cannot resolve cosh(x) - 1 at x < 1e-6 (INCONCLUSIVE); "
+                "the mp reference, which could, is not tried",
+            ),
+        ),
+    ],
+)
+def test_value_that_barely_changes_near_0_passes_with_the_default_reference(dtype):
+    """The same correct gradient with the default reference: PASS, and the check is ok."""
+    x = (10 ** np.random.default_rng(0).uniform(-8, -6, 30)).astype(dtype)
+    report = pg.check(lambda x: np.sum(np.cosh(x) - 1), x, grad=np.sinh)
+    assert report.verdict == Verdict.PASS and report.ok, report.counts()
 
 
 @pytest.mark.parametrize("x0, error", [(1000.3, 1e-4), (1.0, 1e-6)])

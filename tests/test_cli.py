@@ -191,3 +191,74 @@ def test_supplied_gradient_means_numpy_even_if_the_file_imports_torch(tmp_path):
     assert ok.stdout.startswith("polygrad: PASS") and "numpy" in ok.stdout
     bad = run("check", f"{f}:f", "--at", "0.5, 1.5", "--grad", f"{f}:g_bad")
     assert bad.returncode == 1 and "MISMATCH" in bad.stdout
+
+
+TF_FILE = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import tensorflow as tf
+
+    print("user line on sys.stderr", file=sys.stderr)
+    os.write(2, b"user line on fd 2\\n")
+
+    def f(x):
+        return tf.reduce_sum(tf.sin(x) * x)
+    """
+)
+
+# absl/glog records as TensorFlow writes them (severity, MMDD, time, thread, file:line])
+NATIVE_LOG = r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::InitializeLog|oneDNN|cuInit|cuda"
+
+
+@pytest.mark.parametrize("level", [None, "3"])
+def test_check_on_tensorflow_prints_no_native_log_line(tmp_path, level):
+    """TF's C++ log lines stay off stderr, with or without the user's TF_CPP_MIN_LOG_LEVEL."""
+    import re
+
+    (tmp_path / "tfmodel.py").write_text(TF_FILE)
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    r = subprocess.run(
+        [sys.executable, "-m", "polygrad", "check", f"{tmp_path / 'tfmodel.py'}:f", "--at", "1, 2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("polygrad: PASS")
+    bad = [line for line in r.stderr.splitlines() if re.search(NATIVE_LOG, line)]
+    assert bad == [], r.stderr
+    # what the user's own code writes to stderr is kept, from Python and from native code
+    assert r.stderr.splitlines() == ["user line on sys.stderr", "user line on fd 2"], r.stderr
+
+
+def test_native_log_filter_is_scoped_to_the_entry_points():
+    """``import polygrad`` sets nothing; the CLI's filter restores env, fd 2 and sys.stderr."""
+    code = (
+        "import os, sys\n"
+        "import polygrad\n"
+        "from polygrad._native_logs import quiet_native_logs, is_native_log_line\n"
+        "assert 'TF_CPP_MIN_LOG_LEVEL' not in os.environ\n"
+        "before = (sys.stderr, os.fstat(2).st_ino)\n"
+        "with quiet_native_logs():\n"
+        "    assert os.environ['TF_CPP_MIN_LOG_LEVEL'] == '3'\n"
+        "    os.write(2, b'I0000 00:00:1796135232.291440    8347 port.cc:153] oneDNN on\\n')\n"
+        "    os.write(2, b'kept\\n')\n"
+        "assert 'TF_CPP_MIN_LOG_LEVEL' not in os.environ\n"
+        "assert (sys.stderr, os.fstat(2).st_ino) == before\n"
+        "assert is_native_log_line('E0000 00:00:17.5  12 cuda_platform.cc:52] failed cuInit')\n"
+        "assert not is_native_log_line('E: my own error')\n"
+        "print('done')\n"
+    )
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "done\n" and r.stderr == "kept\n"

@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
-import time
 
 PNG = b"\x89PNG\r\n\x1a\n"
+# absl/glog records as TensorFlow writes them, and its banners
+NATIVE_LOG = r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\]|absl::InitializeLog|oneDNN|cuInit"
 
 
 def test_demo_runs_everything(tmp_path):
     out = tmp_path / "demo"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    t0 = time.perf_counter()
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the demo keeps TensorFlow's C++ log lines away
     r = subprocess.run(
         [sys.executable, "-m", "polygrad", "demo", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
         env=env,
     )
-    wall = time.perf_counter() - t0
     assert r.returncode == 0, r.stdout + r.stderr
-    assert wall < 120
+    native = [line for line in r.stderr.splitlines() if re.search(NATIVE_LOG, line)]
+    assert native == [], r.stderr
     text = r.stdout
     assert "Summary: 7 of 7 examples gave the expected verdict" in text
     assert "UNEXPECTED" not in text and "skipped" not in text
@@ -62,7 +64,7 @@ def test_demo_numpy_only(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     for mod in ("torch", "jax", "tensorflow"):
-        assert f"pip install 'polygrad[{mod}]'" in r.stdout
+        assert f"pip install 'polygrad-check[{mod}]'" in r.stdout
     assert "numpy hand-written" in r.stdout and "MISMATCH" in r.stdout
     assert "Summary: 2 of 2 examples" in r.stdout
     assert (out / "case1-numpy-sweep.png").read_bytes()[:8] == PNG

@@ -136,12 +136,12 @@ def test_template_sessions_and_syntax():
     text = render_noxfile(["tf", "jax", "jax"])
     ast.parse(text)
     assert re.findall(r'@nox.session\(name="([^"]+)"\)', text) == ["tests-tensorflow", "tests-jax"]
-    assert '_install(session, "polygrad[tensorflow]")' in text
+    assert '_install(session, "polygrad-check[tensorflow]")' in text
     assert '_pytest(session, "jax")' in text
     assert 'f"--polygrad-backends={framework}"' in text
     everything = render_noxfile()
     assert re.findall(r'name="tests-(\w+)"', everything) == list(BACKENDS)
-    assert '_install(session, "polygrad")' in everything  # numpy: no extra
+    assert '_install(session, "polygrad-check")' in everything  # numpy: no extra
     with pytest.raises(ValueError, match="unknown backend 'mxnet'"):
         render_noxfile(["mxnet"])
     with pytest.raises(ValueError, match="no framework named"):

@@ -351,7 +351,7 @@ def test_requested_but_missing_framework_fails(
     result.stdout.fnmatch_lines(
         [
             "*polygrad backend 'jax' was requested but its framework is not installed; "
-            'install it with: pip install "polygrad[[]jax[]]"*'
+            'install it with: pip install "polygrad-check[[]jax[]]"*'
         ]
     )
     # not requested: a missing framework is simply not part of the parametrisation
@@ -368,7 +368,7 @@ def test_requesting_every_backend_matches_what_is_installed(pytester: pytest.Pyt
     result.assert_outcomes(passed=len(INSTALLED), failed=len(missing))
     assert _ids(result) == list(BACKENDS)
     for name in missing:
-        result.stdout.fnmatch_lines([f'*pip install "polygrad[[]{name}[]]"*'])
+        result.stdout.fnmatch_lines([f'*pip install "polygrad-check[[]{name}[]]"*'])
 
 
 # --- conversion helpers (run per selected backend, through the plugin itself) ---------------------
@@ -446,7 +446,7 @@ def test_unknown_dtype_is_an_input_type_error(backend):
 @pytest.mark.parametrize("name", ["torch", "jax", "tensorflow"])
 def test_missing_framework_names_the_extra(monkeypatch: pytest.MonkeyPatch, name):
     monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
-    with pytest.raises(MissingBackendError, match=rf'pip install "polygrad\[{name}\]"'):
+    with pytest.raises(MissingBackendError, match=rf'pip install "polygrad-check\[{name}\]"'):
         to_backend(np.ones(2), name)
     with pytest.raises(MissingBackendError, match="not installed"):
         BackendHandle(name).namespace  # noqa: B018
@@ -461,9 +461,13 @@ def test_frameworks_installed_or_missing_with_the_extra():
         if framework_installed(name):
             assert np.asarray(to_backend(np.arange(3.0), name)).tolist() == [0.0, 1.0, 2.0]
         else:
-            with pytest.raises(MissingBackendError, match=rf'pip install "polygrad\[{name}\]"'):
+            with pytest.raises(
+                MissingBackendError, match=rf'pip install "polygrad-check\[{name}\]"'
+            ):
                 to_backend(np.arange(3.0), name)
-            with pytest.raises(MissingBackendError, match=rf"pip install 'polygrad\[{name}\]'"):
+            with pytest.raises(
+                MissingBackendError, match=rf"pip install 'polygrad-check\[{name}\]'"
+            ):
                 pg.check(lambda x: x, np.ones(2), backend=name)
 
 

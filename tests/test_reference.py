@@ -113,7 +113,7 @@ def test_error_bar_honest_and_accurate_float64():
     assert np.max(rel_errors) <= 1e-9
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(sorted(FUNCS)),
     x=st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=4),

@@ -4,7 +4,6 @@ not change a reference's value or honesty)."""
 from __future__ import annotations
 
 import gc
-import time
 
 import numpy as np
 import pytest
@@ -130,42 +129,58 @@ def test_center_is_evaluated_with_its_neighbours():
 # ---- chunk sizes -----------------------------------------------------------------------------
 
 
-def _slow_above(limit: int, per_row: float, penalty: float):
+class _Clock:
+    """A simulated clock: batch functions advance it by the cost they model."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _slow_above(clock: _Clock, limit: int, per_row: float, penalty: float):
     """A batch function whose per-row cost grows for chunks larger than ``limit``."""
     sizes = []
 
     def fn(X):
         sizes.append(X.shape[0])
-        time.sleep(X.shape[0] * (per_row if X.shape[0] <= limit else per_row * penalty))
+        clock.now += X.shape[0] * (per_row if X.shape[0] <= limit else per_row * penalty)
         return X[:, :1] * 2.0
 
     return fn, sizes
 
 
 def test_chunk_sizer_finds_the_cache_friendly_size_and_keeps_rows_in_order():
-    fn, sizes = _slow_above(64, 2e-5, 4.0)
-    sizer = ChunkSizer(4096)
+    clock = _Clock()
+    fn, sizes = _slow_above(clock, 64, 2e-5, 4.0)
+    sizer = ChunkSizer(4096, clock=clock)
     X = np.arange(3000.0)[:, None]
     out = sizer(fn, X)
     np.testing.assert_array_equal(out, 2.0 * X)  # every row once, in order
     assert sum(sizes) == 3000
+    # warm-up 32, two timed chunks of 32 (2e-5 s a row), then 256 at 8e-5 a row: slower,
+    # so the timing stops there and 32 is kept for the rest
+    assert sizes[:5] == [32, 32, 32, 256, 256]
     assert sizer.best == 32
     assert sizes[-1] <= 32
 
 
 def test_chunk_sizer_prefers_large_chunks_when_calls_cost_most():
     sizes = []
+    clock = _Clock()
 
     def fn(X):
         sizes.append(X.shape[0])
-        time.sleep(2e-3)  # a fixed cost per call
+        clock.now += 2e-3  # a fixed cost per call
         return X
 
-    sizer = ChunkSizer(1024)
+    sizer = ChunkSizer(1024, clock=clock)
     X = np.zeros((5000, 1))
     assert sizer(fn, X).shape == (5000, 1)
     assert sizer.best == 1024
     assert sum(sizes) == 5000
+    assert sizes[:7] == [32, 32, 32, 256, 256, 1024, 1024]
 
 
 def test_chunk_sizer_small_batches_pass_through():

@@ -15,7 +15,6 @@ from polygrad.testing.strategies import directions, points
 FAST = settings(
     max_examples=40,
     deadline=None,
-    derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -138,7 +137,7 @@ def test_strategies_need_hypothesis_but_testing_does_not():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "needs hypothesis" in out.stdout
-    assert 'pip install "polygrad[test]"' in out.stdout
+    assert 'pip install "polygrad-check[test]"' in out.stdout
 
 
 # --- the recipe: property-based test of a hand-written gradient ----------------------------------
@@ -160,7 +159,7 @@ def softplus_grad_bug(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, 1 / (1 + e), e / (1 - e))
 
 
-RECIPE = settings(max_examples=20, deadline=None, derandomize=True, database=None)
+RECIPE = settings(max_examples=20, deadline=None, database=None)
 POINTS = points(5, "float64", min_magnitude=1e-3, max_magnitude=30.0)
 
 

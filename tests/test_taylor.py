@@ -127,7 +127,6 @@ def test_colour_only_on_terminals(monkeypatch):
 
 
 def test_plots(tmp_path):
-    pytest.importorskip("matplotlib")
     f, g = FUNCTIONS["logsumexp"]
     t = pg.taylor_test(f, np.array([0.3, -1.2, 0.7]), grad=lambda x: 1.01 * g(x))
     t.plot(tmp_path / "taylor.png")

@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import numbers
 import sys
 from typing import Any
 
+import numpy as np
+
+from .._install import pip_install
+from .._names import argument_names
 from .._pytree import flatten
-from ..errors import MissingBackendError
+from ..errors import InputTypeError, MissingBackendError
 from .base import Backend
 
-__all__ = ["BACKEND_MODULES", "available_backends", "get_backend", "select_backend"]
+__all__ = [
+    "BACKEND_MODULES",
+    "available_backends",
+    "get_backend",
+    "reject_number_lists",
+    "select_backend",
+]
 
 # name -> (module:class, extra, framework module)
 BACKEND_MODULES: dict[str, tuple[str, str, str]] = {
@@ -56,9 +67,37 @@ def get_backend(name: str) -> Backend:
     if module and importlib.util.find_spec(module) is None:
         raise MissingBackendError(
             f"backend {key!r} needs {module!r}, which is not installed; install it with: "
-            f"pip install 'polygrad[{extra}]'"
+            + pip_install(extra)
         )
     return _backend_class(key)()
+
+
+def reject_number_lists(f: Any, args: tuple[Any, ...], argnums: tuple[int, ...]) -> None:
+    """Refuse a checked argument that is a Python list (or tuple) of numbers.
+
+    Lists, tuples and dicts are containers (pytrees) whose leaves are separate
+    inputs, so ``[1.0, 2.0]`` would be checked as two scalar arguments, not as
+    a vector, and no framework's array type would pick the backend.
+
+    Raises
+    ------
+    InputTypeError
+        Names the argument and the array constructors that fix it.
+    """
+    names = argument_names(f, len(args))
+    for i in argnums:
+        a = args[i]
+        if not isinstance(a, (list, tuple)) or not a:
+            continue
+        leaves = flatten(a)[0]
+        if all(isinstance(v, (numbers.Number, np.generic)) for v in leaves):
+            name = names[i] or str(i)
+            raise InputTypeError(
+                f"argument {name} is a Python {type(a).__name__} of numbers; polygrad takes arrays "
+                "(lists, tuples and dicts are containers whose leaves are checked as separate "
+                "inputs). Pass an array of your framework, e.g. np.asarray(x), jnp.asarray(x), "
+                "torch.tensor(x, dtype=torch.float64) or tf.constant(x, tf.float64)."
+            )
 
 
 def select_backend(args: tuple[Any, ...], name: str | None = None) -> Backend:

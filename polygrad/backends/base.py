@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .._install import pip_install
 from ..errors import InputTypeError, InputValueError, MissingBackendError
 
 __all__ = [
@@ -345,9 +346,18 @@ class ChunkSizer:
         Largest chunk (the user's ``batch_size``).
     candidates : tuple of int
         Chunk sizes tried (capped at ``max_rows``); ``max_rows`` is always one.
+    clock : callable
+        Seconds, monotonic (default :func:`time.perf_counter`); tests pass a
+        simulated clock.
     """
 
-    def __init__(self, max_rows: int, candidates: tuple[int, ...] = (32, 256)) -> None:
+    def __init__(
+        self,
+        max_rows: int,
+        candidates: tuple[int, ...] = (32, 256),
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.clock = clock
         self.max_rows = max(1, int(max_rows))
         sizes = {min(c, self.max_rows) for c in candidates} | {self.max_rows}
         self.candidates = sorted(sizes)
@@ -366,9 +376,9 @@ class ChunkSizer:
             else:
                 planned = False
                 size = self.best or (self._fastest() if self.per_row else self.candidates[0])
-            t0 = time.perf_counter()
+            t0 = self.clock()
             out.append(fn(X[i : i + size]))
-            elapsed = time.perf_counter() - t0
+            elapsed = self.clock() - t0
             i += min(size, B - i)
             if planned:
                 self._record(size, elapsed / size)
@@ -402,7 +412,7 @@ class Backend(ABC):
     name : str
         Short name used with ``backend=`` (``"numpy"``, ``"torch"``...).
     extra : str
-        The pip extra that installs the framework (``polygrad[torch]``).
+        The pip extra that installs the framework (``polygrad-check[torch]``).
     supports_autodiff, supports_float64, supports_vmap, arbitrary_precision : bool
         Capability flags the core branches on.
     """
@@ -422,7 +432,7 @@ class Backend(ABC):
             except ImportError as exc:  # pragma: no cover - depends on the install
                 raise MissingBackendError(
                     f"the {self.name} backend needs {self.module!r}, which is not installed; "
-                    f"install it with: pip install 'polygrad[{self.extra}]'"
+                    f"install it with: {pip_install(self.extra)}"
                 ) from exc
 
     @classmethod

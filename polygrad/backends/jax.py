@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from .._names import argument_names, leaf_name
+from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
 from .base import Backend, Layout, Supplied, Target, chunked, dtype_eps, validate_float_array
 from .numpy import as_float_output, output_layout
@@ -168,6 +170,24 @@ class _Promoter:
         return v
 
 
+# A traced value turned into a Python or NumPy number inside f: JAX cannot differentiate
+# through it, and its own error does not say which part of a gradient check needs the trace.
+_TRACER_CONVERSION = (
+    "the function turns a JAX array into a Python or NumPy value ({kind}: float(), int(), "
+    ".item(), np.asarray() or an `if` on a traced value), so JAX cannot differentiate "
+    "through it; polygrad differentiates f with jax.vjp and batches it with jax.vmap, "
+    "where every array is traced. Return the JAX array itself (jnp.sum(...), not "
+    "float(jnp.sum(...))), use jnp functions instead of NumPy ones, and jnp.where or "
+    "jax.lax.cond instead of Python control flow on array values."
+)
+
+
+def _tracer_conversion_errors(jax: Any) -> tuple[type[BaseException], ...]:
+    """JAX's errors for a traced value converted to a concrete one (bool, int, float, array)."""
+    e = jax.errors
+    return (e.ConcretizationTypeError, e.TracerArrayConversionError, e.TracerIntegerConversionError)
+
+
 class _FlatFunction:
     """``f`` seen as a function of the list of its checked leaves.
 
@@ -194,6 +214,7 @@ class _FlatFunction:
         self.treedefs: dict[int, Any] = {}
         self.leaves: list[Any] = []
         names: list[str] = []
+        arg_names = argument_names(f, len(args))
         for i in argnums:
             if not -len(args) <= i < len(args):
                 raise ValueError(f"argnums contains {i}, but f was given {len(args)} arguments")
@@ -201,7 +222,7 @@ class _FlatFunction:
             self.treedefs[i] = td
             for path, leaf in with_path:
                 key = jax.tree_util.keystr(path)
-                name = f"arg{i}{key}" if len(argnums) > 1 or key else "x"
+                name = leaf_name(arg_names, i, key, argnums)
                 validate_float_array(np.asarray(leaf), name)
                 self.leaves.append(leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf))
                 names.append(name)
@@ -209,6 +230,7 @@ class _FlatFunction:
         self.dtypes = [np.dtype(a.dtype) for a in self.leaves]
         host = [np.asarray(a).astype(np.float64).ravel() for a in self.leaves]
         self.x0 = np.concatenate(host) if host else np.empty(0)
+        self.out_paths: list[str] = []  # of the output pytree, set by each call
         self.device = next(
             (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
         )
@@ -224,7 +246,13 @@ class _FlatFunction:
             td = self.treedefs[i]
             full[i] = td.unflatten(list(leaves[off : off + td.num_leaves]))
             off += td.num_leaves
-        return [jnp.asarray(o) for o in jax.tree_util.tree_leaves(self.f(*full))]
+        try:
+            out = self.f(*full)
+        except _tracer_conversion_errors(jax) as exc:
+            raise InputTypeError(_TRACER_CONVERSION.format(kind=type(exc).__name__)) from exc
+        with_path = jax.tree_util.tree_flatten_with_path(out)[0]
+        self.out_paths = [jax.tree_util.keystr(path) for path, _ in with_path]
+        return [jnp.asarray(o) for _, o in with_path]
 
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
@@ -539,7 +567,7 @@ class JaxBackend(Backend):
             jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
             evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
-            output_layout=output_layout(out_leaves),
+            output_layout=output_layout(out_leaves, flat.out_paths),
             backend=self.name,
             notes=notes,
             mp_unavailable_reason=mp_reason,

@@ -8,11 +8,12 @@ float64 arrays, which is what NumPy code does naturally; the mpmath evaluator
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._names import argument_names, leaf_name
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, ShapeMismatchError
 from .base import Backend, Layout, Supplied, Target, dtype_eps, validate_float_array
@@ -21,13 +22,30 @@ from .mpmath import mp_evaluator
 __all__ = ["NumpyBackend", "PointFunction", "as_float_output", "check_not_mutated", "output_layout"]
 
 
-def output_layout(out_leaves: list[np.ndarray]) -> Layout:
-    """Layout of a function's output leaves (``f`` or ``f[0]``, ``f[1]``... for several)."""
+def output_layout(out_leaves: list[Any], paths: Sequence[str] | None = None) -> Layout:
+    """Layout of a function's output leaves.
+
+    Parameters
+    ----------
+    out_leaves : list of arrays
+        The output's leaves (anything with a ``shape``), in pytree order.
+    paths : sequence of str, optional
+        Each leaf's path in the output pytree (``"['loss']"``, ``"[1]"``), as
+        :func:`polygrad._pytree.flatten` or ``jax.tree_util.keystr`` write them.
+
+    Returns
+    -------
+    Layout
+        One output is ``f``; several are ``f`` followed by their paths
+        (``f['loss']``, ``f['logits']`` for a dict, ``f[0]``, ``f[1]`` for a
+        tuple, and for several leaves given without paths).
+    """
+    shapes = [tuple(a.shape) for a in out_leaves]
     if len(out_leaves) == 1:
-        return Layout.from_shapes(["f"], [out_leaves[0].shape])
-    return Layout.from_shapes(
-        [f"f[{i}]" for i in range(len(out_leaves))], [a.shape for a in out_leaves]
-    )
+        return Layout.from_shapes(["f"], shapes)
+    if paths is None or len(paths) != len(out_leaves):
+        paths = [f"[{i}]" for i in range(len(out_leaves))]
+    return Layout.from_shapes([f"f{p}" for p in paths], shapes)
 
 
 def check_not_mutated(after: list[np.ndarray], before: list[np.ndarray]) -> None:
@@ -88,12 +106,13 @@ class PointFunction:
         leaves_all: list[np.ndarray] = []
         names: list[str] = []
         self.leaf_dtypes: list[np.dtype] = []
+        arg_names = argument_names(f, len(args))
         for i in argnums:
             leaves, paths, td = flatten(args[i])
             self.treedefs[i] = td
             for leaf, path in zip(leaves, paths, strict=True):
                 arr = np.asarray(leaf)
-                name = f"arg{i}{path}" if len(argnums) > 1 or path else "x"
+                name = leaf_name(arg_names, i, path, argnums)
                 validate_float_array(arr, name)
                 leaves_all.append(arr)
                 names.append(name)
@@ -187,7 +206,8 @@ class NumpyBackend(Backend):
         pf = PointFunction(f, args, argnums)
         wd = np.dtype(pf.working_dtype)
         leaves0 = pf.leaves_at(pf.x0, "working")
-        y0, out_leaves = as_float_output(f(*pf.args_with(leaves0)))
+        out0 = f(*pf.args_with(leaves0))
+        y0, out_leaves = as_float_output(out0)
         check_not_mutated(leaves0, pf.layout.split(pf.x0))
         m = y0.size
         notes: list[str] = []
@@ -215,7 +235,7 @@ class NumpyBackend(Backend):
         else:
             evaluate64 = evaluate
 
-        out_layout = output_layout(out_leaves)
+        out_layout = output_layout(out_leaves, flatten(out0)[1])
 
         def flat_derivative(value: Any, what: str, expect: str) -> np.ndarray:
             """Flatten a supplied derivative shaped like the checked inputs."""

@@ -601,7 +601,8 @@ class TensorflowBackend(Backend):
         out_tree = raw(first)
         check_not_mutated([_numpy(v) for v in first], originals)
         self._check_state(models, state)
-        out_layout = output_layout([_numpy(o) for o in flatten(out_tree)[0]])
+        out_leaves, out_paths, _ = flatten(out_tree)
+        out_layout = output_layout([_numpy(o) for o in out_leaves], out_paths)
         leaves = [tf.constant(a) for a in originals]
         y1 = np.concatenate([_numpy(o, np.float64) for o in self._flat_outputs(out_tree)])
         y2 = np.concatenate([_numpy(o, np.float64) for o in call(leaves)])

@@ -58,6 +58,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from .._names import argument_names, leaf_name
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
 from .base import (
@@ -258,6 +259,7 @@ class _Program:
         self.torch = torch
         self.raw = raw
         self.out_leaves: list[Any] = []
+        self.out_paths: list[str] = []
         self.primals = primals
         self.batch_size = max(1, int(batch_size))
         self._sizer = ChunkSizer(self.batch_size)
@@ -307,7 +309,7 @@ class _Program:
         torch = self.torch
         leaves = [p.clone() for p in self.primals]
         raw_out = self.raw(*leaves)
-        self.out_leaves = flatten(raw_out)[0]
+        self.out_leaves, self.out_paths, _ = flatten(raw_out)
         for leaf in self.out_leaves:
             if not isinstance(leaf, torch.Tensor):
                 raise InputTypeError(
@@ -573,7 +575,7 @@ class TorchBackend(Backend):
 
         x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
         y0 = work.evaluate(x0[None, :])[0]
-        out_layout = output_layout([np.empty(tuple(t.shape)) for t in work.out_leaves])
+        out_layout = output_layout(work.out_leaves, work.out_paths)
 
         rng = np.random.default_rng(0)
         wide: _Program | None = work
@@ -689,11 +691,12 @@ class TorchBackend(Backend):
         """Names, primals, ``raw(*leaves)`` and the float64 builder for ``wrt="inputs"``."""
         torch = self.torch
         treedefs, names, primals = {}, [], []
+        arg_names = argument_names(f, len(args))
         for i in argnums:
             leaves, paths, td = flatten(args[i])
             treedefs[i] = td
             for leaf, path in zip(leaves, paths, strict=True):
-                name = f"arg{i}{path}" if len(argnums) > 1 or path else "x"
+                name = leaf_name(arg_names, i, path, argnums)
                 primals.append(self._checked_tensor(leaf, name))
                 names.append(name)
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._install import pip_install
 from ..backends import _ALIASES, BACKEND_MODULES
 from ..errors import InputTypeError, MissingBackendError
 
@@ -43,9 +44,12 @@ def canonical_name(name: str) -> str:
 
 
 def extra_of(name: str) -> str:
-    """The install command that provides backend ``name``, e.g. ``pip install "polygrad[jax]"``."""
+    """The install command that provides backend ``name``.
+
+    E.g. ``pip install "polygrad-check[jax]"``; without an extra for NumPy.
+    """
     extra = BACKEND_MODULES[canonical_name(name)][1]
-    return 'pip install "polygrad"' if not extra else f'pip install "polygrad[{extra}]"'
+    return pip_install(extra, quote='"')
 
 
 def framework_installed(name: str) -> bool:

@@ -1,7 +1,7 @@
 """The ``noxfile.py`` that ``polygrad init-nox`` writes for a user's project.
 
 One nox session per framework, ``tests-<framework>``: it installs
-``polygrad[<framework>]``, pytest and the project, and runs
+``polygrad-check[<framework>]``, pytest and the project, and runs
 ``python -m pytest --polygrad-backends=<framework>``, so the ``backend``
 fixture of polygrad's pytest plugin runs that framework only and a missing
 framework fails the session instead of skipping its tests.
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from .._install import requirement as requirement_of
 from ._handles import BACKENDS, canonical_name
 
 __all__ = ["render_noxfile", "write_noxfile"]
@@ -102,7 +103,7 @@ def render_noxfile(frameworks: Iterable[str] | None = None) -> str:
     names = _frameworks(frameworks)
     text = _HEADER.format(first=names[0])
     for name in names:
-        requirement = "polygrad" if name == "numpy" else f"polygrad[{name}]"
+        requirement = requirement_of("" if name == "numpy" else name)
         text += _SESSION.format(name=name, label=_LABELS[name], requirement=requirement)
     return text
 

@@ -13,7 +13,7 @@ only by a test that uses it.
   any of them, every *installed* framework is used. A project whose CI must
   test every framework names them all in the ini setting. A name polygrad does not know is a usage
   error. A framework that is requested but not installed makes its tests
-  **fail** (not skip), with the ``pip install "polygrad[...]"`` command in
+  **fail** (not skip), with the ``pip install "polygrad-check[...]"`` command in
   the message: a CI job that asked for JAX must not go green without it.
 * ``@pytest.mark.polygrad_backends("torch", "jax")`` — restricts a test to
   those backends (within the selection). A test whose backends are all

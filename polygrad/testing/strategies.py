@@ -6,7 +6,7 @@
 * :func:`directions` — unit-norm arrays, to use as tangents (JVP) or
   cotangents (VJP).
 
-Needs ``hypothesis`` (``pip install "polygrad[test]"``); importing
+Needs ``hypothesis`` (``pip install "polygrad-check[test]"``); importing
 :mod:`polygrad.testing` does not.
 
 Recipe: property-based test of a custom gradient
@@ -71,6 +71,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .._install import pip_install
 from ..errors import MissingBackendError
 
 try:
@@ -79,7 +80,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise MissingBackendError(
         "polygrad.testing.strategies needs hypothesis, which is not installed; install it "
-        'with: pip install "polygrad[test]"'
+        "with: " + pip_install("test", quote='"')
     ) from exc
 
 __all__ = ["directions", "points"]

@@ -1,0 +1,145 @@
+"""The text report: its first line answers "is my gradient right?", then the evidence.
+
+Each case's expected numbers (the Jacobian, the one-sided derivatives at a
+kink, the size of a planted error) are computed here by hand, not read back
+from the report.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad.render import _g, render_text
+
+
+def _first_line(report: pg.Report) -> str:
+    return render_text(report, color=False).splitlines()[0]
+
+
+def test_pass_case_1_in_numpy():
+    """USERS.md case 1 (float32, n = 1000, x = 100): PASS, ok, and why, on the first line."""
+    n = 1000
+    scale = np.random.default_rng(0).uniform(0.5, 1.5, n).astype(np.float32)
+
+    def logdensity(x):
+        return np.sum(-(x**2) / (2 * scale**2))
+
+    def grad(x):
+        return -x / scale**2
+
+    report = pg.check(logdensity, np.full(n, 100.0, np.float32), grad=grad)
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert _first_line(report) == (
+        "polygrad: PASS [ok] — autodiff agrees with the reference within the combined "
+        "error bars on all 1000 entries."
+    )
+    # the reference is the exact gradient -x / scale^2 of the float64 function, whose
+    # scale**2 is still a float32 product (scale is a float32 global)
+    exact = -100.0 / (scale**2).astype(np.float64)
+    assert np.all(np.abs(report.entries.reference - exact) <= report.entries.reference_error)
+    assert "kinks:" not in str(report)
+
+
+def _kink_of_a_composition(x):
+    """x + relu(x): left derivative 1, right 2 at 0; written as x = relu(x) - relu(-x)."""
+    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
+    return np.sum(relu(x) - relu(-x) + relu(x))
+
+
+def _its_autodiff_gradient(x):
+    """What reverse mode computes for the sum above with relu'(0) = 0: 0 at the kink."""
+    step = lambda v: (v > 0).astype(float)  # noqa: E731
+    return step(x) + step(-x) + step(x)
+
+
+def test_nonsmooth_passes_by_default_and_says_why():
+    x = np.array([0.0, 0.7])
+    report = pg.check(_kink_of_a_composition, x, grad=_its_autodiff_gradient)
+    assert report.verdict == pg.Verdict.NONSMOOTH and report.ok
+    row = report.entries.row(0)
+    # one-sided derivatives of x + relu(x) at 0, by hand; autodiff's 0 lies outside [1, 2]
+    assert (row["left"], row["right"], row["autodiff"]) == (1.0, 2.0, 0.0)
+    assert not row["within_one_sided"]
+    assert report.entries.verdicts()[1] == pg.Verdict.PASS  # f'(0.7) = 2, smooth there
+    assert _first_line(report) == (
+        "polygrad: NONSMOOTH [ok] — the gradient agrees with the reference at the 1 entry "
+        "where f is smooth; 1 of 2 entries sits at a kink of f, where f has no derivative "
+        "(its left and right derivatives differ), which is not a gradient error: NONSMOOTH "
+        'passes by default (check(..., nonsmooth="allow")).'
+    )
+    text = render_text(report, color=False)
+    assert "left derivative 1, right derivative 2; autodiff lies outside them" in text
+    assert "does NOT lie" not in text
+    kinks = next(line for line in text.splitlines() if line.startswith("  kinks:"))
+    assert "1 entry is NONSMOOTH" in kinks
+    assert "conservative gradient (Bolte & Pauwels, NeurIPS 2020)" in kinks
+    assert "docs/why-fd-fails.md#kinks" in kinks
+
+
+@pytest.mark.parametrize(
+    ("option", "reason"),
+    [
+        ("within", "autodiff lies outside the one-sided derivatives at 1 of them"),
+        ("fail", 'nonsmooth="fail" fails any kink'),
+    ],
+)
+def test_nonsmooth_under_a_stricter_option_is_not_ok(option, reason):
+    x = np.array([0.0, 0.7])
+    report = pg.check(_kink_of_a_composition, x, grad=_its_autodiff_gradient, nonsmooth=option)
+    assert report.verdict == pg.Verdict.NONSMOOTH and not report.ok
+    line = _first_line(report)
+    assert line.startswith("polygrad: NONSMOOTH [NOT OK] — ")
+    assert reason in line
+
+
+def test_mismatch_names_the_entry_and_the_size():
+    x = np.array([0.5, 1.0, -2.0])
+    planted = np.array([0.0, 1.5, 0.0])  # entry 1 is off by 1.5
+
+    def grad(x):
+        return 2 * x + planted
+
+    report = pg.check(lambda x: np.sum(x**2), x, grad=grad)
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok
+    line = _first_line(report)
+    m = re.fullmatch(
+        r"polygrad: MISMATCH \[NOT OK\] — the gradient is wrong: 1 of 3 entries differs from "
+        r"the reference by far more than round-off and the reference's error bar allow "
+        r"\(worst x\[1\]: off by ([0-9.e+-]+), ([0-9.e+-]+) times its tolerance\)\.",
+        line,
+    )
+    assert m, line
+    assert float(m.group(1)) == 1.5
+    i = 1
+    times = abs(2 * x[i] + planted[i] - 2 * x[i]) / report.entries.tolerance[i]
+    assert float(m.group(2)) == pytest.approx(times, rel=0.05)  # printed to 2 digits
+
+
+def test_marker_is_coloured_on_a_terminal_only():
+    report = pg.check(lambda x: np.sum(x**2), np.array([1.0]), grad=lambda x: 2 * x)
+    coloured = render_text(report, color=True).splitlines()[0]
+    assert "\x1b[1;32m[ok]\x1b[0m" in coloured
+    assert "\x1b[" not in _first_line(report)
+
+
+def test_nan_prints_as_nan_and_missing_as_dash():
+    assert _g(float("nan")) == "nan"
+    assert _g(None) == "-"
+    assert _g(float("inf")) == "+inf"
+
+
+def test_taylor_line_gives_no_percentage_of_zero():
+    """A gradient that is identically 0 is wrong by the whole derivative, not by 'x% of 0'."""
+    x = np.array([1.0, 2.0, 3.0])
+    t = pg.taylor_test(lambda x: np.sum(x**2), x, grad=lambda x: 0 * x)
+    assert t.verdict == "wrong" and t.directional_derivative == 0.0
+    text = t.explain()
+    assert "% of" not in text
+    assert "the gradient's directional derivative is 0" in text
+    # the error is the true directional derivative 2 x . v along the test's direction
+    true = float(2 * x @ t.direction)
+    assert t.first_order_error == pytest.approx(abs(true), rel=1e-6)
