@@ -577,7 +577,7 @@ def check(
     supplied = Supplied(grad, jac, vjp, jvp)
     cinfo = None
     if wrt == "inputs":  # complex inputs/outputs: check the real map (Re, Im) -> (Re f, Im f)
-        from .complex import realify
+        from .complex import name_pairs, realify
 
         f, args, supplied, cinfo = realify(be, f, args, argnums_t, supplied)
         if cinfo.any and order == 2:
@@ -585,6 +585,8 @@ def check(
     if order == 2:
         f = be.gradient_function(f, args, argnums_t)
     target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
+    if cinfo is not None:  # complex leaves named Re/Im, the convention noted
+        name_pairs(target, cinfo)
     n, m = target.n, target.m
     details: dict[str, Any] = {"notes": list(target.notes) + (cinfo.notes if cinfo else [])}
     if n == 0 or m == 0:

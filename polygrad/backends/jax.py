@@ -212,6 +212,7 @@ class _FlatFunction:
         self.device = next(
             (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
         )
+        self.complex_outputs: list[bool] = []
 
     def __call__(self, *leaves: Any, args: Sequence[Any] | None = None) -> list[Any]:
         """Output leaves of ``f`` with the checked leaves replaced by ``leaves``."""
@@ -224,7 +225,10 @@ class _FlatFunction:
             td = self.treedefs[i]
             full[i] = td.unflatten(list(leaves[off : off + td.num_leaves]))
             off += td.num_leaves
-        return [jnp.asarray(o) for o in jax.tree_util.tree_leaves(self.f(*full))]
+        outs = [jnp.asarray(o) for o in jax.tree_util.tree_leaves(self.f(*full))]
+        # a complex output of shape S enters as its real pairs (Re, Im), shape S + (2,)
+        self.complex_outputs = [bool(jnp.iscomplexobj(o)) for o in outs]
+        return [jnp.stack([o.real, o.imag], axis=-1) if jnp.iscomplexobj(o) else o for o in outs]
 
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
@@ -539,7 +543,7 @@ class JaxBackend(Backend):
             jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
             evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
-            output_layout=output_layout(out_leaves),
+            output_layout=output_layout(out_leaves, flat.complex_outputs),
             backend=self.name,
             notes=notes,
             mp_unavailable_reason=mp_reason,

@@ -8,7 +8,7 @@ float64 arrays, which is what NumPy code does naturally; the mpmath evaluator
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,13 +21,17 @@ from .mpmath import mp_evaluator
 __all__ = ["NumpyBackend", "PointFunction", "as_float_output", "check_not_mutated", "output_layout"]
 
 
-def output_layout(out_leaves: list[np.ndarray]) -> Layout:
-    """Layout of a function's output leaves (``f`` or ``f[0]``, ``f[1]``... for several)."""
-    if len(out_leaves) == 1:
-        return Layout.from_shapes(["f"], [out_leaves[0].shape])
-    return Layout.from_shapes(
-        [f"f[{i}]" for i in range(len(out_leaves))], [a.shape for a in out_leaves]
-    )
+def output_layout(out_leaves: list[np.ndarray], pairs: Sequence[bool] | None = None) -> Layout:
+    """Layout of a function's output leaves (``f`` or ``f[0]``, ``f[1]``... for several).
+
+    A complex leaf of shape ``S`` is the real pairs ``(Re, Im)`` of shape
+    ``S + (2,)`` (see :mod:`polygrad.complex`); ``pairs`` marks leaves that a
+    backend has already turned into such pairs.
+    """
+    flags = [np.iscomplexobj(a) or bool(pairs is not None and pairs[i]) for i, a in enumerate(out_leaves)]
+    shapes = [a.shape + (2,) if np.iscomplexobj(a) else a.shape for a in out_leaves]
+    names = ["f"] if len(out_leaves) == 1 else [f"f[{i}]" for i in range(len(out_leaves))]
+    return Layout.from_shapes(names, shapes, flags)
 
 
 def check_not_mutated(after: list[np.ndarray], before: list[np.ndarray]) -> None:
