@@ -28,7 +28,9 @@ def output_layout(out_leaves: list[np.ndarray], pairs: Sequence[bool] | None = N
     ``S + (2,)`` (see :mod:`polygrad.complex`); ``pairs`` marks leaves that a
     backend has already turned into such pairs.
     """
-    flags = [np.iscomplexobj(a) or bool(pairs is not None and pairs[i]) for i, a in enumerate(out_leaves)]
+    flags = [
+        np.iscomplexobj(a) or bool(pairs is not None and pairs[i]) for i, a in enumerate(out_leaves)
+    ]
     shapes = [a.shape + (2,) if np.iscomplexobj(a) else a.shape for a in out_leaves]
     names = ["f"] if len(out_leaves) == 1 else [f"f[{i}]" for i in range(len(out_leaves))]
     return Layout.from_shapes(names, shapes, flags)

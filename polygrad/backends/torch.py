@@ -580,7 +580,10 @@ class TorchBackend(Backend):
         x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
         y0 = work.evaluate(x0[None, :])[0]
         out_layout = output_layout(
-            [np.empty(tuple(t.shape), complex if t.is_complex() else float) for t in work.out_leaves]
+            [
+                np.empty(tuple(t.shape), complex if t.is_complex() else float)
+                for t in work.out_leaves
+            ]
         )
 
         rng = np.random.default_rng(0)
