@@ -206,6 +206,10 @@ def realify(
     Every complex leaf of ``args[argnums]`` (shape ``S``) is replaced by a real
     array of shape ``S + (2,)`` holding its real and imaginary parts; every
     complex output leaf likewise. Nothing changes when nothing is complex.
+    With real inputs, ``f`` is called once (on copies) to find complex outputs
+    only for a backend without autodiff (NumPy, whose ``vjp=``/``jvp=`` are
+    converted here); an autodiff backend makes its complex outputs real pairs
+    itself, and ``f`` is returned untouched.
 
     Parameters
     ----------
@@ -260,14 +264,23 @@ def realify(
             re, im = backend.complex_parts(leaf)
             out.append(backend.stack_pair(re, im))
         new_args[i] = unflatten(td, out)
-    if not info.inputs:
-        # real inputs: a backend itself sees a complex output as its real pairs (Re, Im)
+    if not info.inputs and backend.supports_autodiff:
+        # real inputs: an autodiff backend itself sees a complex output as its real pairs
+        # (Re, Im), made with the framework's real/imag, so f is passed on untouched
         return f, args, supplied, info
     with warnings.catch_warnings():  # complex or not does not depend on JAX's x64 setting
         warnings.simplefilter("ignore")
-        out_flags = [_is_complex_array(o) for o in flatten(f(*_copies(backend, args)))[0]]
+        try:
+            out = f(*_copies(backend, args))
+        except Exception:
+            if info.inputs:
+                raise
+            return f, args, supplied, info  # the backend reports the failing call
+        out_flags = [_is_complex_array(o) for o in flatten(out)[0]]
     info.outputs = sum(out_flags)
     info.output_flags = out_flags
+    if not info.inputs and not info.outputs:
+        return f, args, supplied, info
 
     def to_complex(real_args: tuple[Any, ...]) -> tuple[Any, ...]:
         full = list(real_args)
@@ -358,11 +371,17 @@ def _real_supplied(
 
     if supplied is None or not supplied.given():
         return supplied
-    if supplied.jac is not None:
+    if supplied.jac is not None and any(any(v) for v in flags.values()):
         raise InputTypeError(
             "jac= is not defined for complex inputs or outputs (a non-holomorphic function "
             "has no complex Jacobian); pass vjp= or jvp= in polygrad's convention, or grad= "
             "(dL/da + i dL/db) for a real-valued function"
+        )
+    if supplied.jac is not None:
+        raise InputTypeError(
+            "jac= is not taken for a complex output; pass jvp= (the complex J v) or vjp= "
+            "(the cotangent u + i v weighs Re f by u and Im f by v: the VJP is "
+            "u·∂Re f + v·∂Im f, e.g. Re(conj(c) @ J) for a complex Jacobian J)"
         )
 
     def real_input_like(value: Any) -> Any:

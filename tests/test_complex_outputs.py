@@ -102,13 +102,35 @@ def test_fft_family_in_jax_jitted():
 
 def test_fft_family_in_tensorflow_function():
     x, X = tf.constant(X8), tf.constant(X34)
-    # a real signal given to tf.signal.fft: the user casts it (the cast keeps complex64, so
-    # the reference is computed in the working dtype: still PASS)
+    # a real signal given to tf.signal.fft: the user casts it to complex64
     fft = tf.function(lambda s: tf.signal.fft(tf.cast(s, tf.complex64)))
     assert_pass(pg.check(fft, x), entries(pairs(dft(8))), rtol=1e-4)
     assert_pass(pg.check(tf.function(tf.signal.rfft), x), entries(rfft_jacobian(8)))
     fft2 = lambda s: tf.signal.fft2d(tf.complex(s, tf.zeros_like(s)))  # noqa: E731
     assert_pass(pg.check(fft2, X), entries(fft2_jacobian((3, 4))))
+
+
+def test_jax_complex64_cast_is_promoted_for_the_reference():
+    """A cast to complex64 inside f is re-executed as complex128 for the float64 reference."""
+    r = pg.check(lambda s: jnp.fft.fft(s.astype(jnp.complex64)), jnp.asarray(X8))
+    assert r.details["reference"]["method"] == "float64"
+    assert_pass(r, entries(pairs(dft(8))))
+
+
+def test_numpy_rfft_with_derivatives_in_polygrad_convention():
+    F = dft(8)[:5]
+    x = X8.astype(np.float64)
+    expected = entries(rfft_jacobian(8))
+    assert_pass(pg.check(np.fft.rfft, x, vjp=lambda c, x: (np.conj(c) @ F).real), expected)
+    assert_pass(pg.check(np.fft.rfft, x, jvp=lambda t, x: F @ t[0]), expected)
+    # JAX's convention (cotangent u - i v) passed as polygrad's is a bug
+    r = pg.check(np.fft.rfft, x, vjp=lambda c, x: (c @ F).real)
+    assert r.verdict == pg.Verdict.MISMATCH and not r.ok
+    # a relative error of 1e-7 in float64
+    r = pg.check(np.fft.rfft, x, vjp=lambda c, x: (np.conj(c) @ F).real * (1 + 1e-7))
+    assert r.verdict == pg.Verdict.MISMATCH
+    with pytest.raises(pg.InputTypeError, match="jac= is not taken for a complex output"):
+        pg.check(np.fft.rfft, x, jac=lambda x: F)
 
 
 def stft_jacobian(n: int, n_fft: int, hop: int) -> np.ndarray:

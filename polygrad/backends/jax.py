@@ -79,9 +79,19 @@ def _x64() -> contextlib.AbstractContextManager[Any]:
 
 
 def _is_narrow_float(dtype: Any) -> bool:
+    """A float narrower than float64, or ``complex64`` (a pair of float32)."""
     import jax.numpy as jnp
 
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return np.dtype(dtype).itemsize < 16
     return bool(jnp.issubdtype(dtype, jnp.floating)) and np.dtype(dtype).itemsize < 8
+
+
+def _wide(dtype: Any) -> Any:
+    """The float64 counterpart of a narrow dtype: ``complex128`` for ``complex64``."""
+    import jax.numpy as jnp
+
+    return np.complex128 if jnp.issubdtype(dtype, jnp.complexfloating) else np.float64
 
 
 def _promote_value(v: Any) -> Any:
@@ -92,7 +102,7 @@ def _promote_value(v: Any) -> Any:
     if dtype is None and isinstance(v, float):
         return jnp.asarray(v, dtype=jnp.float64)
     if dtype is not None and _is_narrow_float(dtype):
-        return jnp.asarray(v, dtype=jnp.float64)
+        return jnp.asarray(v, dtype=_wide(dtype))
     return v
 
 
@@ -157,14 +167,16 @@ class _Promoter:
             raise _CannotPromote("an open sub-jaxpr")
         if isinstance(v, ClosedJaxpr):
             avals = [
-                jax.ShapeDtypeStruct(a.shape, np.float64 if _is_narrow_float(a.dtype) else a.dtype)
+                jax.ShapeDtypeStruct(
+                    a.shape, _wide(a.dtype) if _is_narrow_float(a.dtype) else a.dtype
+                )
                 for a in v.in_avals
             ]
             return jax.make_jaxpr(lambda *a: self.run(v, *a))(*avals)
         if isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
             return tuple(self._param(e) for e in v)
         if isinstance(v, np.dtype) and _is_narrow_float(v):
-            return np.dtype(np.float64)
+            return np.dtype(_wide(v))
         return v
 
 
