@@ -336,6 +336,17 @@ def test_custom_rule_of_rfft_right_and_off_by_1e_3(name):
     assert OUTPUT_CONVENTION in r.notes
 
 
+@pytest.mark.parametrize("name", list(RFFT))
+def test_second_order_through_a_complex_output(name):
+    """order=2: the VJP of rfft(x³) for a fixed cotangent on the pairs, 3x² ⊙ (Jᵀc): diagonal."""
+    rfft, array = RFFT[name]
+    r = pg.check(lambda s: rfft(s**3), array(X8.astype(np.float64)), order=2)
+    assert r.verdict == pg.Verdict.PASS and r.ok
+    J = r.entries.reference.reshape(8, 8)
+    np.testing.assert_allclose(J - np.diag(np.diag(J)), 0.0, atol=1e-9)
+    assert np.all(np.abs(np.diag(J)) > 1e-3)
+
+
 def test_mixed_real_and_complex_outputs_and_user_objects_unchanged():
     """A tuple (real, complex) output from a module method; the module is left as it was."""
 

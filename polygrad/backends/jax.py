@@ -240,7 +240,10 @@ class _FlatFunction:
         outs = [jnp.asarray(o) for o in jax.tree_util.tree_leaves(self.f(*full))]
         # a complex output of shape S enters as its real pairs (Re, Im), shape S + (2,)
         self.complex_outputs = [bool(jnp.iscomplexobj(o)) for o in outs]
-        return [jnp.stack([o.real, o.imag], axis=-1) if jnp.iscomplexobj(o) else o for o in outs]
+        return [
+            jnp.stack([o.real, o.imag], axis=-1) if c else o
+            for o, c in zip(outs, self.complex_outputs, strict=True)
+        ]
 
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
@@ -628,6 +631,9 @@ class JaxBackend(Backend):
 
         argnums = tuple(argnums)
         outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
+        if any(jnp.iscomplexobj(o) for o in outs):  # complex outputs as (real, imag) pairs
+            f = _real_pairs(f)
+            outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
         which = argnums[0] if len(argnums) == 1 else argnums
         if len(outs) == 1 and outs[0].shape == ():
             return jax.grad(f, argnums=which)
@@ -648,6 +654,18 @@ class JaxBackend(Backend):
             return grads[0] if len(argnums) == 1 else grads
 
         return vjp_with_fixed_cotangent
+
+
+def _real_pairs(f: Callable[..., Any]) -> Callable[..., list[Any]]:
+    """``f`` with each complex output leaf (shape ``S``) as its (Re, Im) pairs (``S + (2,)``)."""
+    import jax
+    import jax.numpy as jnp
+
+    def pairs(*args: Any) -> list[Any]:
+        outs = [jnp.asarray(o) for o in jax.tree_util.tree_leaves(f(*args))]
+        return [jnp.stack([o.real, o.imag], axis=-1) if jnp.iscomplexobj(o) else o for o in outs]
+
+    return pairs
 
 
 def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:
