@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -91,6 +92,14 @@ def test_fft_family_in_torch():
     assert r.entries.names[:2] == ["Re f[0, 0] / x[0, 0]", "Im f[0, 0] / x[0, 0]"]
     assert_pass(r, entries(fft2_jacobian((3, 4))))
     assert_pass(pg.check(torch.fft.fftn, X), entries(fft2_jacobian((3, 4))))
+
+
+def test_torch_compiled_spectrum():
+    """torch.compile of sin then rfft: J = F diag(cos x)."""
+    spectrum = torch.compile(lambda s: torch.fft.rfft(torch.sin(s)))
+    r = pg.check(spectrum, torch.tensor(X8))
+    cos = np.cos(X8.astype(np.float64))
+    assert_pass(r, entries(rfft_jacobian(8) * cos[None, :]))
 
 
 def test_fft_family_in_jax_jitted():
@@ -366,3 +375,44 @@ def test_mixed_real_and_complex_outputs_and_user_objects_unchanged():
     assert_pass(r, entries(J))
     assert model.gain.dtype == torch.float32 and float(model.gain.detach()) == 2.0
     assert x.dtype == torch.float32 and np.array_equal(x.numpy(), X8)
+
+
+def linear_then_rfft_jacobian(x: np.ndarray, weight_out_in: bool) -> np.ndarray:
+    """rfft(W x + b), 8 outputs of the layer: ∂f_k/∂W[i, j] = F[k, i] x_j, ∂f_k/∂b_i = F[k, i]."""
+    F = dft(8)[:5]
+    dW = np.einsum("ki,j->kij", F, x.astype(np.float64))  # W[i, j]: output i, input j
+    if not weight_out_in:  # Keras' kernel is (input, output)
+        dW = dW.transpose(0, 2, 1)
+    return pairs(np.concatenate([dW.reshape(5, -1), F], axis=1))
+
+
+def test_parameters_of_a_torch_module_with_a_spectral_output():
+    torch.manual_seed(0)
+
+    class Spectral(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 8)
+
+        def forward(self, x):
+            return torch.fft.rfft(self.lin(x))
+
+    model, x = Spectral(), torch.tensor([0.5, -1.0, 2.0])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    r = pg.check(model, x, wrt="parameters")
+    assert r.entries.names[:2] == ["Re f[0] / lin.weight[0, 0]", "Im f[0] / lin.weight[0, 0]"]
+    assert_pass(r, entries(linear_then_rfft_jacobian(x.numpy(), weight_out_in=True)))
+    for k, v in model.state_dict().items():
+        assert v.dtype == torch.float32 and torch.equal(v, before[k])
+
+
+def test_parameters_of_a_keras_model_with_a_spectral_output():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(8)])
+    before = [np.array(w) for w in model.get_weights()]
+    x = tf.constant([[0.5, -1.0, 2.0]])
+    r = pg.check(lambda model, x: tf.signal.rfft(model(x)), model, x, wrt="parameters")
+    J = linear_then_rfft_jacobian(x.numpy()[0], weight_out_in=False)
+    assert_pass(r, entries(J))
+    for w, b in zip(model.get_weights(), before, strict=True):
+        assert w.dtype == np.float32 and np.array_equal(w, b)
