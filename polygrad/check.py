@@ -576,16 +576,17 @@ def check(
     reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     supplied = Supplied(grad, jac, vjp, jvp)
-    cinfo = None
-    if wrt == "inputs":  # complex inputs/outputs: check the real map (Re, Im) -> (Re f, Im f)
-        from .complex import realify
+    from .complex import ComplexInfo, name_pairs, realify
 
+    cinfo = ComplexInfo()
+    if wrt == "inputs":  # complex inputs/outputs: check the real map (Re, Im) -> (Re f, Im f)
         f, args, supplied, cinfo = realify(be, f, args, argnums_t, supplied)
         if cinfo.any and order == 2:
             raise ValueError("order=2 is not supported for complex inputs or outputs")
     if order == 2:
         f = be.gradient_function(f, args, argnums_t)
     target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
+    name_pairs(target, cinfo)  # complex leaves named Re/Im, the convention noted
     n, m = target.n, target.m
     details: dict[str, Any] = {"notes": list(target.notes) + (cinfo.notes if cinfo else [])}
     if n == 0 or m == 0:

@@ -522,7 +522,8 @@ def compare(
         except Exception as exc:
             exc.add_note(f"(in implementation {name!r} of polygrad.compare)")
             raise
-        impls.append(_Impl(str(name), be, f, supplied, be_args, target, cinfo.any))
+        complex_out = any(leaf.pair for leaf in target.output_layout.leaves)
+        impls.append(_Impl(str(name), be, f, supplied, be_args, target, cinfo.any or complex_out))
     sizes = {(i.target.n, i.target.m) for i in impls}
     if len(sizes) > 1:
         shown = ", ".join(f"{i.name}: {i.target.n} in / {i.target.m} out" for i in impls)

@@ -9,9 +9,25 @@ Jacobian is an ordinary real matrix. The reference is that real Jacobian
 (central differences along real directions, or mp), so a function need not be
 holomorphic to be checked.
 
-In the flat vectors and entry names, a complex array of shape ``S`` becomes a
-real array of shape ``S + (2,)``: index ``[..., 0]`` is the real part and
-``[..., 1]`` the imaginary part (``x[3, 1]`` is ``Im x[3]``).
+In the flat vectors, a complex array of shape ``S`` becomes a real array of
+shape ``S + (2,)``: index ``[..., 0]`` is the real part and ``[..., 1]`` the
+imaginary part; entry names say which (``Im x[3]`` is flat ``x[3, 1]``, and
+``Re f[2] / Im x[3]`` is ``∂ Re f[2] / ∂ Im x[3]``).
+
+Complex outputs of real inputs
+------------------------------
+A function of real inputs with a complex output (``rfft``, ``stft``,
+``polar``, ``view_as_complex``, ``eigvals``...) is checked the same way: the
+complex output counts as the pair ``(Re f, Im f)`` of real outputs, and the
+Jacobian is the real Jacobian of ``x -> (Re f, Im f)`` (for ``rfft`` of ``n``
+points, ``∂ Re f_k/∂ x_j = cos(2πjk/n)``, ``∂ Im f_k/∂ x_j = -sin(2πjk/n)``).
+Each backend makes the pair inside the framework, with the framework's own
+``real``/``imag``, so the framework's autodiff applies its own convention; in
+complex terms, weights ``u`` on ``Re f`` and ``v`` on ``Im f`` are the
+cotangent ``u + i v`` in PyTorch and TensorFlow (``L = Re(conj(c)·f)``), and
+``u - i v`` in JAX (``L = Re(c·f)``): :func:`from_polygrad` of ``u + i v``.
+The report says "complex output checked as (real, imag) pairs"
+(:data:`OUTPUT_CONVENTION`).
 
 The convention
 --------------
@@ -62,8 +78,10 @@ __all__ = [
     "CONJUGATE_WIRTINGER",
     "CONVENTIONS",
     "WIRTINGER",
+    "OUTPUT_CONVENTION",
     "ComplexInfo",
     "from_polygrad",
+    "name_pairs",
     "realify",
     "to_polygrad",
 ]
@@ -163,11 +181,14 @@ class ComplexInfo:
         Number of complex output leaves.
     notes : list of str
         What the report should say about the realification.
+    output_flags : list of bool
+        Per output leaf, whether :func:`realify` turned it into real pairs.
     """
 
     inputs: list[str] = field(default_factory=list)
     outputs: int = 0
     notes: list[str] = field(default_factory=list)
+    output_flags: list[bool] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
@@ -186,6 +207,10 @@ def realify(
     Every complex leaf of ``args[argnums]`` (shape ``S``) is replaced by a real
     array of shape ``S + (2,)`` holding its real and imaginary parts; every
     complex output leaf likewise. Nothing changes when nothing is complex.
+    With real inputs, ``f`` is called once (on copies) to find complex outputs
+    only for a backend without autodiff (NumPy, whose ``vjp=``/``jvp=`` are
+    converted here); an autodiff backend makes its complex outputs real pairs
+    itself, and ``f`` is returned untouched.
 
     Parameters
     ----------
@@ -241,13 +266,23 @@ def realify(
             re, im = backend.complex_parts(leaf)
             out.append(backend.stack_pair(re, im))
         new_args[i] = unflatten(td, out)
-    if not info.inputs:
-        # real inputs: nothing to realify (a complex output is refused by the backend)
+    if not info.inputs and backend.supports_autodiff:
+        # real inputs: an autodiff backend itself sees a complex output as its real pairs
+        # (Re, Im), made with the framework's real/imag, so f is passed on untouched
         return f, args, supplied, info
     with warnings.catch_warnings():  # complex or not does not depend on JAX's x64 setting
         warnings.simplefilter("ignore")
-        out_flags = [_is_complex_array(o) for o in flatten(f(*_copies(backend, args)))[0]]
+        try:
+            out = f(*_copies(backend, args))
+        except Exception:
+            if info.inputs:
+                raise
+            return f, args, supplied, info  # the backend reports the failing call
+        out_flags = [_is_complex_array(o) for o in flatten(out)[0]]
     info.outputs = sum(out_flags)
+    info.output_flags = out_flags
+    if not info.inputs and not info.outputs:
+        return f, args, supplied, info
 
     def to_complex(real_args: tuple[Any, ...]) -> tuple[Any, ...]:
         full = list(real_args)
@@ -287,15 +322,45 @@ def realify(
         info.notes.append(
             "complex input(s) "
             + ", ".join(info.inputs)
-            + " checked as real pairs: [..., 0] is the real part, [..., 1] the imaginary part; "
+            + " checked as (real, imag) pairs (entries Re x[k], Im x[k]); "
             "gradients in polygrad's convention dL/da + i dL/db"
-        )
-    if info.outputs:
-        info.notes.append(
-            f"{info.outputs} complex output(s) checked as real pairs (Re f, Im f) on the last axis"
         )
     real_supplied = _real_supplied(supplied, to_complex, flags, argnums, info.outputs > 0)
     return f_real, tuple(new_args), real_supplied, info
+
+
+OUTPUT_CONVENTION = (
+    "complex output checked as (real, imag) pairs: the Jacobian is that of the real map "
+    "x -> (Re f, Im f), entries named Re f[k] and Im f[k]; a VJP with weights u on Re f "
+    "and v on Im f is the framework's VJP for the complex cotangent u + i v (PyTorch, "
+    "TensorFlow, NumPy vjp=) or u - i v (JAX)"
+)
+"""The report's note on complex outputs (the same for real and complex inputs)."""
+
+
+def name_pairs(target: Any, info: ComplexInfo) -> None:
+    """Mark the complex inputs and outputs of ``target`` as (re, im) pairs, and note the convention.
+
+    Entry names then read ``Re f[3] / Im x[0]`` instead of ``f[3, 0] / x[0, 1]``.
+
+    Parameters
+    ----------
+    target : Target
+        Built by a backend from the function :func:`realify` returned; its
+        layouts are replaced (the flat vectors do not change). A complex output
+        of a real input is already marked by the backend.
+    info : ComplexInfo
+        What :func:`realify` made real.
+    """
+    ins = target.input_layout
+    if info.inputs:
+        target.input_layout = ins.with_pairs([leaf.name in info.inputs for leaf in ins.leaves])
+    outs = target.output_layout
+    if info.outputs and len(info.output_flags) == len(outs.leaves):
+        target.output_layout = outs.with_pairs(info.output_flags)
+    if any(leaf.pair for leaf in target.output_layout.leaves):
+        if OUTPUT_CONVENTION not in target.notes:
+            target.notes.append(OUTPUT_CONVENTION)
 
 
 def _real_supplied(
@@ -310,11 +375,17 @@ def _real_supplied(
 
     if supplied is None or not supplied.given():
         return supplied
-    if supplied.jac is not None:
+    if supplied.jac is not None and any(any(v) for v in flags.values()):
         raise InputTypeError(
             "jac= is not defined for complex inputs or outputs (a non-holomorphic function "
             "has no complex Jacobian); pass vjp= or jvp= in polygrad's convention, or grad= "
             "(dL/da + i dL/db) for a real-valued function"
+        )
+    if supplied.jac is not None:
+        raise InputTypeError(
+            "jac= is not taken for a complex output; pass jvp= (the complex J v) or vjp= "
+            "(the cotangent u + i v weighs Re f by u and Im f by v: the VJP is "
+            "u·∂Re f + v·∂Im f, e.g. Re(conj(c) @ J) for a complex Jacobian J)"
         )
 
     def real_input_like(value: Any) -> Any:

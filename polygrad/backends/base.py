@@ -65,11 +65,16 @@ class Leaf:
         The array's shape.
     offset : int
         Position of its first element in the flat vector.
+    pair : bool
+        The leaf is a complex array seen as real pairs: its last axis (length
+        2) holds the real and imaginary parts, and entries are named
+        ``Re x[3]`` and ``Im x[3]`` (see :mod:`polygrad.complex`).
     """
 
     name: str
     shape: tuple[int, ...]
     offset: int
+    pair: bool = False
 
     @property
     def size(self) -> int:
@@ -87,23 +92,44 @@ class Layout:
         return sum(leaf.size for leaf in self.leaves)
 
     @classmethod
-    def from_shapes(cls, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> Layout:
+    def from_shapes(
+        cls,
+        names: Sequence[str],
+        shapes: Sequence[tuple[int, ...]],
+        pairs: Sequence[bool] | None = None,
+    ) -> Layout:
+        """Leaves named ``names`` with ``shapes``, in order; ``pairs`` marks (re, im) leaves."""
         leaves, off = [], 0
-        for name, shape in zip(names, shapes, strict=True):
-            leaf = Leaf(name, tuple(int(s) for s in shape), off)
+        flags = [False] * len(names) if pairs is None else list(pairs)
+        for name, shape, pair in zip(names, shapes, flags, strict=True):
+            leaf = Leaf(name, tuple(int(s) for s in shape), off, bool(pair))
             leaves.append(leaf)
             off += leaf.size
         return cls(tuple(leaves))
 
     def name_of(self, flat_index: int) -> str:
-        """Name of the scalar at ``flat_index``, e.g. ``"x[3, 1]"``."""
+        """Name of the scalar at ``flat_index``, e.g. ``"x[3, 1]"`` (``"Im z[3]"`` for a pair)."""
         for leaf in self.leaves:
             if leaf.offset <= flat_index < leaf.offset + leaf.size:
                 if leaf.shape == ():
                     return leaf.name
-                idx = np.unravel_index(flat_index - leaf.offset, leaf.shape)
-                return f"{leaf.name}[{', '.join(str(int(i)) for i in idx)}]"
+                idx = [int(i) for i in np.unravel_index(flat_index - leaf.offset, leaf.shape)]
+                part = ""
+                if leaf.pair:
+                    part = ("Re ", "Im ")[idx.pop()]
+                if not idx:
+                    return part + leaf.name
+                return f"{part}{leaf.name}[{', '.join(str(i) for i in idx)}]"
         raise IndexError(flat_index)
+
+    def with_pairs(self, pairs: Sequence[bool]) -> Layout:
+        """The same layout with the leaves flagged in ``pairs`` marked as (re, im) pairs."""
+        return Layout(
+            tuple(
+                Leaf(leaf.name, leaf.shape, leaf.offset, leaf.pair or bool(p))
+                for leaf, p in zip(self.leaves, pairs, strict=True)
+            )
+        )
 
     def split(self, flat: np.ndarray) -> list[np.ndarray]:
         """Split a flat ``(..., n)`` array into arrays of the leaves' shapes."""

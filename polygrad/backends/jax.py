@@ -81,9 +81,19 @@ def _x64() -> contextlib.AbstractContextManager[Any]:
 
 
 def _is_narrow_float(dtype: Any) -> bool:
+    """A float narrower than float64, or ``complex64`` (a pair of float32)."""
     import jax.numpy as jnp
 
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return np.dtype(dtype).itemsize < 16
     return bool(jnp.issubdtype(dtype, jnp.floating)) and np.dtype(dtype).itemsize < 8
+
+
+def _wide(dtype: Any) -> Any:
+    """The float64 counterpart of a narrow dtype: ``complex128`` for ``complex64``."""
+    import jax.numpy as jnp
+
+    return np.complex128 if jnp.issubdtype(dtype, jnp.complexfloating) else np.float64
 
 
 def _promote_value(v: Any) -> Any:
@@ -94,7 +104,7 @@ def _promote_value(v: Any) -> Any:
     if dtype is None and isinstance(v, float):
         return jnp.asarray(v, dtype=jnp.float64)
     if dtype is not None and _is_narrow_float(dtype):
-        return jnp.asarray(v, dtype=jnp.float64)
+        return jnp.asarray(v, dtype=_wide(dtype))
     return v
 
 
@@ -159,14 +169,16 @@ class _Promoter:
             raise _CannotPromote("an open sub-jaxpr")
         if isinstance(v, ClosedJaxpr):
             avals = [
-                jax.ShapeDtypeStruct(a.shape, np.float64 if _is_narrow_float(a.dtype) else a.dtype)
+                jax.ShapeDtypeStruct(
+                    a.shape, _wide(a.dtype) if _is_narrow_float(a.dtype) else a.dtype
+                )
                 for a in v.in_avals
             ]
             return jax.make_jaxpr(lambda *a: self.run(v, *a))(*avals)
         if isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
             return tuple(self._param(e) for e in v)
         if isinstance(v, np.dtype) and _is_narrow_float(v):
-            return np.dtype(np.float64)
+            return np.dtype(_wide(v))
         return v
 
 
@@ -234,6 +246,7 @@ class _FlatFunction:
         self.device = next(
             (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
         )
+        self.complex_outputs: list[bool] = []
 
     def __call__(self, *leaves: Any, args: Sequence[Any] | None = None) -> list[Any]:
         """Output leaves of ``f`` with the checked leaves replaced by ``leaves``."""
@@ -252,7 +265,13 @@ class _FlatFunction:
             raise InputTypeError(_TRACER_CONVERSION.format(kind=type(exc).__name__)) from exc
         with_path = jax.tree_util.tree_flatten_with_path(out)[0]
         self.out_paths = [jax.tree_util.keystr(path) for path, _ in with_path]
-        return [jnp.asarray(o) for _, o in with_path]
+        outs = [jnp.asarray(o) for _, o in with_path]
+        # a complex output of shape S enters as its real pairs (Re, Im), shape S + (2,)
+        self.complex_outputs = [bool(jnp.iscomplexobj(o)) for o in outs]
+        return [
+            jnp.stack([o.real, o.imag], axis=-1) if c else o
+            for o, c in zip(outs, self.complex_outputs, strict=True)
+        ]
 
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
@@ -567,7 +586,7 @@ class JaxBackend(Backend):
             jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
             evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
-            output_layout=output_layout(out_leaves, flat.out_paths),
+            output_layout=output_layout(out_leaves, flat.out_paths, flat.complex_outputs),
             backend=self.name,
             notes=notes,
             mp_unavailable_reason=mp_reason,
@@ -640,6 +659,9 @@ class JaxBackend(Backend):
 
         argnums = tuple(argnums)
         outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
+        if any(jnp.iscomplexobj(o) for o in outs):  # complex outputs as (real, imag) pairs
+            f = _real_pairs(f)
+            outs = jax.tree_util.tree_leaves(jax.eval_shape(f, *args))
         which = argnums[0] if len(argnums) == 1 else argnums
         if len(outs) == 1 and outs[0].shape == ():
             return jax.grad(f, argnums=which)
@@ -660,6 +682,18 @@ class JaxBackend(Backend):
             return grads[0] if len(argnums) == 1 else grads
 
         return vjp_with_fixed_cotangent
+
+
+def _real_pairs(f: Callable[..., Any]) -> Callable[..., list[Any]]:
+    """``f`` with each complex output leaf (shape ``S``) as its (Re, Im) pairs (``S + (2,)``)."""
+    import jax
+    import jax.numpy as jnp
+
+    def pairs(*args: Any) -> list[Any]:
+        outs = [jnp.asarray(o) for o in jax.tree_util.tree_leaves(f(*args))]
+        return [jnp.stack([o.real, o.imag], axis=-1) if jnp.iscomplexobj(o) else o for o in outs]
+
+    return pairs
 
 
 def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:

@@ -22,7 +22,11 @@ from .mpmath import mp_evaluator
 __all__ = ["NumpyBackend", "PointFunction", "as_float_output", "check_not_mutated", "output_layout"]
 
 
-def output_layout(out_leaves: list[Any], paths: Sequence[str] | None = None) -> Layout:
+def output_layout(
+    out_leaves: list[Any],
+    paths: Sequence[str] | None = None,
+    pairs: Sequence[bool] | None = None,
+) -> Layout:
     """Layout of a function's output leaves.
 
     Parameters
@@ -32,6 +36,10 @@ def output_layout(out_leaves: list[Any], paths: Sequence[str] | None = None) -> 
     paths : sequence of str, optional
         Each leaf's path in the output pytree (``"['loss']"``, ``"[1]"``), as
         :func:`polygrad._pytree.flatten` or ``jax.tree_util.keystr`` write them.
+    pairs : sequence of bool, optional
+        Leaves that a backend has already turned into real pairs ``(Re, Im)``
+        (see :mod:`polygrad.complex`). A complex leaf of shape ``S`` is laid out
+        as such pairs, of shape ``S + (2,)``.
 
     Returns
     -------
@@ -40,12 +48,15 @@ def output_layout(out_leaves: list[Any], paths: Sequence[str] | None = None) -> 
         (``f['loss']``, ``f['logits']`` for a dict, ``f[0]``, ``f[1]`` for a
         tuple, and for several leaves given without paths).
     """
-    shapes = [tuple(a.shape) for a in out_leaves]
+    flags = [
+        np.iscomplexobj(a) or bool(pairs is not None and pairs[i]) for i, a in enumerate(out_leaves)
+    ]
+    shapes = [tuple(a.shape) + (2,) if np.iscomplexobj(a) else tuple(a.shape) for a in out_leaves]
     if len(out_leaves) == 1:
-        return Layout.from_shapes(["f"], shapes)
+        return Layout.from_shapes(["f"], shapes, flags)
     if paths is None or len(paths) != len(out_leaves):
         paths = [f"[{i}]" for i in range(len(out_leaves))]
-    return Layout.from_shapes([f"f{p}" for p in paths], shapes)
+    return Layout.from_shapes([f"f{p}" for p in paths], shapes, flags)
 
 
 def check_not_mutated(after: list[np.ndarray], before: list[np.ndarray]) -> None:

@@ -499,8 +499,20 @@ class TensorflowBackend(Backend):
 
     # -- helpers ------------------------------------------------------------------------------
     def _flat_outputs(self, out: Any) -> list[Any]:
-        """The output pytree as a list of 1-D tensors."""
-        return [self.tf.reshape(self.tf.convert_to_tensor(o), [-1]) for o in flatten(out)[0]]
+        """The output pytree as a list of 1-D real tensors.
+
+        A complex output of shape ``S`` enters as its real pairs ``(Re, Im)`` of
+        shape ``S + (2,)`` (see :mod:`polygrad.complex`), differentiated through
+        ``tf.math.real`` and ``tf.math.imag``.
+        """
+        tf = self.tf
+        flat = []
+        for o in flatten(out)[0]:
+            t = tf.convert_to_tensor(o)
+            if t.dtype.is_complex:
+                t = tf.stack([tf.math.real(t), tf.math.imag(t)], axis=-1)
+            flat.append(tf.reshape(t, [-1]))
+        return flat
 
     def _promote(self, x: Any, copies: dict[int, Any]) -> Any:
         """``x`` with floating values promoted to float64 (Keras models: a float64 copy)."""

@@ -93,15 +93,21 @@ def _add_note(notes: list[str], note: str) -> None:
 def _flat_output(torch: Any, out: Any) -> Any:
     """Concatenate a function's output pytree into one 1-D floating tensor.
 
+    A complex output of shape ``S`` enters as its real pairs ``(Re, Im)`` of
+    shape ``S + (2,)`` (see :mod:`polygrad.complex`): autograd's rules for
+    ``real`` and ``imag`` map a real cotangent onto the complex one.
+
     Raises
     ------
     InputTypeError
-        An output is not a floating tensor (integer, bool, complex, other object).
+        An output is not a floating or complex tensor (integer, bool, other object).
     """
     leaves, _, _ = flatten(out)
     tensors = []
     for leaf in leaves:
         t = leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf)
+        if t.is_complex():
+            t = torch.stack((t.real, t.imag), dim=-1)
         if not t.is_floating_point():
             raise InputTypeError(
                 f"the function returned a value of dtype {t.dtype}; a gradient check needs "
@@ -575,7 +581,13 @@ class TorchBackend(Backend):
 
         x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
         y0 = work.evaluate(x0[None, :])[0]
-        out_layout = output_layout(work.out_leaves, work.out_paths)
+        out_layout = output_layout(
+            [
+                np.empty(tuple(t.shape), complex if t.is_complex() else float)
+                for t in work.out_leaves
+            ],
+            work.out_paths,
+        )
 
         rng = np.random.default_rng(0)
         wide: _Program | None = work
