@@ -65,6 +65,7 @@ import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, NondeterministicFunctionError
+from ._tf_promote import Float64Graph, failed_run_reason, promote_to_float64
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -619,16 +620,17 @@ class TensorflowBackend(Backend):
         y0 = y1
 
         programs: dict[str, _Program | None] = {"": program, "64": program}
+        rules64 = True  # whether the float64 program's VJP/JVP are the user's rules
         if wd != np.float64:
-            programs["64"] = self._float64_program(
-                raw64_factory, originals, layout, out_sizes, batch_size, notes
+            programs["64"], rules64 = self._float64_program(
+                call, raw64_factory, originals, layout, out_sizes, batch_size, notes
             )
         fns: dict[str, BatchFn | None] = {}
         rng = np.random.default_rng(0)
         for suffix, prog in programs.items():
             fns["evaluate" + suffix] = prog.evaluate if prog is not None else None
             fns["vjp" + suffix] = fns["jvp" + suffix] = None
-            if prog is None:
+            if prog is None or (suffix == "64" and not rules64):
                 continue
             try:
                 prog.vjp_one(rng.standard_normal(y0.size))
@@ -648,7 +650,7 @@ class TensorflowBackend(Backend):
                 )
                 return
             for suffix, prog in programs.items():
-                if prog is None:
+                if prog is None or getattr(target, "jvp" + suffix) is None:
                     continue
                 try:
                     prog.jvp_one(rng.standard_normal(x0.size))
@@ -734,44 +736,93 @@ class TensorflowBackend(Backend):
 
     def _float64_program(
         self,
+        call: _FlatCall,
         raw64_factory: Callable[[], Callable[[list[Any]], Any]],
         originals: list[np.ndarray],
         layout: Layout,
         out_sizes: list[int],
         batch_size: int,
         notes: list[str],
-    ) -> _Program | None:
-        """The float64-promoted program, or None (with a note) when it cannot be had."""
+    ) -> tuple[_Program | None, bool]:
+        """The float64 program and whether its rules (VJP, JVP) are the user's.
+
+        The function captured as a graph and promoted (see :mod:`._tf_promote`) is
+        the main path. A function whose graph holds a ``tf.custom_gradient`` rule,
+        or that cannot be captured, is called with its arguments promoted instead
+        (a Keras model or tensor given as an argument: a float64 copy); failing
+        that, a captured graph with a custom rule serves the reference values
+        alone. Returns ``(None, False)``, with a note naming what blocked
+        promotion, when nothing works.
+        """
         tf = self.tf
-        hint = (
-            "; to get a float64 reference, pass float32 tensors, variables or Keras models "
-            "the function closes over as arguments, e.g. check(lambda model, x: "
-            "loss(model(x)), model, x, argnums=1)"
-        )
         leaves64 = [tf.constant(a.astype(np.float64)) for a in originals]
+        specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
+        captured = promote_to_float64(tf, call, specs)
+
+        def program(call64: _FlatCall) -> _Program:
+            return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
+
+        call64, reason = self._captured_call(captured, leaves64, out_sizes)
+        if call64 is not None and not captured.custom_gradient:
+            return program(call64), True
+        by_arguments, arg_reason = self._argument_call(raw64_factory, leaves64, out_sizes)
+        if by_arguments is not None:
+            return program(by_arguments), True
+        if call64 is not None:
+            notes.append(
+                "the function uses tf.custom_gradient: its float64 graph gives the reference "
+                "values, but the rule itself runs only in the working dtype (its Python "
+                "gradient function belongs to the original trace), so a wrong rule cannot be "
+                "told from round-off in the working dtype (no UNSTABLE verdict)"
+            )
+            return program(call64), False
+        notes.append(
+            f"the function cannot be promoted to float64: {reason or arg_reason}; the "
+            "reference is computed in the working dtype, with error bars to match"
+        )
+        return None, False
+
+    def _captured_call(
+        self, captured: Float64Graph, leaves64: list[Any], out_sizes: list[int]
+    ) -> tuple[_FlatCall | None, str | None]:
+        """The captured float64 graph as a flat call, after one run at the point."""
+        tf = self.tf
+        function = captured.function
+        if function is None:
+            return None, captured.blocked
+
+        def call64(leaves: list[Any]) -> list[Any]:
+            return [tf.reshape(o, [-1]) for o in function(*leaves)]
+
+        try:
+            outs = call64(leaves64)
+        except Exception as exc:  # noqa: BLE001 - e.g. a missing float64 kernel
+            return None, failed_run_reason(exc)
+        if any(o.dtype != tf.float64 for o in outs) or [o.shape[0] for o in outs] != out_sizes:
+            return None, "its float64 graph returns other dtypes or shapes"
+        return call64, None
+
+    def _argument_call(
+        self,
+        raw64_factory: Callable[[], Callable[[list[Any]], Any]],
+        leaves64: list[Any],
+        out_sizes: list[int],
+    ) -> tuple[_FlatCall | None, str | None]:
+        """The function called with its arguments promoted, or why it cannot be."""
+        tf = self.tf
         try:
             raw64 = raw64_factory()
             outs = self._flat_outputs(raw64(leaves64))
         except Exception as exc:  # noqa: BLE001 - any failure means: no float64 evaluation
-            notes.append(
-                "the function cannot be evaluated in float64 "
-                f"({_describe(exc)}), so the reference is computed in "
-                "the working dtype" + hint
-            )
-            return None
+            return None, f"it cannot be called with float64 arguments ({_describe(exc)})"
         narrow = sorted({o.dtype.name for o in outs if o.dtype != tf.float64})
         if narrow or [int(o.shape[0]) for o in outs] != out_sizes:
-            notes.append(
-                f"the function returns {', '.join(narrow) or 'other shapes'} for float64 "
-                "input, so it cannot be promoted; the reference is computed in the working "
-                "dtype" + hint
-            )
-            return None
+            return None, f"it returns {', '.join(narrow) or 'other shapes'} for float64 input"
 
         def call64(leaves: list[Any]) -> list[Any]:
             return self._flat_outputs(raw64(leaves))
 
-        return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
+        return call64, None
 
     # -- order 2 ------------------------------------------------------------------------------
     def gradient_function(
