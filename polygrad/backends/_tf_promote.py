@@ -24,6 +24,7 @@ inside) is refused with the tracing error.
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,14 +136,24 @@ def failed_run_reason(exc: BaseException) -> str:
 
 
 def _trace(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
-    """The concrete function of ``call``: without AutoGraph first, with it if that fails."""
+    """The concrete function of ``call``: without AutoGraph first, with it if that fails.
+
+    TensorFlow's log is silenced meanwhile: AutoGraph warns about every lambda whose
+    source it cannot parse, and the failure that matters is raised.
+    """
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
     error: Exception | None = None
-    for autograph in (False, True):
-        try:
-            traced = tf.function(lambda *leaves: call(list(leaves)), autograph=autograph)
-            return traced.get_concrete_function(*specs)
-        except Exception as exc:  # noqa: BLE001 - retried with AutoGraph, then re-raised
-            error = exc
+    try:
+        for autograph in (False, True):
+            try:
+                traced = tf.function(lambda *leaves: call(list(leaves)), autograph=autograph)
+                return traced.get_concrete_function(*specs)
+            except Exception as exc:  # noqa: BLE001 - retried with AutoGraph, then re-raised
+                error = exc
+    finally:
+        logger.setLevel(level)
     assert error is not None
     raise error
 
@@ -322,3 +333,32 @@ def _has_double_kernel(op: str, keys: tuple[str, ...], double: int) -> bool:
         if all(double in types for types in allowed.values()):
             return True
     return False
+
+
+def disconnection_cause(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> str | None:
+    """What cuts a function's output off the gradient tape, when its graph shows it.
+
+    Returns
+    -------
+    str or None
+        A phrase naming the cause (a NumPy round trip, ``tf.stop_gradient``, a
+        cast to an integer dtype), or None when the graph does not tell.
+    """
+    try:
+        concrete = _trace(tf, call, specs)
+    except Exception as exc:  # noqa: BLE001 - the tracing error itself names the cause
+        if "numpy" in str(exc).lower():
+            return (
+                ".numpy() (or another conversion to NumPy) inside the function: the values "
+                "leave TensorFlow and come back as constants"
+            )
+        return None
+    ops = {op.type: op for op in concrete.graph.get_operations()}
+    if "StopGradient" in ops or "PreventGradient" in ops:
+        return "tf.stop_gradient inside the function"
+    for op in concrete.graph.get_operations():
+        if op.type == "Cast" and op.get_attr("DstT") in (tf.int32, tf.int64):
+            return "a cast to an integer dtype inside the function"
+    return None

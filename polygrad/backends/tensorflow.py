@@ -64,8 +64,13 @@ from typing import Any
 import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
-from ..errors import InputMutationError, NondeterministicFunctionError
-from ._tf_promote import Float64Graph, failed_run_reason, promote_to_float64
+from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._tf_promote import (
+    Float64Graph,
+    disconnection_cause,
+    failed_run_reason,
+    promote_to_float64,
+)
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -542,6 +547,51 @@ class TensorflowBackend(Backend):
                     return True
         return False
 
+    def _check_gradient_flows(
+        self, call: _FlatCall, leaves: list[Any], y0: np.ndarray, eps: float
+    ) -> None:
+        """Raise when no output is on the gradient tape of any input, yet the values depend
+        on the inputs (a ``.numpy()`` round trip, ``tf.stop_gradient`` of the output).
+
+        A function that does not depend on its inputs (a constant) passes: its
+        autodiff gradient, zero, is right.
+
+        Raises
+        ------
+        InputTypeError
+            The gradient cannot flow from the output to the inputs; the message
+            names the cause when the function's graph shows it.
+        """
+        tf = self.tf
+        with tf.GradientTape() as tape:
+            for leaf in leaves:
+                tape.watch(leaf)
+            outs = call(leaves)
+        if any(g is not None for g in tape.gradient(outs, leaves)):
+            return
+        rng = np.random.default_rng(0)
+        moved = []
+        for leaf in leaves:
+            a = _numpy(leaf, np.float64)
+            a = a + 1e-2 * (1.0 + np.abs(a)) * rng.choice([-1.0, 1.0], a.shape)
+            moved.append(tf.cast(tf.constant(a), leaf.dtype))
+        y1 = np.concatenate([_numpy(o, np.float64) for o in call(moved)])
+        scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
+        if np.max(np.abs(y1 - y0), initial=0.0) <= 64 * eps * scale:
+            return  # a constant function: autodiff's zero gradient is right
+        specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
+        cause = disconnection_cause(tf, call, specs) or (
+            "a computation outside TensorFlow, .numpy(), tf.stop_gradient or an integer cast "
+            "on the way"
+        )
+        raise InputTypeError(
+            "the gradient cannot flow: the function's output is not connected to its inputs "
+            "on the gradient tape, although its values change with them (largest change "
+            f"{np.max(np.abs(y1 - y0)):.3g} for a 1% move); autodiff would read this as a zero "
+            f"gradient. Cause: {cause}. "
+            "Compute the output with TensorFlow operations on the input tensors."
+        )
+
     @staticmethod
     def _models_in(f: Any, args: tuple[Any, ...]) -> list[Any]:
         found = [f] if is_keras_model(f) else []
@@ -615,6 +665,7 @@ class TensorflowBackend(Backend):
                 "function. Call Keras models with training=False (dropout and other random "
                 "layers), or fix the randomness inside the function."
             )
+        self._check_gradient_flows(call, leaves, y1, eps)
         out_sizes = [leaf.size for leaf in out_layout.leaves]
         program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes)
         y0 = y1
