@@ -199,6 +199,18 @@ def _numpy(t: Any, dtype: Any = None) -> np.ndarray:
     return np.asarray(a) if dtype is None else np.asarray(a).astype(dtype)
 
 
+_WAYS = ((False, False), (False, True))
+"""How a vectorized function is traced, ``(jit_compile, autograph)``, in order of trial:
+without AutoGraph first (AutoGraph's source conversion dominates the tracing of a Keras
+model), with AutoGraph if that fails (Python control flow on tensor values)."""
+
+_NARROW_WAYS = ((True, False), *_WAYS)
+"""The same for float32 and narrower dtypes, compiled with XLA first: some of
+TensorFlow's float32 CPU kernels (oneDNN's batched matrix product, in TensorFlow 2.21)
+crash the process on the batched shapes that ``tf.vectorized_map`` creates (a
+``(B, 1, m, k)`` by ``(k, n)`` product, as in a Keras ``MultiHeadAttention`` layer
+called on ``x[None]``), which no exception can catch; XLA's kernels do not."""
+
 NAMES = {"evaluate": "function", "vjp": "reverse-mode rule", "jvp": "forward-mode rule"}
 """How the notes name what ``_Program`` vectorizes."""
 
@@ -242,7 +254,8 @@ class _Program:
         self.eps = max(dtype_eps(dt) for dt in self.np_dtypes)
         self.notes = notes if notes is not None else []
         self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
-        self.autograph = {"evaluate": False, "vjp": False, "jvp": False}
+        ways = _NARROW_WAYS if self.eps > dtype_eps(np.float64) else _WAYS
+        self.ways = {kind: list(ways) for kind in ("evaluate", "vjp", "jvp")}
         self._compiled: dict[str, Any] = {}
         self._verified = False
         self._sizer = ChunkSizer(self.batch_size)
@@ -283,10 +296,9 @@ class _Program:
 
         A batch of at most :data:`SMALL_BATCH` rows (while ``fn`` is not traced yet)
         is evaluated row by row: tracing costs more than a few eager calls. Larger
-        batches go through ``fn`` in a ``tf.function``, traced without AutoGraph
-        first (AutoGraph's source conversion dominates the tracing of a Keras
-        model), with AutoGraph if that fails (Python control flow on tensor
-        values), and row by row for good if both fail.
+        batches go through ``fn`` in a ``tf.function``, in the first of
+        :data:`_WAYS` (float64) or :data:`_NARROW_WAYS` (narrower dtypes) that
+        runs, and row by row for good if none does.
         """
         if self.vectorized[kind] and (len(A) > SMALL_BATCH or kind in self._compiled):
             logger = logging.getLogger("tensorflow")
@@ -298,14 +310,18 @@ class _Program:
             try:
                 while True:
                     compiled = self._compile(kind, fn)
+                    batch_fn = partial(feed, compiled)
+                    if self.ways[kind][0][0]:  # XLA compiles once per shape: few shapes
+                        batch_fn = partial(_padded_to_power_of_two, batch_fn)
                     try:
                         if kind == "evaluate":
-                            out = self._sizer(partial(feed, compiled), A)
+                            out = self._sizer(batch_fn, A)
                         else:
-                            out = chunked(partial(feed, compiled), A, self.batch_size)
+                            out = chunked(batch_fn, A, self.batch_size)
                     except Exception as exc:  # noqa: BLE001 - pfor or graph mode cannot run fn
                         del self._compiled[kind]
-                        if self.autograph[kind]:
+                        self.ways[kind].pop(0)
+                        if not self.ways[kind]:
                             self.vectorized[kind] = False
                             self.notes.append(
                                 f"tf.vectorized_map cannot vectorize the {NAMES[kind]} "
@@ -315,7 +331,6 @@ class _Program:
                                 "vectorizes)"
                             )
                             break
-                        self.autograph[kind] = True
                         continue
                     if kind == "evaluate" and not self._verified:
                         self._verify(out[0], A[0], rowwise)
@@ -348,8 +363,12 @@ class _Program:
             batch = [tf.TensorSpec([None, *leaf.shape], leaf.dtype) for leaf in self.leaves]
             cotangents = tf.TensorSpec([None, sum(self.out_sizes)], tf.float64)
             signature = {"evaluate": [batch], "vjp": [point, cotangents], "jvp": [point, batch]}
+            jit_compile, autograph = self.ways[kind][0]
             self._compiled[kind] = tf.function(
-                fn, input_signature=signature[kind], autograph=self.autograph[kind]
+                fn,
+                input_signature=signature[kind],
+                autograph=autograph,
+                jit_compile=jit_compile,
             )
         return self._compiled[kind]
 
@@ -919,6 +938,15 @@ class TensorflowBackend(Backend):
             return result[0] if len(result) == 1 else tuple(result)
 
         return grad_f
+
+
+def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:
+    """``fn(A)``, with ``A`` padded (repeating its first row) to a power-of-two number of rows."""
+    rows = len(A)
+    size = 1 << max(0, rows - 1).bit_length()
+    if size == rows:
+        return fn(A)
+    return fn(np.concatenate([A, np.repeat(A[:1], size - rows, axis=0)]))[:rows]
 
 
 def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:
