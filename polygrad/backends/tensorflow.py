@@ -25,32 +25,52 @@ Derivatives
       ``Target.jvp`` is None and the notes say why.
 
 Float64 reference
-    ``evaluate64``/``vjp64``/``jvp64`` call the function with float64 inputs and
-    with every other floating argument (tensors, NumPy arrays, Keras models)
-    promoted to float64. Give a Keras model to polygrad in one of two ways:
+    ``evaluate64``/``vjp64``/``jvp64`` run the user's own program in float64,
+    whichever way it reaches its model and constants: a closure, a module-level
+    global, a method reading ``self.model``, a ``functools.partial``, a
+    ``tf.function`` (with or without ``jit_compile``), a Keras 3 or tf-keras model
+    or layer, a loss object, a ``tfp`` distribution, ``tf.Variable`` s and
+    ``tf.constant`` s. The function is traced once into a graph, its variables and
+    captured tensors are frozen into constants, and every floating dtype in it is
+    rewritten to float64 (:mod:`._tf_promote`). The user's objects are read, never
+    changed.
 
-    * as the function: ``check(model, x)``;
-    * as an argument of the function: ``check(lambda model, x: loss(model(x)),
-      model, x, argnums=1)``.
+    A function whose graph holds a ``tf.custom_gradient`` rule is first called
+    with its arguments promoted (a Keras model given as an argument: a float64
+    copy rebuilt from its config), so that the rule itself runs in float64; where
+    that fails, the float64 graph gives the reference values and the rule is
+    checked in the working dtype only (its Python gradient function belongs to the
+    original trace). A function that runs Python inside (``tf.py_function``,
+    ``tf.numpy_function``), holds an op without a float64 kernel, or cannot be
+    traced, has no float64 evaluation (``Target.evaluate64 is None``): the notes
+    name the blocking op, and the reference is computed in the working dtype with
+    error bars to match.
 
-    polygrad then promotes a *copy* of the model (rebuilt from its config with
-    a float64 dtype policy, weights cast to float64); the user's model is never
-    modified. A function that closes over float32 variables, tensors or models
-    cannot be promoted: it then has no float64 evaluation
-    (``Target.evaluate64 is None``) and the notes say how to pass the model.
+Batched execution in float32
+    float32 and narrower batches are compiled with XLA first (padded to a
+    power-of-two number of rows, so that few shapes are compiled): some of
+    TensorFlow's float32 CPU kernels crash the process, which no exception can
+    catch, on the batched shapes ``tf.vectorized_map`` creates (oneDNN's batched
+    matrix product, as in a Keras ``MultiHeadAttention`` layer called on
+    ``x[None]``, in TensorFlow 2.21). Functions XLA cannot compile take the
+    plain path.
 
 Parameters
     ``wrt="parameters"`` checks the derivative with respect to the trainable
-    weights of the Keras 3 model given as above (layout names are the weights'
-    paths). The weights are substituted functionally with
+    weights of a Keras 3 model given as the function (``check(model, x)``) or as
+    an argument (``check(lambda model, x: loss(model(x)), model, x)``); layout
+    names are the weights' paths. The weights are substituted functionally with
     ``keras.StatelessScope``, so the model is not modified either.
 
 Errors
     Integer, bool and non-finite inputs raise :class:`InputTypeError` /
-    :class:`InputValueError`; a function that changes a ``tf.Variable`` input or
-    a model's state raises :class:`InputMutationError`; one that returns
-    different values for the same input (dropout with ``training=True``)
-    raises :class:`NondeterministicFunctionError`.
+    :class:`InputValueError`; so does an output that is cut off the gradient
+    tape while its values depend on the inputs (``.numpy()`` inside the
+    function, ``tf.stop_gradient`` of the output: the message names the
+    cause). A function that changes a ``tf.Variable`` input or a model's state
+    raises :class:`InputMutationError`; one that returns different values for
+    the same input (dropout with ``training=True``) raises
+    :class:`NondeterministicFunctionError`.
 """
 
 from __future__ import annotations
