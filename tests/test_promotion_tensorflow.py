@@ -284,20 +284,45 @@ def test_numpy_function_blocks_promotion_and_is_named():
 
 
 def test_op_without_a_float64_kernel_is_named():
-    scale = tf.constant([1.5, 0.5], tf.float32)
-    offset = tf.constant([0.1, -0.2], tf.float32)
+    w = tf.constant([1.5, 0.5, -1.0], tf.float32)
 
     def f(x):
-        y, _, _ = tf.compat.v1.nn.fused_batch_norm(
-            x, scale, offset, mean=[0.2, 0.1], variance=[1.0, 2.0], is_training=False
-        )
-        return tf.reduce_sum(tf.sin(y))
+        return tf.reduce_sum(tf.sin(tf.nn.local_response_normalization(x * w, depth_radius=1)))
 
-    x = tf.constant(np.random.default_rng(6).standard_normal((1, 2, 2, 2)), tf.float32)
+    x = tf.constant(np.random.default_rng(6).standard_normal((1, 2, 2, 3)), tf.float32)
     report = pg.check(f, x)
     assert method(report) == "working"
-    assert any("op FusedBatchNormV3 has no float64 kernel" in n for n in report.details["notes"])
+    assert any("op LRN has no float64 kernel" in n for n in report.details["notes"])
     assert report.verdict == pg.Verdict.PASS, str(report)
+
+
+def test_fused_batch_norm_of_a_tf_keras_cnn_is_rewritten_and_promoted():
+    """FusedBatchNormV3 has no float64 kernel; in inference it is replaced by its formula."""
+    tf_keras.utils.set_random_seed(2)
+    model = tf_keras.Sequential(
+        [
+            tf_keras.layers.Conv2D(3, 2, activation="tanh", input_shape=(4, 4, 2)),
+            tf_keras.layers.BatchNormalization(epsilon=0.01),
+            tf_keras.layers.Flatten(),
+            tf_keras.layers.Dense(1),
+        ]
+    )
+    bn = model.layers[1]
+    bn.moving_mean.assign([0.2, -0.1, 0.3])
+    bn.moving_variance.assign([0.5, 2.0, 1.5])
+    bn.gamma.assign([1.5, 0.7, -1.2])
+    bn.beta.assign([0.1, 0.0, -0.3])
+    before = snapshot(model)
+    x = tf.constant(np.random.default_rng(8).standard_normal((4, 4, 2)), tf.float32)
+    f = lambda v: tf.reduce_sum(model(v[None], training=False))  # noqa: E731
+
+    t = target(f, x)
+    assert t.notes == []
+    np.testing.assert_allclose(t.evaluate64(t.x0[None])[0], t.y0, rtol=1e-5)
+    report = pg.check(f, x)
+    assert method(report) == "float64", str(report)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert_unchanged(model, before)
 
 
 # --- a gradient that cannot flow ---------------------------------------------------------------

@@ -14,7 +14,9 @@ that ``tf.GradientTape``, ``tf.autodiff.ForwardAccumulator`` and
 ``tf.vectorized_map`` handle like any other. The user's objects are read,
 never changed.
 
-Promotion is refused, with the blocking operation named, when the graph runs
+Inference-mode fused batch norms (tf-keras ``BatchNormalization`` on images),
+which have no float64 kernel, are first replaced by their formula. Promotion
+is refused, with the blocking operation named, when the graph runs
 Python (``tf.py_function``, ``tf.numpy_function``), when an operation has no
 float64 kernel, or when the promoted graph fails to run. A function that
 cannot be traced at all (Python control flow on tensor values, ``.numpy()``
@@ -108,6 +110,7 @@ def promote_to_float64(
             None, f"its graph cannot be frozen into constants ({describe_exception(exc)})"
         )
     custom = _has_custom_gradient(graph_def)
+    _unfuse_batch_norms(tf, graph_def)
     blocked = _python_ops(graph_def) or _missing_float64_kernels(graph_def)
     if blocked:
         return Float64Graph(None, blocked, custom)
@@ -260,6 +263,63 @@ def _promote_attrs(tf: Any, attrs: Any, names: dict[str, str]) -> list[str]:
             for fn in value.list.func:
                 fn.name = names.get(fn.name, fn.name)
     return changed
+
+
+# -- ops rewritten before promotion ------------------------------------------------------------
+
+_FUSED_BATCH_NORMS = {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"}
+
+
+def _unfuse_batch_norms(tf: Any, graph_def: Any) -> None:
+    """Replace inference-mode fused batch norms (no float64 kernel; tf-keras uses them in
+    every ``BatchNormalization`` of images) by their formula, in place.
+
+    Only nodes of the main graph, in channels-last layout, whose other outputs (batch
+    statistics) nothing reads, are rewritten; any other stays, and blocks promotion.
+    """
+    read = {name for node in graph_def.node for name in node.input}
+    for node in list(graph_def.node):
+        if node.op not in _FUSED_BATCH_NORMS or node.attr["is_training"].b:
+            continue
+        if node.attr["data_format"].s.decode() not in ("NHWC", "NDHWC", ""):
+            continue
+        if not any(f"{node.name}:{k}" in read for k in range(1, 6)):
+            _unfuse(tf, graph_def, node)
+
+
+def _unfuse(tf: Any, graph_def: Any, node: Any) -> None:
+    """``node`` (a fused batch norm) becomes the last of the nodes computing
+    ``y = (x - mean) * (rsqrt(variance + epsilon) * scale) + offset``."""
+    x, scale, offset, mean, variance = node.input[:5]
+    controls = list(node.input[5:])
+    t = node.attr["T"].type
+    u = node.attr["U"].type if "U" in node.attr else t
+    prefix = f"{node.name}/polygrad_unfused/"
+    epsilon = np.asarray(node.attr["epsilon"].f, tf.as_dtype(u).as_numpy_dtype)
+    eps = graph_def.node.add()
+    eps.name, eps.op = prefix + "epsilon", "Const"
+    eps.attr["dtype"].type = u
+    eps.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(epsilon))
+    plus = _add_node(graph_def, prefix + "plus_epsilon", "AddV2", [variance, eps.name], u)
+    inverse = _add_node(graph_def, prefix + "inverse", "Rsqrt", [plus], u)
+    factor = _add_node(graph_def, prefix + "factor", "Mul", [inverse, scale], u)
+    shifted = _add_node(graph_def, prefix + "shifted", "Sub", [x, mean, *controls], t)
+    scaled = _add_node(graph_def, prefix + "scaled", "Mul", [shifted, factor], t)
+    node.op = "AddV2"
+    del node.input[:]
+    node.input.extend([scaled, offset])
+    for key in list(node.attr):
+        if key != "T":
+            del node.attr[key]
+
+
+def _add_node(graph_def: Any, name: str, op: str, inputs: list[str], dtype: int) -> str:
+    """Add a node with one type attribute ``T`` to ``graph_def``; return its name."""
+    node = graph_def.node.add()
+    node.name, node.op = name, op
+    node.input.extend(inputs)
+    node.attr["T"].type = dtype
+    return str(node.name)
 
 
 # -- what blocks promotion ----------------------------------------------------------------------

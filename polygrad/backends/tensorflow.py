@@ -32,8 +32,9 @@ Float64 reference
     or layer, a loss object, a ``tfp`` distribution, ``tf.Variable`` s and
     ``tf.constant`` s. The function is traced once into a graph, its variables and
     captured tensors are frozen into constants, and every floating dtype in it is
-    rewritten to float64 (:mod:`._tf_promote`). The user's objects are read, never
-    changed.
+    rewritten to float64 (:mod:`._tf_promote`; inference-mode fused batch norms,
+    which have no float64 kernel, are replaced by their formula). The user's
+    objects are read, never changed.
 
     A function whose graph holds a ``tf.custom_gradient`` rule is first called
     with its arguments promoted (a Keras model given as an argument: a float64
