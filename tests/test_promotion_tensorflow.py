@@ -69,7 +69,9 @@ def test_users_case2_cnn_closure_gets_a_float64_reference_and_the_argument_form_
     x = tf.constant(image.reshape(-1))
     before = snapshot(model)
 
-    report = pg.check(lambda x: cce(y, model(tf.reshape(x, (1, 28, 28, 1)))), x)
+    # every pixel (the automatic choice between all pixels and projections depends on
+    # timings, and the two forms are compared entry by entry below)
+    report = pg.check(lambda x: cce(y, model(tf.reshape(x, (1, 28, 28, 1)))), x, strategy="full")
 
     assert method(report) == "float64", str(report)
     assert report.verdict in OK_VERDICTS and report.ok, str(report)
@@ -80,12 +82,12 @@ def test_users_case2_cnn_closure_gets_a_float64_reference_and_the_argument_form_
     def as_argument(m, x):
         return cce(y, m(tf.reshape(x, (1, 28, 28, 1))))
 
-    reference = pg.check(as_argument, model, x, argnums=1)
+    reference = pg.check(as_argument, model, x, argnums=1, strategy="full")
     assert method(reference) == "float64"
+    assert report.counts()["PASS"] > 600 and report.entries.names == reference.entries.names
     assert report.entries.verdicts() == reference.entries.verdicts()
-    np.testing.assert_allclose(
-        report.entries.reference, reference.entries.reference, rtol=1e-9, atol=1e-12
-    )
+    apart = np.abs(report.entries.reference - reference.entries.reference)
+    assert np.all(apart <= report.entries.reference_error + reference.entries.reference_error)
 
 
 # --- USERS.md case 1: loc and scale closed over as float32 ------------------------------------
