@@ -140,11 +140,24 @@ def test_tensor_if_in_forward_mode_falls_back_quietly_with_a_note(capfd):
     assert "Got error while pfor was converting" not in err and "attr {" not in err
 
 
-def test_closure_over_float32_tensor_has_no_float64_evaluation():
+def test_closure_over_float32_tensor_is_captured_and_promoted():
     w = tf.constant([0.5, 1.5], tf.float32)
     t = target(lambda x: tf.reduce_sum(w * x), tf.constant([1.0, 2.0]))
+    assert t.notes == []
+    X = np.array([[0.1, 0.2]])
+    assert t.evaluate64(X)[0, 0] == 0.5 * 0.1 + 1.5 * 0.2  # x not rounded to float32
+    np.testing.assert_array_equal(t.vjp64(np.array([[1.0]])), [[0.5, 1.5]])
+    np.testing.assert_array_equal(t.jvp64(np.eye(2)), [[0.5], [1.5]])
+
+
+def test_closure_that_runs_python_has_no_float64_evaluation_and_says_why():
+    w = tf.constant([0.5, 1.5], tf.float32)
+    t = target(
+        lambda x: tf.reduce_sum(w * x * tf.py_function(lambda: 1.0, [], tf.float32)),
+        tf.constant([1.0, 2.0]),
+    )
     assert t.evaluate64 is None and t.vjp64 is None and t.jvp64 is None
-    assert "working dtype" in t.notes[0] and "argnums=1" in t.notes[0]
+    assert "op EagerPyFunc (tf.py_function)" in t.notes[0] and "working dtype" in t.notes[0]
     assert t.vjp is not None
 
 
@@ -444,8 +457,9 @@ def test_bfloat16_inputs_are_checked_not_crashed():
 
 
 def test_working_dtype_reference_detects_a_1e_4_rule_error():
-    """A float32 function that closes over a float32 constant has no float64 evaluation;
-    its float32 reference still resolves a softplus rule wrong by 1e-4 (relative)."""
+    """A float32 function that reads a float32 constant through tf.py_function has no
+    float64 evaluation; its float32 reference still resolves a softplus rule wrong by 1e-4
+    (relative)."""
     rng = np.random.default_rng(7)
     x = tf.constant((2.0 * rng.standard_normal(16)).astype(np.float32))
     w = tf.constant(rng.uniform(0.5, 2.0, 16).astype(np.float32))
@@ -459,7 +473,7 @@ def test_working_dtype_reference_detects_a_1e_4_rule_error():
 
             return tf.math.softplus(v), grad
 
-        return lambda v: tf.reduce_sum(w * softplus(v))
+        return lambda v: tf.reduce_sum(tf.py_function(lambda: w, [], tf.float32) * softplus(v))
 
     good = pg.check(make(0.0), x)
     assert good.details["reference"]["method"] == "working"

@@ -25,32 +25,53 @@ Derivatives
       ``Target.jvp`` is None and the notes say why.
 
 Float64 reference
-    ``evaluate64``/``vjp64``/``jvp64`` call the function with float64 inputs and
-    with every other floating argument (tensors, NumPy arrays, Keras models)
-    promoted to float64. Give a Keras model to polygrad in one of two ways:
+    ``evaluate64``/``vjp64``/``jvp64`` run the user's own program in float64,
+    whichever way it reaches its model and constants: a closure, a module-level
+    global, a method reading ``self.model``, a ``functools.partial``, a
+    ``tf.function`` (with or without ``jit_compile``), a Keras 3 or tf-keras model
+    or layer, a loss object, a ``tfp`` distribution, ``tf.Variable`` s and
+    ``tf.constant`` s. The function is traced once into a graph, its variables and
+    captured tensors are frozen into constants, and every floating dtype in it is
+    rewritten to float64 (:mod:`._tf_promote`; inference-mode fused batch norms,
+    which have no float64 kernel, are replaced by their formula). The user's
+    objects are read, never changed.
 
-    * as the function: ``check(model, x)``;
-    * as an argument of the function: ``check(lambda model, x: loss(model(x)),
-      model, x, argnums=1)``.
+    A function whose graph holds a ``tf.custom_gradient`` rule is first called
+    with its arguments promoted (a Keras model given as an argument: a float64
+    copy rebuilt from its config), so that the rule itself runs in float64; where
+    that fails, the float64 graph gives the reference values and the rule is
+    checked in the working dtype only (its Python gradient function belongs to the
+    original trace). A function that runs Python inside (``tf.py_function``,
+    ``tf.numpy_function``), holds an op without a float64 kernel, or cannot be
+    traced, has no float64 evaluation (``Target.evaluate64 is None``): the notes
+    name the blocking op, and the reference is computed in the working dtype with
+    error bars to match.
 
-    polygrad then promotes a *copy* of the model (rebuilt from its config with
-    a float64 dtype policy, weights cast to float64); the user's model is never
-    modified. A function that closes over float32 variables, tensors or models
-    cannot be promoted: it then has no float64 evaluation
-    (``Target.evaluate64 is None``) and the notes say how to pass the model.
+Batched execution in float32
+    float32 and narrower batches are compiled with XLA first (padded to a
+    power-of-two number of rows, so that few shapes are compiled): some of
+    TensorFlow's float32 CPU kernels crash the process, which no exception can
+    catch, on the batched shapes ``tf.vectorized_map`` creates (oneDNN's batched
+    matrix product, as in a Keras ``MultiHeadAttention`` layer called on
+    ``x[None]``, in TensorFlow 2.21). Functions XLA cannot compile take the
+    plain path.
 
 Parameters
     ``wrt="parameters"`` checks the derivative with respect to the trainable
-    weights of the Keras 3 model given as above (layout names are the weights'
-    paths). The weights are substituted functionally with
+    weights of a Keras 3 model given as the function (``check(model, x)``) or as
+    an argument (``check(lambda model, x: loss(model(x)), model, x)``); layout
+    names are the weights' paths. The weights are substituted functionally with
     ``keras.StatelessScope``, so the model is not modified either.
 
 Errors
     Integer, bool and non-finite inputs raise :class:`InputTypeError` /
-    :class:`InputValueError`; a function that changes a ``tf.Variable`` input or
-    a model's state raises :class:`InputMutationError`; one that returns
-    different values for the same input (dropout with ``training=True``)
-    raises :class:`NondeterministicFunctionError`.
+    :class:`InputValueError`; so does an output that is cut off the gradient
+    tape while its values depend on the inputs (``.numpy()`` inside the
+    function, ``tf.stop_gradient`` of the output: the message names the
+    cause). A function that changes a ``tf.Variable`` input or a model's state
+    raises :class:`InputMutationError`; one that returns different values for
+    the same input (dropout with ``training=True``) raises
+    :class:`NondeterministicFunctionError`.
 """
 
 from __future__ import annotations
@@ -64,7 +85,13 @@ from typing import Any
 import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
-from ..errors import InputMutationError, NondeterministicFunctionError
+from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._tf_promote import (
+    Float64Graph,
+    disconnection_cause,
+    failed_run_reason,
+    promote_to_float64,
+)
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -193,6 +220,18 @@ def _numpy(t: Any, dtype: Any = None) -> np.ndarray:
     return np.asarray(a) if dtype is None else np.asarray(a).astype(dtype)
 
 
+_WAYS = ((False, False), (False, True))
+"""How a vectorized function is traced, ``(jit_compile, autograph)``, in order of trial:
+without AutoGraph first (AutoGraph's source conversion dominates the tracing of a Keras
+model), with AutoGraph if that fails (Python control flow on tensor values)."""
+
+_NARROW_WAYS = ((True, False), *_WAYS)
+"""The same for float32 and narrower dtypes, compiled with XLA first: some of
+TensorFlow's float32 CPU kernels (oneDNN's batched matrix product, in TensorFlow 2.21)
+crash the process on the batched shapes that ``tf.vectorized_map`` creates (a
+``(B, 1, m, k)`` by ``(k, n)`` product, as in a Keras ``MultiHeadAttention`` layer
+called on ``x[None]``), which no exception can catch; XLA's kernels do not."""
+
 NAMES = {"evaluate": "function", "vjp": "reverse-mode rule", "jvp": "forward-mode rule"}
 """How the notes name what ``_Program`` vectorizes."""
 
@@ -236,7 +275,8 @@ class _Program:
         self.eps = max(dtype_eps(dt) for dt in self.np_dtypes)
         self.notes = notes if notes is not None else []
         self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
-        self.autograph = {"evaluate": False, "vjp": False, "jvp": False}
+        ways = _NARROW_WAYS if self.eps > dtype_eps(np.float64) else _WAYS
+        self.ways = {kind: list(ways) for kind in ("evaluate", "vjp", "jvp")}
         self._compiled: dict[str, Any] = {}
         self._verified = False
         self._sizer = ChunkSizer(self.batch_size)
@@ -277,10 +317,9 @@ class _Program:
 
         A batch of at most :data:`SMALL_BATCH` rows (while ``fn`` is not traced yet)
         is evaluated row by row: tracing costs more than a few eager calls. Larger
-        batches go through ``fn`` in a ``tf.function``, traced without AutoGraph
-        first (AutoGraph's source conversion dominates the tracing of a Keras
-        model), with AutoGraph if that fails (Python control flow on tensor
-        values), and row by row for good if both fail.
+        batches go through ``fn`` in a ``tf.function``, in the first of
+        :data:`_WAYS` (float64) or :data:`_NARROW_WAYS` (narrower dtypes) that
+        runs, and row by row for good if none does.
         """
         if self.vectorized[kind] and (len(A) > SMALL_BATCH or kind in self._compiled):
             logger = logging.getLogger("tensorflow")
@@ -292,14 +331,18 @@ class _Program:
             try:
                 while True:
                     compiled = self._compile(kind, fn)
+                    batch_fn = partial(feed, compiled)
+                    if self.ways[kind][0][0]:  # XLA compiles once per shape: few shapes
+                        batch_fn = partial(_padded_to_power_of_two, batch_fn)
                     try:
                         if kind == "evaluate":
-                            out = self._sizer(partial(feed, compiled), A)
+                            out = self._sizer(batch_fn, A)
                         else:
-                            out = chunked(partial(feed, compiled), A, self.batch_size)
+                            out = chunked(batch_fn, A, self.batch_size)
                     except Exception as exc:  # noqa: BLE001 - pfor or graph mode cannot run fn
                         del self._compiled[kind]
-                        if self.autograph[kind]:
+                        self.ways[kind].pop(0)
+                        if not self.ways[kind]:
                             self.vectorized[kind] = False
                             self.notes.append(
                                 f"tf.vectorized_map cannot vectorize the {NAMES[kind]} "
@@ -309,7 +352,6 @@ class _Program:
                                 "vectorizes)"
                             )
                             break
-                        self.autograph[kind] = True
                         continue
                     if kind == "evaluate" and not self._verified:
                         self._verify(out[0], A[0], rowwise)
@@ -342,8 +384,12 @@ class _Program:
             batch = [tf.TensorSpec([None, *leaf.shape], leaf.dtype) for leaf in self.leaves]
             cotangents = tf.TensorSpec([None, sum(self.out_sizes)], tf.float64)
             signature = {"evaluate": [batch], "vjp": [point, cotangents], "jvp": [point, batch]}
+            jit_compile, autograph = self.ways[kind][0]
             self._compiled[kind] = tf.function(
-                fn, input_signature=signature[kind], autograph=self.autograph[kind]
+                fn,
+                input_signature=signature[kind],
+                autograph=autograph,
+                jit_compile=jit_compile,
             )
         return self._compiled[kind]
 
@@ -553,6 +599,54 @@ class TensorflowBackend(Backend):
                     return True
         return False
 
+    def _check_gradient_flows(
+        self, call: _FlatCall, leaves: list[Any], y0: np.ndarray, eps: float
+    ) -> None:
+        """Raise when no output is on the gradient tape of any input, yet the values depend
+        on the inputs (a ``.numpy()`` round trip, ``tf.stop_gradient`` of the output).
+
+        A function that does not depend on its inputs (a constant) passes: its
+        autodiff gradient, zero, is right.
+
+        Raises
+        ------
+        InputTypeError
+            The gradient cannot flow from the output to the inputs; the message
+            names the cause when the function's graph shows it.
+        """
+        tf = self.tf
+        try:
+            with tf.GradientTape() as tape:
+                for leaf in leaves:
+                    tape.watch(leaf)
+                outs = call(leaves)
+            if any(g is not None for g in tape.gradient(outs, leaves)):
+                return
+        except Exception:  # noqa: BLE001 - the checks that follow report what fails
+            return
+        rng = np.random.default_rng(0)
+        moved = []
+        for leaf in leaves:
+            a = _numpy(leaf, np.float64)
+            a = a + 1e-2 * (1.0 + np.abs(a)) * rng.choice([-1.0, 1.0], a.shape)
+            moved.append(tf.cast(tf.constant(a), leaf.dtype))
+        y1 = np.concatenate([_numpy(o, np.float64) for o in call(moved)])
+        scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
+        if np.max(np.abs(y1 - y0), initial=0.0) <= 64 * eps * scale:
+            return  # a constant function: autodiff's zero gradient is right
+        specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
+        cause = disconnection_cause(tf, call, specs) or (
+            "a computation outside TensorFlow, .numpy(), tf.stop_gradient or an integer cast "
+            "on the way"
+        )
+        raise InputTypeError(
+            "the gradient cannot flow: the function's output is not connected to its inputs "
+            "on the gradient tape, although its values change with them (largest change "
+            f"{np.max(np.abs(y1 - y0)):.3g} for a 1% move); autodiff would read this as a zero "
+            f"gradient. Cause: {cause}. "
+            "Compute the output with TensorFlow operations on the input tensors."
+        )
+
     @staticmethod
     def _models_in(f: Any, args: tuple[Any, ...]) -> list[Any]:
         found = [f] if is_keras_model(f) else []
@@ -627,21 +721,23 @@ class TensorflowBackend(Backend):
                 "function. Call Keras models with training=False (dropout and other random "
                 "layers), or fix the randomness inside the function."
             )
+        self._check_gradient_flows(call, leaves, y1, eps)
         out_sizes = [leaf.size for leaf in out_layout.leaves]
         program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes)
         y0 = y1
 
         programs: dict[str, _Program | None] = {"": program, "64": program}
+        rules64 = True  # whether the float64 program's VJP/JVP are the user's rules
         if wd != np.float64:
-            programs["64"] = self._float64_program(
-                raw64_factory, originals, layout, out_sizes, batch_size, notes
+            programs["64"], rules64 = self._float64_program(
+                call, raw64_factory, originals, layout, out_sizes, batch_size, notes
             )
         fns: dict[str, BatchFn | None] = {}
         rng = np.random.default_rng(0)
         for suffix, prog in programs.items():
             fns["evaluate" + suffix] = prog.evaluate if prog is not None else None
             fns["vjp" + suffix] = fns["jvp" + suffix] = None
-            if prog is None:
+            if prog is None or (suffix == "64" and not rules64):
                 continue
             try:
                 prog.vjp_one(rng.standard_normal(y0.size))
@@ -661,7 +757,7 @@ class TensorflowBackend(Backend):
                 )
                 return
             for suffix, prog in programs.items():
-                if prog is None:
+                if prog is None or getattr(target, "jvp" + suffix) is None:
                     continue
                 try:
                     prog.jvp_one(rng.standard_normal(x0.size))
@@ -747,44 +843,93 @@ class TensorflowBackend(Backend):
 
     def _float64_program(
         self,
+        call: _FlatCall,
         raw64_factory: Callable[[], Callable[[list[Any]], Any]],
         originals: list[np.ndarray],
         layout: Layout,
         out_sizes: list[int],
         batch_size: int,
         notes: list[str],
-    ) -> _Program | None:
-        """The float64-promoted program, or None (with a note) when it cannot be had."""
+    ) -> tuple[_Program | None, bool]:
+        """The float64 program and whether its rules (VJP, JVP) are the user's.
+
+        The function captured as a graph and promoted (see :mod:`._tf_promote`) is
+        the main path. A function whose graph holds a ``tf.custom_gradient`` rule,
+        or that cannot be captured, is called with its arguments promoted instead
+        (a Keras model or tensor given as an argument: a float64 copy); failing
+        that, a captured graph with a custom rule serves the reference values
+        alone. Returns ``(None, False)``, with a note naming what blocked
+        promotion, when nothing works.
+        """
         tf = self.tf
-        hint = (
-            "; to get a float64 reference, pass float32 tensors, variables or Keras models "
-            "the function closes over as arguments, e.g. check(lambda model, x: "
-            "loss(model(x)), model, x, argnums=1)"
-        )
         leaves64 = [tf.constant(a.astype(np.float64)) for a in originals]
+        specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
+        captured = promote_to_float64(tf, call, specs)
+
+        def program(call64: _FlatCall) -> _Program:
+            return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
+
+        call64, reason = self._captured_call(captured, leaves64, out_sizes)
+        if call64 is not None and not captured.custom_gradient:
+            return program(call64), True
+        by_arguments, arg_reason = self._argument_call(raw64_factory, leaves64, out_sizes)
+        if by_arguments is not None:
+            return program(by_arguments), True
+        if call64 is not None:
+            notes.append(
+                "the function uses tf.custom_gradient: its float64 graph gives the reference "
+                "values, but the rule itself runs only in the working dtype (its Python "
+                "gradient function belongs to the original trace), so a wrong rule cannot be "
+                "told from round-off in the working dtype (no UNSTABLE verdict)"
+            )
+            return program(call64), False
+        notes.append(
+            f"the function cannot be promoted to float64: {reason or arg_reason}; the "
+            "reference is computed in the working dtype, with error bars to match"
+        )
+        return None, False
+
+    def _captured_call(
+        self, captured: Float64Graph, leaves64: list[Any], out_sizes: list[int]
+    ) -> tuple[_FlatCall | None, str | None]:
+        """The captured float64 graph as a flat call, after one run at the point."""
+        tf = self.tf
+        function = captured.function
+        if function is None:
+            return None, captured.blocked
+
+        def call64(leaves: list[Any]) -> list[Any]:
+            return [tf.reshape(o, [-1]) for o in function(*leaves)]
+
+        try:
+            outs = call64(leaves64)
+        except Exception as exc:  # noqa: BLE001 - e.g. a missing float64 kernel
+            return None, failed_run_reason(exc)
+        if any(o.dtype != tf.float64 for o in outs) or [o.shape[0] for o in outs] != out_sizes:
+            return None, "its float64 graph returns other dtypes or shapes"
+        return call64, None
+
+    def _argument_call(
+        self,
+        raw64_factory: Callable[[], Callable[[list[Any]], Any]],
+        leaves64: list[Any],
+        out_sizes: list[int],
+    ) -> tuple[_FlatCall | None, str | None]:
+        """The function called with its arguments promoted, or why it cannot be."""
+        tf = self.tf
         try:
             raw64 = raw64_factory()
             outs = self._flat_outputs(raw64(leaves64))
         except Exception as exc:  # noqa: BLE001 - any failure means: no float64 evaluation
-            notes.append(
-                "the function cannot be evaluated in float64 "
-                f"({_describe(exc)}), so the reference is computed in "
-                "the working dtype" + hint
-            )
-            return None
+            return None, f"it cannot be called with float64 arguments ({_describe(exc)})"
         narrow = sorted({o.dtype.name for o in outs if o.dtype != tf.float64})
         if narrow or [int(o.shape[0]) for o in outs] != out_sizes:
-            notes.append(
-                f"the function returns {', '.join(narrow) or 'other shapes'} for float64 "
-                "input, so it cannot be promoted; the reference is computed in the working "
-                "dtype" + hint
-            )
-            return None
+            return None, f"it returns {', '.join(narrow) or 'other shapes'} for float64 input"
 
         def call64(leaves: list[Any]) -> list[Any]:
             return self._flat_outputs(raw64(leaves))
 
-        return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
+        return call64, None
 
     # -- order 2 ------------------------------------------------------------------------------
     def gradient_function(
@@ -830,6 +975,15 @@ class TensorflowBackend(Backend):
             return result[0] if len(result) == 1 else tuple(result)
 
         return grad_f
+
+
+def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:
+    """``fn(A)``, with ``A`` padded (repeating its first row) to a power-of-two number of rows."""
+    rows = len(A)
+    size = 1 << max(0, rows - 1).bit_length()
+    if size == rows:
+        return fn(A)
+    return fn(np.concatenate([A, np.repeat(A[:1], size - rows, axis=0)]))[:rows]
 
 
 def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:

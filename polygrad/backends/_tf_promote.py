@@ -1,0 +1,424 @@
+"""A TensorFlow function captured once as a graph and re-run in float64.
+
+The user's function (a closure, a global, a method reading ``self.model``, a
+``functools.partial``, a ``tf.function``, a Keras 3 or tf-keras model or layer
+called inside, a ``tfp`` distribution...) is traced once into a concrete
+function of the checked leaves in their working dtype. Everything it computes
+with is then part of that graph: captured ``tf.Variable`` s are frozen into
+constants, and captured tensors already are constants. The graph is rewritten
+so that every floating dtype (float16, bfloat16, float32) becomes float64:
+type attributes, constant values, casts, placeholders, and the signatures of
+the functions in its library (``tf.cond``/``tf.while_loop`` branches, nested
+``tf.function`` s). Imported back, it is a concrete function of float64 leaves
+that ``tf.GradientTape``, ``tf.autodiff.ForwardAccumulator`` and
+``tf.vectorized_map`` handle like any other. The user's objects are read,
+never changed.
+
+Inference-mode fused batch norms (tf-keras ``BatchNormalization`` on images),
+which have no float64 kernel, are first replaced by their formula. Promotion
+is refused, with the blocking operation named, when the graph runs
+Python (``tf.py_function``, ``tf.numpy_function``), when an operation has no
+float64 kernel, or when the promoted graph fails to run. A function that
+cannot be traced at all (Python control flow on tensor values, ``.numpy()``
+inside) is refused with the tracing error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .base import describe_exception
+
+__all__ = ["Float64Graph", "promote_to_float64"]
+
+_PYTHON_OPS = {
+    "EagerPyFunc": "tf.py_function",
+    "PyFunc": "tf.numpy_function",
+    "PyFuncStateless": "tf.numpy_function",
+}
+_CALL_OPS = {"PartitionedCall", "StatefulPartitionedCall"}
+# attributes that keep a function call from being inlined (XLA clusters, noinline)
+_NO_INLINE_ATTRS = (
+    "_XlaMustCompile",
+    "_XlaCompile",
+    "_XlaScope",
+    "_noinline",
+    "_XlaSeparateCompiledGradients",
+)
+_UNIQUE = itertools.count()
+
+
+@dataclass(frozen=True)
+class Float64Graph:
+    """The outcome of promoting a traced function to float64.
+
+    Attributes
+    ----------
+    function : callable or None
+        ``(*leaves) -> list of tensors``: the promoted program, taking one
+        float64 tensor per checked leaf (shapes as traced) and returning the
+        function's flat outputs, as float64; None when promotion was refused.
+    blocked : str or None
+        Why promotion was refused ("op EagerPyFunc (tf.py_function) runs
+        Python code..."); None when it succeeded.
+    custom_gradient : bool
+        Whether the graph contains a ``tf.custom_gradient`` rule. Its Python
+        gradient function belongs to the original trace and cannot run on the
+        promoted graph, so the promoted program serves values only.
+    """
+
+    function: Callable[..., Any] | None
+    blocked: str | None
+    custom_gradient: bool = False
+
+
+def promote_to_float64(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> Float64Graph:
+    """Capture ``call`` once and return its float64 program.
+
+    Parameters
+    ----------
+    tf : module
+        TensorFlow.
+    call : callable
+        ``list of tensors (one per checked leaf) -> list of 1-D tensors``.
+    specs : list of tf.TensorSpec
+        The checked leaves' shapes and working dtypes.
+
+    Returns
+    -------
+    Float64Graph
+        Never raises for a function that cannot be promoted: the reason is in
+        ``blocked``.
+    """
+    try:
+        concrete = _trace(tf, call, specs)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure: cannot be captured
+        return Float64Graph(None, f"it cannot be traced into a graph ({describe_exception(exc)})")
+    try:
+        graph_def, inputs, outputs = _freeze(tf, concrete)
+    except Exception as exc:  # noqa: BLE001 - e.g. resources that are not variables
+        return Float64Graph(
+            None, f"its graph cannot be frozen into constants ({describe_exception(exc)})"
+        )
+    custom = _has_custom_gradient(graph_def)
+    _unfuse_batch_norms(tf, graph_def)
+    blocked = _python_ops(graph_def) or _missing_float64_kernels(graph_def)
+    if blocked:
+        return Float64Graph(None, blocked, custom)
+    try:
+        function = _import(tf, _promote_graph_def(tf, graph_def), inputs, outputs)
+        if _nodes_of(_graph_def_of(function), _CALL_OPS):  # nested functions not inlined
+            graph_def, inputs, outputs = _freeze(tf, function)
+            function = _import(tf, graph_def, inputs, outputs)
+    except Exception as exc:  # noqa: BLE001 - the rewritten graph does not import
+        return Float64Graph(
+            None, f"its float64 graph cannot be built ({describe_exception(exc)})", custom
+        )
+    return Float64Graph(function, None, custom)
+
+
+def failed_run_reason(exc: BaseException) -> str:
+    """Why the promoted program failed on its first run, naming the op when TF does."""
+    text = str(exc)
+    missing = re.search(r"No registered '(\w+)' OpKernel", text)
+    if missing:
+        return f"op {missing.group(1)} has no float64 kernel"
+    return f"its float64 graph fails to run ({describe_exception(exc)})"
+
+
+# -- stages -----------------------------------------------------------------------------------
+
+
+def _trace(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
+    """The concrete function of ``call``: without AutoGraph first, with it if that fails.
+
+    TensorFlow's log is silenced meanwhile: AutoGraph warns about every lambda whose
+    source it cannot parse, and the failure that matters is raised.
+    """
+    logger = logging.getLogger("tensorflow")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    error: Exception | None = None
+    try:
+        for autograph in (False, True):
+            try:
+                traced = tf.function(lambda *leaves: call(list(leaves)), autograph=autograph)
+                return traced.get_concrete_function(*specs)
+            except Exception as exc:  # noqa: BLE001 - retried with AutoGraph, then re-raised
+                error = exc
+    finally:
+        logger.setLevel(level)
+    assert error is not None
+    raise error
+
+
+def _freeze(tf: Any, concrete: Any) -> tuple[Any, list[str], list[str]]:
+    """Graph with variables and captures frozen into constants; input and output names.
+
+    Control flow is kept functional (``If``/``While``, whose gradients TensorFlow
+    rebuilds from the function library); calls of nested functions are inlined,
+    including those marked for XLA (those attributes are dropped on a copy).
+    """
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    frozen = convert_variables_to_constants_v2(
+        concrete, lower_control_flow=False, aggressive_inlining=True
+    )
+    graph_def = frozen.graph.as_graph_def()
+    for node in _all_nodes(graph_def):
+        for key in _NO_INLINE_ATTRS:
+            if key in node.attr:
+                del node.attr[key]
+    for fdef in graph_def.library.function:
+        for key in _NO_INLINE_ATTRS:
+            if key in fdef.attr:
+                del fdef.attr[key]
+    inputs = [t.name for t in frozen.inputs]
+    outputs = [t.name for t in frozen.outputs]
+    return graph_def, inputs, outputs
+
+
+def _import(tf: Any, graph_def: Any, inputs: list[str], outputs: list[str]) -> Any:
+    """A concrete function of the graph, fed at ``inputs`` and fetched at ``outputs``."""
+
+    def body() -> None:
+        tf.graph_util.import_graph_def(graph_def, name="")
+
+    wrapped = tf.compat.v1.wrap_function(body, [])
+    get = wrapped.graph.get_tensor_by_name
+    return wrapped.prune([get(n) for n in inputs], [get(n) for n in outputs])
+
+
+def _graph_def_of(function: Any) -> Any:
+    return function.graph.as_graph_def()
+
+
+# -- the float64 rewrite ------------------------------------------------------------------------
+
+
+def _narrow_types() -> set[int]:
+    from tensorflow.core.framework import types_pb2
+
+    return {types_pb2.DT_FLOAT, types_pb2.DT_HALF, types_pb2.DT_BFLOAT16}
+
+
+def _promote_graph_def(tf: Any, graph_def: Any) -> Any:
+    """A copy of ``graph_def`` with every narrow floating dtype turned into float64.
+
+    Library functions are renamed (the originals may already be registered in the
+    running program under their names, in their original dtypes).
+    """
+    from tensorflow.core.framework import types_pb2
+
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    suffix = f"_polygrad_float64_{next(_UNIQUE)}"
+    names = {f.signature.name: f.signature.name + suffix for f in out.library.function}
+    for node in out.node:
+        _promote_attrs(tf, node.attr, names)
+    for fdef in out.library.function:
+        fdef.signature.name = names[fdef.signature.name]
+        for arg in [*fdef.signature.input_arg, *fdef.signature.output_arg]:
+            if arg.type in _narrow_types():
+                arg.type = types_pb2.DT_DOUBLE
+        for node in fdef.node_def:
+            _promote_attrs(tf, node.attr, names)
+    for grad in out.library.gradient:
+        grad.function_name = names.get(grad.function_name, grad.function_name)
+    return out
+
+
+def _promote_attrs(tf: Any, attrs: Any, names: dict[str, str]) -> list[str]:
+    """Promote one node's attributes in place; return the names of those changed."""
+    from tensorflow.core.framework import types_pb2
+
+    narrow, double = _narrow_types(), types_pb2.DT_DOUBLE
+    changed = []
+    for key, value in attrs.items():
+        if value.HasField("type") and value.type in narrow:
+            value.type = double
+            changed.append(key)
+        elif value.HasField("list") and any(t in narrow for t in value.list.type):
+            types = [double if t in narrow else t for t in value.list.type]
+            del value.list.type[:]
+            value.list.type.extend(types)
+            changed.append(key)
+        elif value.HasField("tensor") and value.tensor.dtype in narrow:
+            array = tf.make_ndarray(value.tensor).astype(np.float64)
+            value.tensor.CopyFrom(tf.make_tensor_proto(array))
+        if value.HasField("func"):
+            value.func.name = names.get(value.func.name, value.func.name)
+        if value.HasField("list"):
+            for fn in value.list.func:
+                fn.name = names.get(fn.name, fn.name)
+    return changed
+
+
+# -- ops rewritten before promotion ------------------------------------------------------------
+
+_FUSED_BATCH_NORMS = {"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"}
+
+
+def _unfuse_batch_norms(tf: Any, graph_def: Any) -> None:
+    """Replace inference-mode fused batch norms (no float64 kernel; tf-keras uses them in
+    every ``BatchNormalization`` of images) by their formula, in place.
+
+    Only nodes of the main graph, in channels-last layout, whose other outputs (batch
+    statistics) nothing reads, are rewritten; any other stays, and blocks promotion.
+    """
+    read = {name for node in graph_def.node for name in node.input}
+    for node in list(graph_def.node):
+        if node.op not in _FUSED_BATCH_NORMS or node.attr["is_training"].b:
+            continue
+        if node.attr["data_format"].s.decode() not in ("NHWC", "NDHWC", ""):
+            continue
+        if not any(f"{node.name}:{k}" in read for k in range(1, 6)):
+            _unfuse(tf, graph_def, node)
+
+
+def _unfuse(tf: Any, graph_def: Any, node: Any) -> None:
+    """``node`` (a fused batch norm) becomes the last of the nodes computing
+    ``y = (x - mean) * (rsqrt(variance + epsilon) * scale) + offset``."""
+    x, scale, offset, mean, variance = node.input[:5]
+    controls = list(node.input[5:])
+    t = node.attr["T"].type
+    u = node.attr["U"].type if "U" in node.attr else t
+    prefix = f"{node.name}/polygrad_unfused/"
+    epsilon = np.asarray(node.attr["epsilon"].f, tf.as_dtype(u).as_numpy_dtype)
+    eps = graph_def.node.add()
+    eps.name, eps.op = prefix + "epsilon", "Const"
+    eps.attr["dtype"].type = u
+    eps.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(epsilon))
+    plus = _add_node(graph_def, prefix + "plus_epsilon", "AddV2", [variance, eps.name], u)
+    inverse = _add_node(graph_def, prefix + "inverse", "Rsqrt", [plus], u)
+    factor = _add_node(graph_def, prefix + "factor", "Mul", [inverse, scale], u)
+    shifted = _add_node(graph_def, prefix + "shifted", "Sub", [x, mean, *controls], t)
+    scaled = _add_node(graph_def, prefix + "scaled", "Mul", [shifted, factor], t)
+    node.op = "AddV2"
+    del node.input[:]
+    node.input.extend([scaled, offset])
+    for key in list(node.attr):
+        if key != "T":
+            del node.attr[key]
+
+
+def _add_node(graph_def: Any, name: str, op: str, inputs: list[str], dtype: int) -> str:
+    """Add a node with one type attribute ``T`` to ``graph_def``; return its name."""
+    node = graph_def.node.add()
+    node.name, node.op = name, op
+    node.input.extend(inputs)
+    node.attr["T"].type = dtype
+    return str(node.name)
+
+
+# -- what blocks promotion ----------------------------------------------------------------------
+
+
+def _all_nodes(graph_def: Any) -> list[Any]:
+    nodes = list(graph_def.node)
+    for fdef in graph_def.library.function:
+        nodes += list(fdef.node_def)
+    return nodes
+
+
+def _nodes_of(graph_def: Any, ops: set[str] | dict[str, str]) -> list[Any]:
+    return [node for node in _all_nodes(graph_def) if node.op in ops]
+
+
+def _has_custom_gradient(graph_def: Any) -> bool:
+    return any(
+        node.op == "IdentityN" and "_gradient_op_type" in node.attr
+        for node in _all_nodes(graph_def)
+    )
+
+
+def _python_ops(graph_def: Any) -> str | None:
+    found = _nodes_of(graph_def, _PYTHON_OPS)
+    if not found:
+        return None
+    op = found[0].op
+    return (
+        f"op {op} ({_PYTHON_OPS[op]}) runs Python code, whose dtypes a graph rewrite cannot change"
+    )
+
+
+def _missing_float64_kernels(graph_def: Any) -> str | None:
+    """``"op X has no float64 kernel"`` for the first op whose promoted type attributes
+    no registered kernel accepts; None when every op has one (or is not listed)."""
+    from tensorflow.core.framework import types_pb2
+
+    narrow = _narrow_types()
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for node in _all_nodes(graph_def):
+        keys = tuple(
+            sorted(
+                k
+                for k, v in node.attr.items()
+                if (v.HasField("type") and v.type in narrow)
+                or (v.HasField("list") and any(t in narrow for t in v.list.type))
+            )
+        )
+        if not keys or (node.op, keys) in seen:
+            continue
+        seen.add((node.op, keys))
+        if not _has_double_kernel(node.op, keys, types_pb2.DT_DOUBLE):
+            return f"op {node.op} has no float64 kernel"
+    return None
+
+
+def _has_double_kernel(op: str, keys: tuple[str, ...], double: int) -> bool:
+    from tensorflow.python.framework import kernels
+
+    try:
+        registered = kernels.get_registered_kernels_for_op(op).kernel
+    except Exception:  # noqa: BLE001 - not a registered op (a function): cannot tell here
+        return True
+    if not registered:
+        return True  # ops without kernels of their own (functions, composites)
+    for kernel in registered:
+        allowed = {
+            c.name: set(c.allowed_values.list.type) for c in kernel.constraint if c.name in keys
+        }
+        if all(double in types for types in allowed.values()):
+            return True
+    return False
+
+
+def disconnection_cause(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> str | None:
+    """What cuts a function's output off the gradient tape, when its graph shows it.
+
+    Returns
+    -------
+    str or None
+        A phrase naming the cause (a NumPy round trip, ``tf.stop_gradient``, a
+        cast to an integer dtype), or None when the graph does not tell.
+    """
+    try:
+        concrete = _trace(tf, call, specs)
+    except Exception as exc:  # noqa: BLE001 - the tracing error itself names the cause
+        if "numpy" in str(exc).lower():
+            return (
+                ".numpy() (or another conversion to NumPy) inside the function: the values "
+                "leave TensorFlow and come back as constants"
+            )
+        return None
+    ops = {op.type: op for op in concrete.graph.get_operations()}
+    if "StopGradient" in ops or "PreventGradient" in ops:
+        return "tf.stop_gradient inside the function"
+    for op in concrete.graph.get_operations():
+        if op.type == "Cast" and op.get_attr("DstT") in (tf.int32, tf.int64):
+            return "a cast to an integer dtype inside the function"
+    return None
