@@ -434,3 +434,38 @@ def test_an_operator_that_computes_in_float32_is_named():
     )
     report = pg.check(lambda x: tanh_in_float32(x * 2.0).sum() + x.sum(), x)
     assert report.verdict == pg.Verdict.PASS and report.ok
+
+
+# ------------------------------------------------------------- side effects
+
+
+def test_a_closed_over_batchnorm_in_training_mode_is_refused_and_restored():
+    """Its running statistics would change at every evaluation: the check refuses,
+    names the buffer and the operator, and puts the values back."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).train()
+    before = snapshot(net)
+    with pytest.raises(
+        pg.InputMutationError, match=r"'1\.running_mean'.*batch_norm.*model\.eval\(\)"
+    ):
+        pg.check(lambda x: net(x).pow(3).sum(), torch.randn(3, 4))
+    assert_unchanged(net, before)
+    net.eval()
+    report = pg.check(lambda x: net(x).pow(3).sum(), torch.randn(3, 4))
+    assert_float64_pass(report)
+    assert_unchanged(net, {**before, "training": [False, False, False]})
+
+
+def test_a_closed_over_tensor_updated_in_place_is_refused_and_restored():
+    total, count = torch.zeros(3), torch.zeros(2)
+
+    def f(x):
+        count.add_(1)
+        total[:2] += x[:2].detach()  # through a view
+        return (x**2).sum()
+
+    with pytest.raises(
+        pg.InputMutationError, match=r"float32 tensor of shape \(2,\).*add_\) \(and 1 more\)"
+    ):
+        pg.check(f, torch.tensor([0.5, -1.0, 2.0]))
+    assert torch.equal(total, torch.zeros(3)) and torch.equal(count, torch.zeros(2))

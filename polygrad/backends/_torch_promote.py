@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PromotionLog", "float64_scope", "op_name"]
+__all__ = ["Mutation", "PromotionLog", "float64_scope", "op_name", "outer_mutations"]
 
 
 @dataclass
@@ -210,3 +210,131 @@ def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
             stack.enter_context(stance("force_eager"))
         stack.enter_context(_mode_class(torch)(log))
         yield
+
+
+def _tensors(torch: Any, items: Any) -> list[Any]:
+    """The tensors among ``items`` and inside the lists/tuples/dicts among them."""
+    out: list[Any] = []
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += _tensors(torch, a)
+        elif isinstance(a, dict):
+            out += _tensors(torch, a.values())
+    return out
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A tensor from outside the function that one call of it changed in place.
+
+    Attributes
+    ----------
+    tensor : Tensor
+        The user's tensor (a closed-over buffer, a global...), already restored.
+    op : str
+        The operator that changed it ("" when the change came through a view).
+    """
+
+    tensor: Any
+    op: str
+
+
+def _version(t: Any) -> int:
+    """The tensor's version counter (bumped by every in-place change); -1 if it has none."""
+    try:
+        return int(t._version)
+    except (RuntimeError, AttributeError):  # inference tensors have no version counter
+        return -1
+
+
+def _moved(torch: Any, t: Any, held: tuple[Any, int, Any]) -> bool:
+    """Whether ``t`` changed since ``held = (t, version, copy)`` was taken.
+
+    Compares values as well as version counters: some kernels update their
+    operands without bumping the counter (BatchNorm's running statistics).
+    """
+    _, version, backup = held
+    if _version(t) != version:
+        return True
+    with torch.no_grad():
+        if torch.equal(t, backup):
+            return False
+        return not (
+            t.is_floating_point() and torch.allclose(t, backup, rtol=0, atol=0, equal_nan=True)
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _watch_class(torch: Any) -> type:
+    """A :class:`torch.overrides.TorchFunctionMode` that notes in-place changes of outer tensors."""
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        """Backs up each tensor from outside the call on first use; notes which ones change."""
+
+        def __init__(self, own: list[Any]) -> None:
+            super().__init__()
+            self.inner: dict[int, Any] = {id(t): t for t in own}  # not the user's
+            self.outer: dict[int, tuple[Any, int, Any]] = {}
+            self.changed: dict[int, str] = {}
+
+        def __torch_function__(
+            self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            operands = _tensors(torch, [*args, *kwargs.values()])
+            for t in operands:
+                if id(t) not in self.inner and id(t) not in self.outer:
+                    self.outer[id(t)] = (t, _version(t), t.detach().clone())
+            out = func(*args, **kwargs)
+            for t in operands:
+                held = self.outer.get(id(t))
+                if held is not None and id(t) not in self.changed and _moved(torch, t, held):
+                    self.changed[id(t)] = op_name(func)
+            for t in _tensors(torch, [out]):
+                self.inner.setdefault(id(t), t)  # keeps it alive: ids stay unique
+            return out
+
+        def restore(self) -> list[Mutation]:
+            """Put back every outer tensor whose version moved (through a view too)."""
+            found = []
+            with torch.no_grad():
+                for key, (tensor, version, backup) in self.outer.items():
+                    if _moved(torch, tensor, (tensor, version, backup)):
+                        tensor.copy_(backup)
+                        found.append(Mutation(tensor, self.changed.get(key, "")))
+            return found
+
+    return Watch
+
+
+def outer_mutations(torch: Any, call: Callable[..., Any], leaves: list[Any]) -> list[Mutation]:
+    """Call ``call(*leaves)`` once, eagerly, and list the outer tensors it changed in place.
+
+    Parameters
+    ----------
+    torch : module
+    call : callable
+        The user's function of the checked tensors.
+    leaves : list of Tensor
+        Fresh copies of the checked tensors (changes to them are checked elsewhere).
+
+    Returns
+    -------
+    list of Mutation
+        Tensors the function reads from outside (closed over, globals, module
+        buffers, arguments) that the call changed, each restored to its value
+        before the call. Exceptions of the call propagate (after restoring).
+    """
+    watch = _watch_class(torch)(leaves)
+    with contextlib.ExitStack() as stack:
+        stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+        if stance is not None:
+            stack.enter_context(stance("force_eager"))
+        try:
+            with watch:
+                call(*leaves)
+        finally:
+            found = watch.restore()
+    return found

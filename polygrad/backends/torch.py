@@ -40,6 +40,12 @@ returns a lower precision from float64 operands, ``evaluate64`` is None and
 the notes name that operator; the reference is then computed in the working
 dtype.
 
+Before anything else the function is called once, eagerly, with every tensor
+it reads from outside (closed over, global, module buffers, arguments) backed
+up: a call that changes one in place (BatchNorm running statistics in
+training mode, a counter) is refused with an ``InputMutationError`` that
+names the tensor, and the values are put back.
+
 The mp reference (``evaluate_mp``) traces the function once, when a check first
 asks for it (:meth:`Target.mp_mode`), to an ATen graph with ``make_fx`` and
 re-executes it on mpmath numbers
@@ -65,7 +71,7 @@ import numpy as np
 
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
-from ._torch_promote import PromotionLog, float64_scope
+from ._torch_promote import PromotionLog, float64_scope, outer_mutations
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -234,6 +240,65 @@ def _check_module_state(torch: Any, modules: list[Any], before: list[dict[str, A
                 "function without side effects. Call model.eval() first. The module's "
                 "parameters and buffers have been restored."
             )
+
+
+def _reachable_modules(torch: Any, f: Any) -> list[Any]:
+    """Modules ``f`` reaches directly: closure cells, globals it names, partial arguments, owner.
+
+    Only used to name a changed tensor in an error message.
+    """
+    seen: list[Any] = []
+    owner = getattr(f, "__self__", None)
+    found = [f, owner, *getattr(owner, "__dict__", {}).values()]
+    if isinstance(f, functools.partial):
+        found += [f.func, *f.args, *f.keywords.values()]
+    code = getattr(f, "__code__", None)
+    found += [c.cell_contents for c in getattr(f, "__closure__", None) or () if c is not None]
+    names = getattr(code, "co_names", ())
+    found += [v for k, v in getattr(f, "__globals__", {}).items() if k in names]
+    for m in found:
+        if isinstance(m, torch.nn.Module) and all(m is not o for o in seen):
+            seen.append(m)
+    return seen
+
+
+def _refuse_outer_mutations(
+    torch: Any, f: Any, raw: Callable[..., Any], primals: list[Any], modules: list[Any]
+) -> None:
+    """Call the function once; restore and raise if it changed a tensor from outside in place.
+
+    Catches what the module check cannot see: buffers of modules the function
+    closes over or reads from a global (BatchNorm in training mode) and plain
+    tensors updated in place.
+
+    Raises
+    ------
+    InputMutationError
+        The call changed a tensor it does not own; its values have been restored.
+    """
+    found = outer_mutations(torch, raw, [p.clone() for p in primals])
+    if not found:
+        return
+    found.sort(key=lambda m: not m.tensor.is_floating_point())
+    first = found[0].tensor
+    names = {
+        id(v): (k, m)
+        for m in [*modules, *_reachable_modules(torch, f)]
+        for k, v in m.state_dict(keep_vars=True).items()
+    }
+    if id(first) in names:
+        key, mod = names[id(first)]
+        what = f"{key!r} of the {type(mod).__name__} module"
+    else:
+        dtype = str(first.dtype).removeprefix("torch.")
+        what = f"a {dtype} tensor of shape {tuple(first.shape)} that it reads from outside"
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    op = f" ({found[0].op})" if found[0].op else ""
+    raise InputMutationError(
+        f"calling the function changed {what} in place{op}{more}, e.g. BatchNorm "
+        "running statistics in training mode; a gradient check needs a function without side "
+        "effects. Call model.eval() first. The changed values have been restored."
+    )
 
 
 class _Program:
@@ -581,6 +646,7 @@ class TorchBackend(Backend):
         work = _Program(torch, raw, primals, batch_size, notes)
         modules = _modules_of(torch, f, args)
         state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+        _refuse_outer_mutations(torch, f, raw, primals, modules)
         out_a = work.first_call()
         out_b = work.call(*[p.clone() for p in primals])
         _check_module_state(torch, modules, state)
