@@ -310,13 +310,14 @@ def test_dtype_requests_and_python_constants_are_computed_in_float64():
             torch.softmax(x, 0, dtype=torch.float32),
             torch.zeros(3, dtype=torch.float32) + x.bfloat16() / 7,
             torch.arange(3, dtype=torch.float32) * 0.1 * x.type("torch.FloatTensor"),
+            x.type(torch.FloatTensor) / 3,
         ]
         return torch.stack(terms).sum(0, dtype=torch.float16)
 
     x = np.array([0.7, -1.3, 0.45])
     w64 = np.array([0.1, 0.2, 0.3], dtype=np.float32).astype(np.float64)
     soft = np.exp(x) / np.exp(x).sum()
-    want = x * 0.1 + x * 0.3 + x * w64 + x + 1 / 3 + soft + x / 7 + np.arange(3) * 0.1 * x
+    want = x * 0.1 + x * 0.3 + x * w64 + x + 1 / 3 + soft + x / 7 + np.arange(3) * 0.1 * x + x / 3
     t = target(f, torch.tensor(x, dtype=torch.float32))
     assert t.working_dtype == "float16"
     np.testing.assert_allclose(t.evaluate64(x[None])[0], want, rtol=1e-15)

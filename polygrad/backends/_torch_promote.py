@@ -65,10 +65,6 @@ class PromotionLog:
     failed: str | None = None
     narrowed: str | None = None
 
-    def blocker(self) -> str | None:
-        """The operation that kept the program from float64, if one was seen."""
-        return self.narrowed or self.failed
-
 
 def op_name(func: Any) -> str:
     """A readable name for a torch callable: ``torch.nn.functional.linear``, ``Tensor.float``,
@@ -103,7 +99,9 @@ def _tables(torch: Any) -> tuple[dict, dict, dict, frozenset]:
         T.cfloat: T.cdouble,
         T.chalf: T.cdouble,
     }
-    type_names = {f"torch.{k}Tensor": "torch.DoubleTensor" for k in ("Float", "Half", "BFloat16")}
+    narrow = ("Float", "Half", "BFloat16")
+    type_names: dict[Any, Any] = {f"torch.{k}Tensor": "torch.DoubleTensor" for k in narrow}
+    type_names.update({getattr(torch, f"{k}Tensor"): torch.DoubleTensor for k in narrow})
     constructors = frozenset(
         [
             torch.tensor,
@@ -127,7 +125,7 @@ def _widen(torch: Any, tables: tuple, a: Any) -> Any:
         return a if d is None else a.to(d)
     if isinstance(a, torch.dtype):
         return wide.get(a, a)
-    if isinstance(a, str):
+    if isinstance(a, (str, type)):  # x.type("torch.FloatTensor"), x.type(torch.FloatTensor)
         return type_names.get(a, a)
     if isinstance(a, (list, tuple)) and type(a) in (list, tuple):
         return type(a)(_widen(torch, tables, b) for b in a)
@@ -144,9 +142,14 @@ def _narrow_leaf(torch: Any, wide: dict, out: Any) -> bool:
 
 
 def _has_floating(torch: Any, args: tuple, kwargs: dict) -> bool:
-    items = [*args, *kwargs.values()]
-    flat = [b for a in items for b in (a if isinstance(a, (list, tuple)) else (a,))]
-    return any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in flat)
+    return any(t.is_floating_point() for t in _tensors(torch, [*args, *kwargs.values()]))
+
+
+def _run_eagerly(torch: Any, stack: contextlib.ExitStack) -> None:
+    """Make ``torch.compile``-decorated functions run their Python code (torch >= 2.6)."""
+    stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if stance is not None:
+        stack.enter_context(stance("force_eager"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -205,9 +208,7 @@ def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
     """
     log.failed = None
     with contextlib.ExitStack() as stack:
-        stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
-        if stance is not None:
-            stack.enter_context(stance("force_eager"))
+        _run_eagerly(torch, stack)
         stack.enter_context(_mode_class(torch)(log))
         yield
 
@@ -329,9 +330,7 @@ def outer_mutations(torch: Any, call: Callable[..., Any], leaves: list[Any]) -> 
     """
     watch = _watch_class(torch)(leaves)
     with contextlib.ExitStack() as stack:
-        stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
-        if stance is not None:
-            stack.enter_context(stance("force_eager"))
+        _run_eagerly(torch, stack)
         try:
             with watch:
                 call(*leaves)
