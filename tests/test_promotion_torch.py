@@ -14,7 +14,9 @@ reaches them: as arguments, closed over, as globals, through ``self`` or
   custom ``autograd.Function`` inside: MISMATCH;
 * dtype requests inside the user's code (``.float()``, ``dtype=``...) and
   Python constants are computed in float64 (closed forms to 1e-15);
-* the user's modules, tensors and torch's default dtype are unchanged;
+* the user's modules, tensors and torch's default dtype are unchanged, and a
+  function that changes a closed-over tensor in place (BatchNorm in training
+  mode) is refused, with the tensor named and its values restored;
 * where promotion is impossible (a custom operator without a float64 kernel,
   or one that computes in float32), the note names the operator and the
   working-dtype reference does not turn kinks into MISMATCH.
