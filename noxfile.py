@@ -56,26 +56,44 @@ def tests_numpy(session: nox.Session) -> None:
 def tests_torch(session: nox.Session) -> None:
     session.install("-e", ".[torch,test]", *CONSTRAINTS)
     _pytest(
-        session, "torch", "tests/test_backend_torch.py", "tests/test_mp_torch.py", *TESTING_TESTS
+        session,
+        "torch",
+        "tests/test_backend_torch.py",
+        "tests/test_mp_torch.py",
+        "tests/test_promotion_torch.py",
+        *TESTING_TESTS,
     )
 
 
 @nox.session(name="tests-jax")
 def tests_jax(session: nox.Session) -> None:
-    session.install("-e", ".[jax,test]", *CONSTRAINTS)
-    _pytest(session, "jax", "tests/test_backend_jax.py", "tests/test_mp_jax.py", *TESTING_TESTS)
+    session.install("-e", ".[jax,jax-models,test]", *CONSTRAINTS)
+    _pytest(
+        session,
+        "jax",
+        "tests/test_backend_jax.py",
+        "tests/test_mp_jax.py",
+        "tests/test_promotion_jax.py",
+        *TESTING_TESTS,
+    )
 
 
 @nox.session(name="tests-tensorflow")
 def tests_tensorflow(session: nox.Session) -> None:
     session.install("-e", ".[tensorflow,test]", *CONSTRAINTS)
-    _pytest(session, "tensorflow", "tests/test_backend_tensorflow.py", *TESTING_TESTS)
+    _pytest(
+        session,
+        "tensorflow",
+        "tests/test_backend_tensorflow.py",
+        "tests/test_promotion_tensorflow.py",
+        *TESTING_TESTS,
+    )
 
 
 @nox.session(name="tests-all")
 def tests_all(session: nox.Session) -> None:
     """Everything (the docs build and examples too); all four frameworks are required."""
-    session.install("-e", ".[all,test,docs]", *CONSTRAINTS)
+    session.install("-e", ".[all,jax-models,test,docs]", *CONSTRAINTS)
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 

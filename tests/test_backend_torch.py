@@ -175,21 +175,24 @@ def test_module_promotion_leaves_the_model_untouched(rng):
     assert t.notes == []
 
 
-def test_closure_over_float32_cannot_be_promoted_but_arguments_can():
+def test_closure_over_float32_is_promoted_like_arguments():
+    """A closed-over float32 matrix reaches the float64 program in float64, exactly as
+    when it is passed as an argument; the user's tensor stays float32."""
     torch.manual_seed(0)
     w = torch.randn(3, 3)
     x = torch.randn(3)
+    w64 = w.double().numpy()
+    for t in (
+        target(lambda x: (w @ x).sum(), x),
+        target(lambda x, w: (w @ x).sum(), x, w),
+        target(lambda m, x: m(x).sum(), nn.Linear(3, 1), x, argnums=(1,)),
+    ):
+        assert t.evaluate64 is not None and t.vjp64 is not None and t.notes == []
     t = target(lambda x: (w @ x).sum(), x)
-    assert t.evaluate64 is None and t.vjp64 is None
-    assert any("working dtype" in n for n in t.notes)
-    # the same function with w passed as an (unchecked) argument is promoted
-    t = target(lambda x, w: (w @ x).sum(), x, w)
-    assert t.evaluate64 is not None and t.notes == []
-    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], w.double().sum(0).numpy(), rtol=1e-15)
-    # a model passed as an argument is promoted too
-    lin = nn.Linear(3, 1)
-    t = target(lambda m, x: m(x).sum(), lin, x, argnums=(1,))
-    assert t.evaluate64 is not None and lin.weight.dtype == torch.float32
+    np.testing.assert_allclose(t.vjp64(np.ones((1, 1)))[0], w64.sum(0), rtol=1e-15)
+    X = np.random.default_rng(0).standard_normal((3, 3)) / 3
+    np.testing.assert_allclose(t.evaluate64(X)[:, 0], (X @ w64.T).sum(1), rtol=1e-14)
+    assert w.dtype == torch.float32
 
 
 def test_parameters_layout_and_vjp():

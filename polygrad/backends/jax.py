@@ -122,10 +122,15 @@ class _Promoter:
     dropped_rules : list of str
         Names of custom-derivative primitives whose primal was inlined (their
         rule is lost, so the promoted function must not be differentiated).
+    blocker : str or None
+        The first primitive that raised on promoted operands or returned a
+        narrower float than float64 (``pure_callback`` of NumPy code...): the
+        operation that blocks promotion, named in the notes.
     """
 
     def __init__(self) -> None:
         self.dropped_rules: list[str] = []
+        self.blocker: str | None = None
 
     def run(self, closed: Any, *args: Any) -> list[Any]:
         from jax.extend.core import ClosedJaxpr, DropVar, Literal
@@ -152,14 +157,24 @@ class _Promoter:
                     self.dropped_rules.append(str(getattr(info, "func_name", None) or name))
                 outs = self.run(sub, *invals)
             else:
-                params = {k: self._param(v) for k, v in eqn.params.items()}
-                outs = eqn.primitive.bind(*invals, **params)
-                if not eqn.primitive.multiple_results:
-                    outs = [outs]
+                outs = self._bind(eqn, invals)
             for var, out in zip(eqn.outvars, outs, strict=True):
                 if not isinstance(var, DropVar):
                     env[var] = out
         return [read(v) for v in jaxpr.outvars]
+
+    def _bind(self, eqn: Any, invals: list[Any]) -> list[Any]:
+        """Bind one equation's primitive on promoted operands, noting where promotion stops."""
+        try:
+            params = {k: self._param(v) for k, v in eqn.params.items()}
+            outs = eqn.primitive.bind(*invals, **params)
+        except Exception:
+            self.blocker = self.blocker or eqn.primitive.name
+            raise
+        outs = outs if eqn.primitive.multiple_results else [outs]
+        if self.blocker is None and any(_is_narrow_float(getattr(o, "dtype", int)) for o in outs):
+            self.blocker = eqn.primitive.name
+        return list(outs)
 
     def _param(self, v: Any) -> Any:
         import jax
@@ -609,9 +624,9 @@ class JaxBackend(Backend):
                 d = _Derivatives(direct, flat, dtypes64, batch_size, _x64, notes, "float64")
                 return d.evaluate, d.vjp, d.jvp
         # f keeps a narrow dtype for float64 input: promote its jaxpr instead.
+        promoter = _Promoter()
         try:
             closed = jax.make_jaxpr(flat)(*flat.leaves)
-            promoter = _Promoter()
 
             def promoted(*leaves: Any) -> list[Any]:
                 return promoter.run(closed, *leaves)
@@ -623,9 +638,10 @@ class JaxBackend(Backend):
         else:
             why = "it still returns a narrower float"
         if not ok:
+            where = f" at {promoter.blocker}" if promoter.blocker else ""
             notes.append(
                 f"f computes in {wd.name} even for float64 input and its jaxpr could not be "
-                f"promoted ({why}); the reference is computed in the working dtype"
+                f"promoted{where} ({why}); the reference is computed in the working dtype"
             )
             return None, None, None
         d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64")

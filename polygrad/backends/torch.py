@@ -27,14 +27,24 @@ rule...) is evaluated one point at a time, and the report says so. VJPs use
 falling back to ``torch.autograd.forward_ad``, and are left out (with a note)
 when forward mode is not supported.
 
-The float64 reference promotes the checked tensors to float64, and so the
-models (deep copies converted with ``.double()``, the user's model is never
-touched) and the floating tensors among the other arguments. A function that
-closes over float32 tensors cannot be promoted this way; when it does not
-return float64 for float64 input, ``evaluate64`` is None and the notes say
-that the reference is computed in the working dtype. To make such a function
-promotable, pass its model (or tensors) as arguments instead of closing over
-them.
+The float64 reference runs the user's own program with the checked tensors in
+float64 and every operator promoted to float64 on the fly
+(:mod:`polygrad.backends._torch_promote`): modules, parameters, buffers and
+tensors reach it in float64 whether they are arguments, closed over, globals
+or attributes read by a method, and ``torch.compile``-decorated functions run
+eagerly there. The user's objects are never changed (in-place operators act
+on promoted copies). Evaluation, VJPs and JVPs of the float64 program all run
+inside the promotion scope, under ``vmap`` as well. When the program cannot
+run in float64 (a custom operator without a float64 kernel) or an operator
+returns a lower precision from float64 operands, ``evaluate64`` is None and
+the notes name that operator; the reference is then computed in the working
+dtype.
+
+Before anything else the function is called once, eagerly, with every tensor
+it reads from outside (closed over, global, module buffers, arguments) backed
+up: a call that changes one in place (BatchNorm running statistics in
+training mode, a counter) is refused with an ``InputMutationError`` that
+names the tensor, and the values are put back.
 
 The mp reference (``evaluate_mp``) traces the function once, when a check first
 asks for it (:meth:`Target.mp_mode`), to an ATen graph with ``make_fx`` and
@@ -48,19 +58,21 @@ without an mpmath rule (or a random one) gets ``evaluate_mp = None`` and an
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import functools
 import sys
 import types
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, cast
 
 import numpy as np
 
 from .._names import argument_names, leaf_name
-from .._pytree import flatten, tree_map, unflatten
+from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._torch_promote import PromotionLog, float64_scope, outer_mutations
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -144,8 +156,8 @@ def _module_classes(torch: Any) -> tuple[type, type]:
     class Gradient(torch.nn.Module):
         """The gradient (or VJP with a fixed cotangent) of ``f`` w.r.t. ``args[argnums]``.
 
-        A module, so that promoting it to float64 (``deepcopy(...).double()``)
-        promotes the model inside it too.
+        A module holding ``f`` (or its model), so that ``wrt="parameters"``
+        finds the model's parameters through it.
         """
 
         def __init__(self, f: Callable[..., Any], argnums: tuple[int, ...], cot: np.ndarray):
@@ -237,6 +249,65 @@ def _check_module_state(torch: Any, modules: list[Any], before: list[dict[str, A
             )
 
 
+def _reachable_modules(torch: Any, f: Any) -> list[Any]:
+    """Modules ``f`` reaches directly: closure cells, globals it names, partial arguments, owner.
+
+    Only used to name a changed tensor in an error message.
+    """
+    seen: list[Any] = []
+    owner = getattr(f, "__self__", None)
+    found = [f, owner, *getattr(owner, "__dict__", {}).values()]
+    if isinstance(f, functools.partial):
+        found += [f.func, *f.args, *f.keywords.values()]
+    code = getattr(f, "__code__", None)
+    found += [c.cell_contents for c in getattr(f, "__closure__", None) or () if c is not None]
+    names = getattr(code, "co_names", ())
+    found += [v for k, v in getattr(f, "__globals__", {}).items() if k in names]
+    for m in found:
+        if isinstance(m, torch.nn.Module) and all(m is not o for o in seen):
+            seen.append(m)
+    return seen
+
+
+def _refuse_outer_mutations(
+    torch: Any, f: Any, raw: Callable[..., Any], primals: list[Any], modules: list[Any]
+) -> None:
+    """Call the function once; restore and raise if it changed a tensor from outside in place.
+
+    Catches what the module check cannot see: buffers of modules the function
+    closes over or reads from a global (BatchNorm in training mode) and plain
+    tensors updated in place.
+
+    Raises
+    ------
+    InputMutationError
+        The call changed a tensor it does not own; its values have been restored.
+    """
+    found = outer_mutations(torch, raw, [p.clone() for p in primals])
+    if not found:
+        return
+    found.sort(key=lambda m: not m.tensor.is_floating_point())
+    first = found[0].tensor
+    names = {
+        id(v): (k, m)
+        for m in [*modules, *_reachable_modules(torch, f)]
+        for k, v in m.state_dict(keep_vars=True).items()
+    }
+    if id(first) in names:
+        key, mod = names[id(first)]
+        what = f"{key!r} of the {type(mod).__name__} module"
+    else:
+        dtype = str(first.dtype).removeprefix("torch.")
+        what = f"a {dtype} tensor of shape {tuple(first.shape)} that it reads from outside"
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    op = f" ({found[0].op})" if found[0].op else ""
+    raise InputMutationError(
+        f"calling the function changed {what} in place{op}{more}, e.g. BatchNorm "
+        "running statistics in training mode; a gradient check needs a function without side "
+        "effects. Call model.eval() first. The changed values have been restored."
+    )
+
+
 class _Program:
     """The user's function at one precision, as a function of its checked leaves.
 
@@ -252,6 +323,9 @@ class _Program:
         Largest number of rows passed to one vmapped call.
     notes : list of str
         The target's notes, appended to when a fallback is taken.
+    scope : callable, optional
+        ``scope()`` returns the context every evaluation, VJP and JVP runs in
+        (the float64 promotion mode); none by default.
     """
 
     def __init__(
@@ -261,8 +335,10 @@ class _Program:
         primals: list[Any],
         batch_size: int,
         notes: list[str],
+        scope: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
     ):
         self.torch = torch
+        self.scope = scope
         self.raw = raw
         self.out_leaves: list[Any] = []
         self.out_paths: list[str] = []
@@ -312,6 +388,10 @@ class _Program:
 
         Returns the flattened output and records the output leaves in ``out_leaves``.
         """
+        with self.scope():
+            return self._first_call()
+
+    def _first_call(self) -> Any:
         torch = self.torch
         leaves = [p.clone() for p in self.primals]
         raw_out = self.raw(*leaves)
@@ -334,7 +414,8 @@ class _Program:
     # -------------------------------------------------------------- evaluate
     def evaluate(self, X: np.ndarray) -> np.ndarray:
         """``(B, n) -> (B, m)`` float64."""
-        return self._sizer(self._evaluate_chunk, X)
+        with self.scope():
+            return self._sizer(self._evaluate_chunk, X)
 
     def _evaluate_chunk(self, X: np.ndarray) -> np.ndarray:
         torch = self.torch
@@ -357,7 +438,8 @@ class _Program:
     # ------------------------------------------------------------------- vjp
     def vjp(self, U: np.ndarray) -> np.ndarray:
         """``(k, m) -> (k, n)`` = ``U @ J``."""
-        return chunked(self._vjp_chunk, U, self.batch_size)
+        with self.scope():
+            return chunked(self._vjp_chunk, U, self.batch_size)
 
     def _vjp_chunk(self, U: np.ndarray) -> np.ndarray:
         torch = self.torch
@@ -398,7 +480,8 @@ class _Program:
     # ------------------------------------------------------------------- jvp
     def jvp(self, V: np.ndarray) -> np.ndarray:
         """``(k, n) -> (k, m)`` = ``V @ J.T``."""
-        return chunked(self._jvp_chunk, V, self.batch_size)
+        with self.scope():
+            return chunked(self._jvp_chunk, V, self.batch_size)
 
     def _jvp_chunk(self, V: np.ndarray) -> np.ndarray:
         torch = self.torch
@@ -571,6 +654,7 @@ class TorchBackend(Backend):
         work = _Program(torch, raw, primals, batch_size, notes)
         modules = _modules_of(torch, f, args)
         state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+        _refuse_outer_mutations(torch, f, raw, primals, modules)
         out_a = work.first_call()
         out_b = work.call(*[p.clone() for p in primals])
         _check_module_state(torch, modules, state)
@@ -635,8 +719,8 @@ class TorchBackend(Backend):
         torch.nn.Module
             Called with the same arguments as ``f``; returns a tensor shaped
             like the checked argument (a tuple for several). It is a module
-            (holding ``f`` when ``f`` is one) so that the float64 reference can
-            promote it. For a non-scalar ``f`` it returns the VJP with a fixed
+            (holding ``f`` when ``f`` is one); the float64 reference promotes it
+            like any other function. For a non-scalar ``f`` it returns the VJP with a fixed
             pseudo-random cotangent (standard normal, seed 0). It is built on
             :func:`torch.func.vjp` (composable with vmap and with further
             differentiation), falling back to ``torch.autograd.grad`` with
@@ -667,36 +751,6 @@ class TorchBackend(Backend):
             validate_float_array(leaf.detach().cpu().resolve_conj().numpy(), name)
         return leaf.detach().clone()
 
-    def _promote(
-        self, f: Callable[..., Any], args: tuple[Any, ...]
-    ) -> tuple[Callable[..., Any], tuple[Any, ...], Callable[[Any], Any]]:
-        """``f`` and ``args`` with models deep-copied to float64 and floating tensors promoted.
-
-        Returns ``(f64, args64, copy64)``; ``copy64(module)`` gives the float64
-        copy of a module (the same copy for the same module).
-        """
-        torch = self.torch
-        memo: dict[int, Any] = {}
-
-        def copy64(mod: Any) -> Any:
-            return copy.deepcopy(mod, memo).double()
-
-        def leaf64(a: Any) -> Any:
-            if isinstance(a, torch.nn.Module):
-                return copy64(a)
-            if isinstance(a, torch.Tensor) and a.is_floating_point():
-                return a.detach().to(torch.float64)
-            return a
-
-        owner = getattr(f, "__self__", None)
-        if isinstance(f, torch.nn.Module):
-            f64: Callable[..., Any] = copy64(f)
-        elif isinstance(owner, torch.nn.Module):
-            f64 = types.MethodType(cast(Any, f).__func__, copy64(owner))
-        else:
-            f64 = f
-        return f64, tuple(tree_map(leaf64, a) for a in args), copy64
-
     def _inputs(
         self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
     ) -> tuple[list[str], list[Any], Callable[..., Any], Callable[[], tuple]]:
@@ -723,11 +777,12 @@ class TorchBackend(Backend):
 
             return raw
 
-        def build64() -> tuple[Callable[..., Any], list[Any]]:
-            f64, args64, _ = self._promote(f, args)
-            return bind(f64, args64), [p.to(torch.float64) for p in primals]
+        raw = bind(f, args)
 
-        return names, primals, bind(f, args), build64
+        def build64() -> tuple[Callable[..., Any], list[Any]]:
+            return raw, [p.to(torch.float64) for p in primals]
+
+        return names, primals, raw, build64
 
     def _parameters(
         self, f: Callable[..., Any], args: tuple[Any, ...]
@@ -769,39 +824,48 @@ class TorchBackend(Backend):
 
             return raw
 
-        def build64() -> tuple[Callable[..., Any], list[Any]]:
-            f64, args64, copy64 = self._promote(f, args)
-            h64 = holder_cls(f64, args64, [copy64(m) for _, m in owners])
-            return bind(h64), [p.to(torch.float64) for p in primals]
+        raw = bind(holder)
 
-        return names, primals, bind(holder), build64
+        def build64() -> tuple[Callable[..., Any], list[Any]]:
+            return raw, [p.to(torch.float64) for p in primals]
+
+        return names, primals, raw, build64
 
     def _promoted(
         self, build64: Callable[[], tuple], batch_size: int, notes: list[str]
     ) -> _Program | None:
-        """The float64 program, or None (with a note) when the function cannot be promoted."""
+        """The float64 program, or None (with a note naming the blocking operator).
+
+        The program is the user's function run in :func:`float64_scope`, which
+        promotes every operator's operands, closed-over ones included.
+        """
         torch = self.torch
+        log = PromotionLog()
+        raw64, primals64 = build64()
+        prog = _Program(
+            torch, raw64, primals64, batch_size, notes, functools.partial(float64_scope, torch, log)
+        )
         try:
-            raw64, primals64 = build64()
-            prog = _Program(torch, raw64, primals64, batch_size, notes)
             out = prog.first_call()
         except Exception as exc:  # noqa: BLE001 - any failure means: no float64 reference
+            where = f" in {log.failed}" if log.failed else ""
             _add_note(
                 notes,
-                f"the function could not be evaluated in float64 ({_first_line(exc)}); the "
-                "reference is computed in the working dtype, with wider error bars; if it "
-                "closes over a model or tensors, pass them as arguments instead (e.g. "
-                "check(lambda model, x: loss(model(x)), model, x, argnums=1)) so that they "
-                "can be promoted",
+                f"the function could not be evaluated in float64 ({_first_line(exc)}{where}); "
+                "the reference is computed in the working dtype, with wider error bars",
             )
             return None
-        if out.dtype != torch.float64:
+        if log.narrowed is not None or out.dtype != torch.float64:
+            got = str(out.dtype).removeprefix("torch.")
+            what = (
+                f"{log.narrowed} returned a lower precision than its float64 operands"
+                if log.narrowed
+                else f"the function returns {got} for float64 input"
+            )
             _add_note(
                 notes,
-                f"the function returns {str(out.dtype).removeprefix('torch.')} for float64 "
-                "input (it closes over tensors or a model it cannot promote), so the reference "
-                "is computed in the working dtype; pass the model or tensors as arguments to "
-                "allow float64 promotion",
+                f"the function cannot be promoted to float64: {what}; the reference is "
+                "computed in the working dtype, with wider error bars",
             )
             return None
         return prog

@@ -1,0 +1,339 @@
+"""Operator-level float64 promotion for PyTorch programs.
+
+The float64 reference must run the user's own program, whatever objects it
+computes with: checked inputs, modules and tensors passed as arguments, but
+also modules, parameters, buffers and tensors that the function closes over,
+reads from a global or from ``self``, and Python scalars. Copying models
+cannot reach a closure; intercepting every operator can. While
+:func:`float64_scope` is active, a :class:`torch.overrides.TorchFunctionMode`
+sees each torch call the program makes (functions, tensor methods, modules'
+functional calls, custom operators) and
+
+* casts every floating tensor operand of lower precision (float16, bfloat16,
+  float32) to float64, and complex32/complex64 to complex128, before calling
+  the operator; the cast is exact and the user's tensors are never changed
+  (an in-place operator on a closed-over tensor acts on the promoted copy);
+* rewrites dtype requests inside the user's code to float64: ``.float()``,
+  ``.half()``, ``.bfloat16()``, ``.to(torch.float32)``, ``.type(...)`` and
+  every ``dtype=`` argument (``torch.zeros(3, dtype=torch.float32)``,
+  ``softmax(x, dim, dtype=...)``, ``sum(dtype=...)``);
+* creates tensors from Python numbers in float64: a constructor called
+  without ``dtype`` (``torch.tensor(0.1)``, ``torch.full``, ``torch.arange``...)
+  that would give the default float dtype is called again with float64.
+
+Attribute reads (``w.dtype``, ``w.T``, ``p.data``) pass through unchanged; the
+next operator that uses the value casts it. ``torch.compile``-decorated
+functions run eagerly inside the scope (``torch.compiler.set_stance
+("force_eager")``, where available), so the float64 program is the user's
+Python code and the user's compiled graphs and caches are left alone.
+
+What the mode cannot reach is reported, not hidden: the last operator that
+raised (a custom operator without a float64 kernel) and the first operator
+that returned a lower-precision floating tensor from promoted operands (a
+custom kernel that computes in float32 internally) are recorded in a
+:class:`PromotionLog`, so that the notes can name the operation that blocked
+promotion. The backward pass of a custom ``torch.autograd.Function`` runs in
+torch's autograd engine, outside the mode; its operands (the float64
+cotangent and saved tensors) are float64, so ordinary type promotion keeps it
+in float64 unless it casts explicitly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Mutation", "PromotionLog", "float64_scope", "op_name", "outer_mutations"]
+
+
+@dataclass
+class PromotionLog:
+    """What the float64 mode saw that it could not promote (mutable, one per program).
+
+    Attributes
+    ----------
+    failed : str or None
+        Name of the last operator that raised inside the scope.
+    narrowed : str or None
+        Name of the first operator that returned a float16/bfloat16/float32
+        (or complex64) tensor although its floating operands were promoted.
+    """
+
+    failed: str | None = None
+    narrowed: str | None = None
+
+
+def op_name(func: Any) -> str:
+    """A readable name for a torch callable: ``torch.nn.functional.linear``, ``Tensor.float``,
+    ``mylib::op``."""
+    name = str(getattr(func, "__qualname__", "") or getattr(func, "__name__", "") or func)
+    if "::" in name or type(func).__name__ in ("OpOverload", "OpOverloadPacket"):
+        return name if "::" in name else str(func)
+    module = getattr(func, "__module__", None) or ""
+    name = name.replace("TensorBase.", "Tensor.").replace("_VariableFunctionsClass.", "torch.")
+    if module.startswith("torch.nn.functional"):
+        return f"torch.nn.functional.{name}"
+    if name.startswith(("Tensor.", "torch.")) or not module:
+        return name
+    return f"{module}.{name}"
+
+
+@functools.lru_cache(maxsize=1)
+def _tables(torch: Any) -> tuple[dict, dict, dict, frozenset]:
+    """Dtype map, renamed methods, tensor-type names and constructors re-run in float64."""
+    T = torch.Tensor
+    wide = {
+        torch.float16: torch.float64,
+        torch.bfloat16: torch.float64,
+        torch.float32: torch.float64,
+        torch.complex32: torch.complex128,
+        torch.complex64: torch.complex128,
+    }
+    renamed = {
+        T.float: T.double,
+        T.half: T.double,
+        T.bfloat16: T.double,
+        T.cfloat: T.cdouble,
+        T.chalf: T.cdouble,
+    }
+    narrow = ("Float", "Half", "BFloat16")
+    type_names: dict[Any, Any] = {f"torch.{k}Tensor": "torch.DoubleTensor" for k in narrow}
+    type_names.update({getattr(torch, f"{k}Tensor"): torch.DoubleTensor for k in narrow})
+    constructors = frozenset(
+        [
+            torch.tensor,
+            torch.as_tensor,
+            torch.asarray,
+            torch.full,
+            torch.scalar_tensor,
+            torch.arange,
+            torch.linspace,
+            torch.logspace,
+        ]
+    )
+    return wide, renamed, type_names, constructors
+
+
+def _widen(torch: Any, tables: tuple, a: Any) -> Any:
+    """``a`` with lower-precision floating tensors cast and dtype requests widened."""
+    wide, _, type_names, _ = tables
+    if isinstance(a, torch.Tensor):
+        d = wide.get(a.dtype)
+        return a if d is None else a.to(d)
+    if isinstance(a, torch.dtype):
+        return wide.get(a, a)
+    if isinstance(a, (str, type)):  # x.type("torch.FloatTensor"), x.type(torch.FloatTensor)
+        return type_names.get(a, a)
+    if isinstance(a, (list, tuple)) and type(a) in (list, tuple):
+        return type(a)(_widen(torch, tables, b) for b in a)
+    return a
+
+
+def _narrow_leaf(torch: Any, wide: dict, out: Any) -> bool:
+    """Whether ``out`` (a tensor, or a tuple/list of them) holds a lower-precision float."""
+    if isinstance(out, torch.Tensor):
+        return out.dtype in wide
+    if isinstance(out, (list, tuple)):
+        return any(isinstance(o, torch.Tensor) and o.dtype in wide for o in out)
+    return False
+
+
+def _has_floating(torch: Any, args: tuple, kwargs: dict) -> bool:
+    return any(t.is_floating_point() for t in _tensors(torch, [*args, *kwargs.values()]))
+
+
+def _run_eagerly(torch: Any, stack: contextlib.ExitStack) -> None:
+    """Make ``torch.compile``-decorated functions run their Python code (torch >= 2.6)."""
+    stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if stance is not None:
+        stack.enter_context(stance("force_eager"))
+
+
+@functools.lru_cache(maxsize=1)
+def _mode_class(torch: Any) -> type:
+    """The :class:`torch.overrides.TorchFunctionMode` that promotes to float64."""
+
+    class Float64Mode(torch.overrides.TorchFunctionMode):
+        """Casts lower-precision floating operands and dtype requests to float64."""
+
+        def __init__(self, log: PromotionLog) -> None:
+            super().__init__()
+            self.log = log
+            self.tables = _tables(torch)
+
+        def __torch_function__(
+            self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            if getattr(func, "__name__", "") == "__get__":  # w.dtype, w.T, p.data...
+                return func(*args, **kwargs)
+            wide, renamed, _, constructors = self.tables
+            func = renamed.get(func, func)
+            args = tuple(_widen(torch, self.tables, a) for a in args)
+            kwargs = {k: _widen(torch, self.tables, v) for k, v in kwargs.items()}
+            try:
+                out = func(*args, **kwargs)
+            except Exception:
+                self.log.failed = op_name(func)
+                raise
+            if not _narrow_leaf(torch, wide, out):
+                return out
+            if func in constructors and "dtype" not in kwargs and isinstance(out, torch.Tensor):
+                return func(*args, **kwargs, dtype=wide[out.dtype])
+            if self.log.narrowed is None and _has_floating(torch, args, kwargs):
+                self.log.narrowed = op_name(func)
+            return out
+
+    return Float64Mode
+
+
+@contextlib.contextmanager
+def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
+    """Run the code inside in float64 (see the module docstring).
+
+    Parameters
+    ----------
+    torch : module
+        The imported torch module.
+    log : PromotionLog
+        Records the operators that raised or did not promote; ``failed`` is
+        cleared on entry.
+
+    Yields
+    ------
+    None
+    """
+    log.failed = None
+    with contextlib.ExitStack() as stack:
+        _run_eagerly(torch, stack)
+        stack.enter_context(_mode_class(torch)(log))
+        yield
+
+
+def _tensors(torch: Any, items: Any) -> list[Any]:
+    """The tensors among ``items`` and inside the lists/tuples/dicts among them."""
+    out: list[Any] = []
+    for a in items:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += _tensors(torch, a)
+        elif isinstance(a, dict):
+            out += _tensors(torch, a.values())
+    return out
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A tensor from outside the function that one call of it changed in place.
+
+    Attributes
+    ----------
+    tensor : Tensor
+        The user's tensor (a closed-over buffer, a global...), already restored.
+    op : str
+        The operator that changed it ("" when the change came through a view).
+    """
+
+    tensor: Any
+    op: str
+
+
+def _version(t: Any) -> int:
+    """The tensor's version counter (bumped by every in-place change); -1 if it has none."""
+    try:
+        return int(t._version)
+    except (RuntimeError, AttributeError):  # inference tensors have no version counter
+        return -1
+
+
+def _moved(torch: Any, t: Any, held: tuple[Any, int, Any]) -> bool:
+    """Whether ``t`` changed since ``held = (t, version, copy)`` was taken.
+
+    Compares values as well as version counters: some kernels update their
+    operands without bumping the counter (BatchNorm's running statistics).
+    """
+    _, version, backup = held
+    if _version(t) != version:
+        return True
+    with torch.no_grad():
+        if torch.equal(t, backup):
+            return False
+        return not (
+            t.is_floating_point() and torch.allclose(t, backup, rtol=0, atol=0, equal_nan=True)
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _watch_class(torch: Any) -> type:
+    """A :class:`torch.overrides.TorchFunctionMode` that notes in-place changes of outer tensors."""
+
+    class Watch(torch.overrides.TorchFunctionMode):
+        """Backs up each tensor from outside the call on first use; notes which ones change."""
+
+        def __init__(self, own: list[Any]) -> None:
+            super().__init__()
+            self.inner: dict[int, Any] = {id(t): t for t in own}  # not the user's
+            self.outer: dict[int, tuple[Any, int, Any]] = {}
+            self.changed: dict[int, str] = {}
+
+        def __torch_function__(
+            self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            operands = _tensors(torch, [*args, *kwargs.values()])
+            for t in operands:
+                if id(t) not in self.inner and id(t) not in self.outer:
+                    self.outer[id(t)] = (t, _version(t), t.detach().clone())
+            out = func(*args, **kwargs)
+            for t in operands:
+                held = self.outer.get(id(t))
+                if held is not None and id(t) not in self.changed and _moved(torch, t, held):
+                    self.changed[id(t)] = op_name(func)
+            for t in _tensors(torch, [out]):
+                self.inner.setdefault(id(t), t)  # keeps it alive: ids stay unique
+            return out
+
+        def restore(self) -> list[Mutation]:
+            """Put back every outer tensor whose version moved (through a view too)."""
+            found = []
+            with torch.no_grad():
+                for key, (tensor, version, backup) in self.outer.items():
+                    if _moved(torch, tensor, (tensor, version, backup)):
+                        tensor.copy_(backup)
+                        found.append(Mutation(tensor, self.changed.get(key, "")))
+            return found
+
+    return Watch
+
+
+def outer_mutations(torch: Any, call: Callable[..., Any], leaves: list[Any]) -> list[Mutation]:
+    """Call ``call(*leaves)`` once, eagerly, and list the outer tensors it changed in place.
+
+    Parameters
+    ----------
+    torch : module
+    call : callable
+        The user's function of the checked tensors.
+    leaves : list of Tensor
+        Fresh copies of the checked tensors (changes to them are checked elsewhere).
+
+    Returns
+    -------
+    list of Mutation
+        Tensors the function reads from outside (closed over, globals, module
+        buffers, arguments) that the call changed, each restored to its value
+        before the call. Exceptions of the call propagate (after restoring).
+    """
+    watch = _watch_class(torch)(leaves)
+    with contextlib.ExitStack() as stack:
+        _run_eagerly(torch, stack)
+        try:
+            with watch:
+                call(*leaves)
+        finally:
+            found = watch.restore()
+    return found

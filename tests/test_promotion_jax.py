@@ -1,0 +1,161 @@
+"""Float64 references for JAX code as people write it.
+
+JAX functions reach their weights however the user wrote them (closure,
+``jax.jit``, ``functools.partial``, a method, a Flax linen/NNX or Equinox model
+closed over); the float64 program lifts the float32 constants exactly
+(JAX's type promotion, or the re-executed jaxpr), so:
+
+* ``evaluate64`` equals the same model with its parameters cast to float64 by
+  hand, to float64 round-off, and differs from the float32 evaluation;
+* the check has a float64 reference and says PASS;
+* where promotion is impossible (a NumPy round trip through
+  ``jax.pure_callback``), the note names the primitive that blocked it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen, nnx
+
+import polygrad as pg
+from polygrad.backends.base import Supplied
+from polygrad.backends.jax import JaxBackend
+
+BE = JaxBackend()
+KEYS = jax.random.split(jax.random.PRNGKey(0), 4)
+X = jax.random.normal(KEYS[3], (6,), dtype=jnp.float32)
+
+
+def target(f, *args, argnums=(0,)):
+    return BE.make_target(f, args, argnums, Supplied(), 64)
+
+
+def to64(tree):
+    """The tree with every array cast to float64 by hand (the trusted float64 model)."""
+    with jax.enable_x64(True):
+        return jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), tree)
+
+
+def assert_promoted_exactly(f, f64) -> None:
+    """``f``'s float64 program equals ``f64`` (the model cast by hand) at nearby points;
+    ``check(f)`` has a float64 reference and passes."""
+    t = target(f, X)
+    rows = t.x0 + np.random.default_rng(0).uniform(-1e-3, 1e-3, (3, t.n))
+    with jax.enable_x64(True):
+        want = np.stack([np.atleast_1d(np.asarray(f64(jnp.asarray(r)))) for r in rows])
+    np.testing.assert_allclose(t.evaluate64(rows), want, rtol=1e-14, atol=1e-15)
+    assert np.abs(t.evaluate(rows) - want).max() > 1e-12  # the float32 program is float32
+    report = pg.check(f, X)
+    assert report.details["reference"]["method"] == "float64", report.notes
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+
+
+# ---------------------------------------------- plain JAX: every way of reaching W
+
+W = jax.random.normal(KEYS[0], (3, 6), dtype=jnp.float32) / 2
+B = jnp.asarray([0.1, -0.2, 0.3], jnp.float32)
+
+
+def mlp(params, x):
+    w, b = params
+    return jax.nn.logsumexp(jnp.tanh(w @ x + b) * 1.7)
+
+
+def global_loss(x):
+    return mlp((W, B), x)
+
+
+class Model:
+    """Reads its parameters from ``self``."""
+
+    def __init__(self, params):
+        self.params = params
+
+    def loss(self, x):
+        return mlp(self.params, x)
+
+
+def test_every_way_of_reaching_float32_weights_is_promoted():
+    f64 = functools.partial(mlp, to64((W, B)))
+    ways = [
+        lambda x: mlp((W, B), x),
+        global_loss,
+        jax.jit(lambda x: mlp((W, B), x)),
+        functools.partial(mlp, (W, B)),
+        Model((W, B)).loss,
+        jax.jit(Model((W, B)).loss),
+    ]
+    for f in ways:
+        assert_promoted_exactly(f, f64)
+    assert W.dtype == jnp.float32 and B.dtype == jnp.float32
+
+
+# ------------------------------------------------------------ model libraries
+
+
+class LinenMLP(linen.Module):
+    @linen.compact
+    def __call__(self, x):
+        return linen.Dense(3)(jnp.tanh(linen.Dense(8)(x)))
+
+
+def test_flax_linen_model_closed_over():
+    model = LinenMLP()
+    params = model.init(KEYS[1], X)
+    params64 = to64(params)
+    assert_promoted_exactly(
+        lambda x: jax.nn.logsumexp(model.apply(params, x)),
+        lambda x: jax.nn.logsumexp(model.apply(params64, x)),
+    )
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(params))
+
+
+def test_flax_nnx_model_closed_over():
+    model = nnx.Sequential(
+        nnx.Linear(6, 8, rngs=nnx.Rngs(0)),
+        nnx.LayerNorm(8, rngs=nnx.Rngs(1)),
+        nnx.gelu,
+        nnx.Linear(8, 3, rngs=nnx.Rngs(2)),
+    )
+    graphdef, state = nnx.split(model)
+    model64 = nnx.merge(graphdef, to64(state))
+    assert_promoted_exactly(
+        lambda x: jax.nn.logsumexp(model(x)), lambda x: jax.nn.logsumexp(model64(x))
+    )
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(nnx.state(model)))
+
+
+def test_equinox_mlp_closed_over_and_filter_jit():
+    model = eqx.nn.MLP(6, 3, 8, 2, key=KEYS[2])
+    with jax.enable_x64(True):
+        model64 = jax.tree.map(lambda a: a.astype(jnp.float64) if eqx.is_array(a) else a, model)
+
+    def f64(x):
+        return jax.nn.logsumexp(model64(x))
+
+    assert_promoted_exactly(lambda x: jax.nn.logsumexp(model(x)), f64)
+    assert_promoted_exactly(eqx.filter_jit(lambda x: jax.nn.logsumexp(model(x))), f64)
+    assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(eqx.filter(model, eqx.is_array)))
+
+
+# ------------------------------------------------------------ no promotion
+
+
+def test_a_numpy_round_trip_names_the_blocking_primitive():
+    def f(x):
+        y = jax.pure_callback(
+            lambda a: np.tanh(np.asarray(a)).astype(np.float32),
+            jax.ShapeDtypeStruct(x.shape, jnp.float32),
+            x.astype(jnp.float32),
+            vmap_method="sequential",
+        )
+        return jnp.sum(y * W[0])
+
+    t = target(f, X)
+    assert t.evaluate64 is None
+    assert any("at pure_callback" in n for n in t.notes), t.notes
