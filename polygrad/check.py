@@ -291,7 +291,10 @@ def _autodiff_roundoff(
     """
     if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
         return None
-    dtype = np.dtype(target_dtype)
+    try:
+        dtype = np.dtype(target_dtype)
+    except TypeError:  # bfloat16 and other dtypes NumPy does not know cannot be moved
+        return None
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype):

@@ -668,3 +668,34 @@ def test_an_output_row_that_is_exactly_zero_is_judged_on_the_whole_jacobian():
             return g * (2 * x + 1e-6)
 
     assert pg.check(Leaky.apply, x).verdict == pg.Verdict.MISMATCH
+
+
+class _SquareWithScaledRule(torch.autograd.Function):
+    """``x²`` whose backward is ``2x`` times a factor (1: right; else a planted bug)."""
+
+    factor = 1.0
+
+    @staticmethod
+    def forward(x):
+        return x * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * x * _SquareWithScaledRule.factor
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_5_percent_rule_error_is_a_mismatch_in_every_low_precision_dtype(dtype, monkeypatch):
+    """bfloat16 has no NumPy dtype: the round-off allowance is skipped, not a crash."""
+    x = torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=dtype)
+    monkeypatch.setattr(_SquareWithScaledRule, "factor", 1.05)
+    bad = pg.check(lambda x: _SquareWithScaledRule.apply(x).sum(), x)
+    assert bad.verdict is pg.Verdict.MISMATCH and not bad.ok
+    monkeypatch.setattr(_SquareWithScaledRule, "factor", 1.0)
+    good = pg.check(lambda x: _SquareWithScaledRule.apply(x).sum(), x)
+    assert good.verdict is pg.Verdict.PASS and good.ok
