@@ -239,6 +239,26 @@ def _headline(report: Report, color: bool) -> str:
     return f"polygrad: {_paint(v, '1;' + code, color)} {mark} — {_why(report)}"
 
 
+def _how_far_off(e: Any, i: int) -> str:
+    """How far entry ``i`` is off, against the tolerance of the test it failed.
+
+    In a narrow working dtype a rule error can hide inside the working-dtype
+    tolerance and show only in the float64 evaluation of the rule (against its
+    own, tighter tolerance); the sentence then quotes that one.
+    """
+    diff, tol = float(e.difference[i]), float(e.tolerance[i])
+    if tol > 0 and diff <= tol:
+        diff64 = abs(float(e.autodiff64[i]) - float(e.reference[i]))
+        tol64 = float(e.tolerance64[i])
+        if np.isfinite(diff64) and tol64 > 0 and diff64 > tol64:
+            return (
+                f"the float64 evaluation of the rule is off by {_g(diff64, 2)}, "
+                f"{_g(diff64 / tol64, 2)} times its tolerance"
+            )
+    times = diff / tol if tol > 0 else float("inf")
+    return f"off by {_g(diff, 2)}, {_g(times, 2)} times its tolerance"
+
+
 def _why(report: Report) -> str:
     """One sentence: why this verdict, with the entry counts behind it."""
     e, c = report.entries, report.counts()
@@ -251,12 +271,11 @@ def _why(report: Report) -> str:
         )
     if v == "MISMATCH":
         i = int(e.worst(1)[0])
-        times = e.difference[i] / e.tolerance[i] if e.tolerance[i] > 0 else float("inf")
         return (
             f"the gradient is wrong: {k} of {_entries(n)} {_verb(k, 'differs', 'differ')} from "
             "the reference by far more "
-            f"than round-off and the reference's error bar allow (worst {e.names[i]}: off by "
-            f"{_g(e.difference[i], 2)}, {_g(times, 2)} times its tolerance)."
+            f"than round-off and the reference's error bar allow (worst {e.names[i]}: "
+            f"{_how_far_off(e, i)})."
         )
     if v == "NONSMOOTH":
         return _why_nonsmooth(report, k, n)
