@@ -765,6 +765,10 @@ class TensorflowBackend(Backend):
                     setattr(target, "jvp" + suffix, None)
                     target.notes.append(_mode_failed("forward", suffix, exc))
 
+        def build_mp(target: Target) -> None:
+            # deferred: capturing the graph again costs more than a float32 check
+            target.evaluate_mp, target.mp_unavailable_reason = self._mp_evaluator(call, originals)
+
         return Target(
             x0=x0,
             y0=y0,
@@ -776,14 +780,38 @@ class TensorflowBackend(Backend):
             vjp64=fns["vjp64"],
             jvp=fns["jvp"],
             jvp64=fns["jvp64"],
-            evaluate_mp=None,
             input_layout=layout,
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            mp_unavailable_reason="TensorFlow functions cannot be evaluated on mpmath numbers",
-            deferred={"forward": probe_forward},
+            deferred={"forward": probe_forward, "mp": build_mp},
         )
+
+    def _mp_evaluator(
+        self, call: _FlatCall, originals: list[np.ndarray]
+    ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
+        """``(evaluate_mp, None)`` running the captured float64 graph on mpmath numbers
+        (:mod:`polygrad.mpexec.tf_graph`), or ``(None, reason)`` naming what blocks it."""
+        from ..mpexec.errors import UnsupportedOperatorError
+        from ..mpexec.tf_graph import tf_mp_evaluator
+
+        tf = self.tf
+        specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
+        captured = promote_to_float64(tf, call, specs)
+        function: Any = captured.function  # a concrete function: its graph is the program
+        if function is None:
+            return None, f"{_MP_UNAVAILABLE}: {captured.blocked}"
+        inputs = [t.name for t in function.inputs]
+        outputs = [t.name for t in function.outputs]
+        try:
+            evaluate = tf_mp_evaluator(
+                function.graph.as_graph_def(), inputs, outputs, [a.shape for a in originals]
+            )
+        except UnsupportedOperatorError as exc:  # names every op without a rule
+            return None, f"{_MP_UNAVAILABLE}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
+            return None, f"{_MP_UNAVAILABLE}: {_describe(exc)}"
+        return evaluate, None
 
     def _input_spec(self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]):
         """Layout, values and callables for ``wrt="inputs"``."""
@@ -984,6 +1012,9 @@ def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:
     if size == rows:
         return fn(A)
     return fn(np.concatenate([A, np.repeat(A[:1], size - rows, axis=0)]))[:rows]
+
+
+_MP_UNAVAILABLE = "high-precision (mpmath) evaluation is unavailable for this function"
 
 
 def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:
