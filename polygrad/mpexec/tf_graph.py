@@ -37,7 +37,8 @@ the folds are :func:`.reductions.fold`:
   NotEqual``, ``LogicalAnd LogicalOr LogicalNot Select SelectV2 Cast
   BiasAdd``;
 * reductions: ``Sum Mean Prod Max Min All Any ArgMax ArgMin Cumsum``,
-  ``Softmax LogSoftmax``;
+  ``Softmax LogSoftmax SoftmaxCrossEntropyWithLogits
+  SparseSoftmaxCrossEntropyWithLogits``;
 * linear algebra: ``MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3``;
 * data movement: ``Reshape Transpose ExpandDims Squeeze ConcatV2 Pack Unpack
   Split SplitV StridedSlice Slice Tile Pad PadV2 BroadcastTo GatherV2 Fill
@@ -93,7 +94,8 @@ _INTEGER: dict[str, Callable[..., Any]] = {
 _IDENTITY = {"Identity", "StopGradient", "PreventGradient", "Snapshot", "EnsureShape"}
 _IDENTITY |= {"CheckNumerics"}
 _INPUTS = {"Placeholder", "_Arg"}
-_MULTI = {"IdentityN", "Split", "SplitV", "Unpack", "ShapeN"}
+_MULTI = {"IdentityN", "Split", "SplitV", "Unpack", "ShapeN", "SoftmaxCrossEntropyWithLogits"}
+_MULTI |= {"SparseSoftmaxCrossEntropyWithLogits"}
 _COMPLEX_TYPES = {8, 18}  # DT_COMPLEX64, DT_COMPLEX128
 _FLOAT_TYPES = {1, 2, 14, 19}  # DT_FLOAT, DT_DOUBLE, DT_BFLOAT16, DT_HALF
 _BOOL_TYPE = 10
@@ -463,6 +465,17 @@ class _Rules:
         total = fold(e, (e.ndim - 1,), lambda a, b: a + b, self.ctx.mpf(0), keepdims=True)
         log = np.frompyfunc(self.scalar["Log"], 1, 1)
         return np.asarray(x - m - log(total), dtype=object)
+
+    def _r_SoftmaxCrossEntropyWithLogits(self, node: Any, args: list[Any]) -> Any:
+        logits, labels = np.asarray(args[0], dtype=object), self._mp(args[1])
+        logp = self._r_LogSoftmax(node, [logits])
+        loss = fold(-labels * logp, (logp.ndim - 1,), lambda a, b: a + b, self.ctx.mpf(0))
+        return [loss, self._r_Softmax(node, [logits]) - labels]
+
+    def _r_SparseSoftmaxCrossEntropyWithLogits(self, node: Any, args: list[Any]) -> Any:
+        logits, labels = np.asarray(args[0], dtype=object), np.asarray(args[1])
+        one_hot = (labels[:, None] == np.arange(logits.shape[-1])[None, :]).astype(np.int64)
+        return self._r_SoftmaxCrossEntropyWithLogits(node, [logits, one_hot])
 
     def _shifted_exp(self, x: Any) -> np.ndarray:
         """``exp(x - max(x))`` along the last axis."""
