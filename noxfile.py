@@ -86,6 +86,7 @@ def tests_tensorflow(session: nox.Session) -> None:
         "tensorflow",
         "tests/test_backend_tensorflow.py",
         "tests/test_promotion_tensorflow.py",
+        "tests/test_mp_tensorflow.py",
         *TESTING_TESTS,
     )
 

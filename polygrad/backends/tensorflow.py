@@ -47,6 +47,13 @@ Float64 reference
     name the blocking op, and the reference is computed in the working dtype with
     error bars to match.
 
+mp reference
+    ``evaluate_mp`` runs the same captured float64 graph on mpmath numbers,
+    node by node (:mod:`polygrad.mpexec.tf_graph`); it is built when a check
+    first asks for it. A graph with an op that has no mpmath rule (control
+    flow, convolutions...) gets ``evaluate_mp = None`` and a
+    ``mp_unavailable_reason`` naming the op types.
+
 Batched execution in float32
     float32 and narrower batches are compiled with XLA first (padded to a
     power-of-two number of rows, so that few shapes are compiled): some of

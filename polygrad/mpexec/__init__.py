@@ -2,7 +2,7 @@
 
 A float64 finite difference is a good reference for a float32 gradient but a
 weak one for a float64 gradient. The backends therefore capture the user's
-function once (a JAX jaxpr, a PyTorch ATen graph) and re-execute that program
+function once (a JAX jaxpr, a PyTorch ATen graph, a TensorFlow graph) and re-execute that program
 operation by operation on NumPy object arrays of ``mpf`` at 50 (or ``dps``)
 decimal digits: the very code the user wrote, evaluated far beyond float64.
 Every coverage gap is found before anything runs, and a program that cannot
@@ -40,6 +40,11 @@ PyTorch (entry point :func:`.torch_graph.torch_mp_evaluator`):
   conventions;
 * :mod:`.torch_elementwise`, :mod:`.torch_indexing`,
   :mod:`.torch_reductions`, :mod:`.torch_nn` -- the operator rules by family.
+
+TensorFlow (entry point :func:`.tf_graph.tf_mp_evaluator`):
+
+* :mod:`.tf_graph` -- :class:`~.tf_graph.GraphProgram`, which runs the frozen
+  float64 ``GraphDef`` the backend captures, node by node.
 
 Importing this package imports no framework.
 """
