@@ -71,7 +71,10 @@ def test_target_evaluate_vjp_jvp_match_hand_computed(dtype):
     np.testing.assert_array_equal(t.jvp(np.eye(3)), grad[:, None])
     np.testing.assert_array_equal(t.jvp64(np.eye(3)), grad[:, None])
     assert [leaf.name for leaf in t.input_layout.leaves] == ["x"]
-    assert t.evaluate_mp is None and t.mp_unavailable_reason
+    assert t.mp_mode() and t.mp_unavailable_reason is None  # the captured graph on mpmath
+    assert t.evaluate_mp is not None
+    y = t.evaluate_mp(t.x0, np.array([0.0, 0.0, 0.5]), 50)
+    assert y.shape == (1,) and y[0] == 0.5 * 1 + 1.5 * 4 + 1.0 * 3.5**2
 
 
 def test_float32_rounding_of_rows_and_float64_promotion_of_other_arguments():
