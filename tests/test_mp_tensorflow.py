@@ -542,3 +542,45 @@ def test_auto_uses_mp_for_small_float64_functions() -> None:
     report = pg.check(case.f, tf.constant(case.x))
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
     assert report.details["reference"]["method"] == "mp"
+
+
+def test_parameters_of_a_float64_keras_model_with_mp_reference() -> None:
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential(
+        [
+            keras.layers.Dense(3, activation="tanh", dtype="float64"),
+            keras.layers.Dense(1, dtype="float64"),
+        ]
+    )
+    model.build((None, 2))
+    x = tf.constant([[0.3, -0.2]], tf.float64)
+    report = pg.check(
+        lambda m, v: tf.reduce_sum(m(v) ** 2), model, x, wrt="parameters", reference="mp"
+    )
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert report.details["reference"]["method"] == "mp"
+
+
+def test_users_case1_float32_closure_with_mp_reference() -> None:
+    """Case 1 as written: float32 ``loc`` and ``scale`` closed over; exact gradient -x/scale²."""
+    scale = tf.constant(np.random.default_rng(0).uniform(0.5, 1.5, 10).astype(np.float32))
+    loc = tf.constant(0.0)
+    report = pg.check(
+        lambda x: tf.reduce_sum(-((x - loc) ** 2) / (2 * scale**2)), tf.ones(10), reference="mp"
+    )
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert report.details["reference"]["method"] == "mp"
+    exact = -1.0 / scale.numpy().astype(np.float64) ** 2
+    np.testing.assert_allclose(report.entries.reference, exact, rtol=1e-15)
+
+
+def test_control_flow_has_no_rule_yet_and_is_named() -> None:
+    x = tf.constant([0.3, 0.2], tf.float64)
+    report = pg.check(
+        lambda v: tf.cond(tf.reduce_sum(v) > 0, lambda: tf.sin(v), lambda: tf.cos(v)),
+        x,
+        reference="mp",
+    )
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert report.details["reference"]["method"] == "float64"
+    assert "'StatelessIf'" in str(report)
