@@ -511,6 +511,49 @@ def test_torch_factory_and_torch_arguments(tmp_path):
     assert data["details"]["working_dtype"] == "float32"
 
 
+FRAMEWORK_FILES = {
+    "jax": "import jax.numpy as jnp\n\ndef f(x, w):\n    return jnp.sum(jnp.sin(x) * w)\n",
+    "tensorflow": (
+        "import tensorflow as tf\n\ndef f(x, w):\n    return tf.reduce_sum(tf.sin(x) * w)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [pytest.param(name, marks=pytest.mark.polygrad_backends(name)) for name in FRAMEWORK_FILES],
+)
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_expressions_become_the_frameworks_arrays(tmp_path, framework, dtype):
+    import numpy as np
+
+    (tmp_path / "fw.py").write_text(FRAMEWORK_FILES[framework])
+    r, data = check_json(
+        f"{tmp_path / 'fw.py'}:f",
+        "--arg",
+        "np.linspace(0, 1, 4)",
+        "--arg",
+        "np.arange(4.0)",
+        "--dtype",
+        dtype,
+    )
+    assert data["verdict"] == "PASS" and data["ok"] is True, r.stderr
+    det = data["details"]
+    assert det["backend"] == framework and det["working_dtype"] == dtype
+    assert det["inputs"] == 4 and det["reference"]["method"] in ("mp", "float64")
+    # the reference is of the function at the cast point: bfloat16 rounds linspace(0, 1, 4)
+    rounded = np.asarray([0.0, 0.333984375, 0.66796875, 1.0])  # exact bfloat16 numbers
+    x = np.linspace(0, 1, 4) if dtype == "float64" else rounded
+    exact = dict(zip([f"x[{i}]" for i in range(4)], np.cos(x) * np.arange(4.0), strict=True))
+    resolution = 1e-10 if dtype == "float64" else 2.0**-8  # bfloat16 has 8 significant bits
+    scale = max(abs(v) for v in exact.values())  # w[0] = 0: one exact zero in the gradient
+    for row in data["worst_entries"]:
+        value = exact[row["name"]]
+        # the error bar covers the closed form (itself rounded to float64)
+        assert abs(row["reference"] - value) <= row["reference_error"] + 4e-16 * abs(value)
+        assert row["reference_error"] <= resolution * scale
+
+
 CNN_FACTORY = textwrap.dedent(
     """
     import numpy as np
