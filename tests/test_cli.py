@@ -591,14 +591,29 @@ CNN_FACTORY = textwrap.dedent(
 
 @pytest.mark.polygrad_backends("tensorflow")
 def test_users_case2_cnn_from_the_command_line_through_a_factory(tmp_path):
-    """USERS.md case 2: a global-style closure over a Keras CNN and a loss object."""
+    """USERS.md case 2: a closure over a Keras CNN and a loss object, every pixel checked.
+
+    docs/cli.md shows this factory and this run: its source and its counts are read
+    from the page, so the page cannot drift from what the command does.
+    """
+    import re
+    from pathlib import Path
+
     (tmp_path / "cnn.py").write_text(CNN_FACTORY)
-    r = run("check", f"{tmp_path / 'cnn.py'}:make", "--factory", "--json")
+    r = run("check", f"{tmp_path / 'cnn.py'}:make", "--factory", "--strategy", "full", "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(r.stdout)
     assert data["verdict"] in ("PASS", "NONSMOOTH") and data["ok"] is True
-    assert "MISMATCH" not in data["counts"]
+    counts = data["counts"]
+    assert set(counts) <= {"PASS", "NONSMOOTH"} and counts.get("PASS", 0) > 0
+    assert sum(counts.values()) == 784  # every pixel of the image
     det = data["details"]
     assert det["backend"] == "tensorflow" and det["working_dtype"] == "float32"
-    assert det["reference"]["method"] == "float64"
-    assert det["inputs"] == 784  # every pixel of the image is checked
+    assert det["strategy"] == "full" and det["reference"]["method"] == "float64"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    assert CNN_FACTORY.strip() in page
+    shown = re.search(r"verdicts: NONSMOOTH (\d+), PASS (\d+)", page)
+    assert shown is not None
+    assert (int(shown[1]), int(shown[2])) == (counts.get("NONSMOOTH", 0), counts["PASS"])
+    assert f"{counts['PASS']} smooth entries pass" in page
+    assert f"the {counts.get('NONSMOOTH', 0)} pixels" in page
