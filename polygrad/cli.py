@@ -449,7 +449,8 @@ def _add_point_options(p: argparse.ArgumentParser) -> None:
         nargs="?",
         const="-",
         metavar="FILE",
-        help="print the result as JSON instead of text; with FILE, write it there as well",
+        help="print the result as JSON instead of the text; --json FILE writes the JSON to FILE "
+        "and prints the text",
     )
 
 
