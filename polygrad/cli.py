@@ -1,12 +1,15 @@
 """Command line: ``polygrad check | sweep | taylor | backends | demo | init-nox``.
 
 Exit status: 0 when the check passes (``report.ok``), 1 on a failing verdict,
-2 on bad usage (unknown file or function, unparsable point, a NumPy function
-without a derivative, input errors reported by polygrad).
+2 on bad usage (unknown file or function, a bad expression or array file, a
+factory that does not return ``(f, args)``, a NumPy function without a
+derivative, input errors reported by polygrad).
 
 Examples::
 
     polygrad check model.py:loss --at "1.0, 2.0" --dtype float32
+    polygrad check model.py:loss --arg "np.full(1000, 100.0)" --arg @scale.npy --json
+    polygrad check cnn.py:make --factory --json
     polygrad check mylib.py:f --grad mylib.py:f_grad --at "0.5" --json report.json
     polygrad sweep model.py:loss --at "1.0" --dtype float32 --plot sweep.png
     polygrad backends
@@ -29,17 +32,23 @@ from typing import Any
 
 import numpy as np
 
+from ._cli_inputs import (
+    FLOAT_DTYPES,
+    Call,
+    UsageError,
+    call_factory,
+    convert_arguments,
+    parse_argnums,
+    parse_point,
+    read_argument,
+)
 from ._install import pip_install
 from ._native_logs import quiet_native_logs
 
-__all__ = ["main", "load_function", "parse_point"]
+__all__ = ["UsageError", "main", "load_function", "parse_point"]
 
 FRAMEWORKS = ("torch", "jax", "tensorflow")
 _DIST = {"numpy": "numpy", "torch": "torch", "jax": "jax", "tensorflow": "tensorflow"}
-
-
-class UsageError(Exception):
-    """Bad command-line usage: reported on stderr, exit status 2."""
 
 
 def _load_module(path: str) -> ModuleType:
@@ -87,27 +96,6 @@ def load_function(
     return fn, mod
 
 
-def parse_point(text: str) -> np.ndarray:
-    """``"1.0, 2.0"`` → ``array([1., 2.])``; JSON nested lists give arrays of that shape.
-
-    Raises
-    ------
-    UsageError
-        The text is not a comma-separated list of numbers or a JSON array.
-    """
-    t = text.strip()
-    if not t.startswith("["):
-        t = "[" + t + "]"
-    try:
-        value = json.loads(t)
-        arr = np.asarray(value, dtype=np.float64)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f'--at {text!r}: expected numbers such as "1.0, 2.0" ({exc})') from exc
-    if arr.size == 0:
-        raise UsageError("--at: the point is empty")
-    return arr
-
-
 def _framework_of(mod: ModuleType) -> str:
     """The framework a user module works with, from the modules it imported."""
     found = []
@@ -124,84 +112,138 @@ def _framework_of(mod: ModuleType) -> str:
     return found[0] if found else "numpy"
 
 
-def _to_backend(x: np.ndarray, backend: str, dtype: str) -> Any:
-    if backend == "numpy":
-        return x.astype(dtype)
-    if backend == "torch":
-        import torch
+def _command_function(command: str) -> Callable[..., Any]:
+    from . import check, sweep, taylor_test
 
-        return torch.tensor(x, dtype=getattr(torch, dtype))
-    if backend == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        if dtype == "float64":
-            jax.config.update("jax_enable_x64", True)
-        return jnp.asarray(x, dtype=dtype)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.constant(x, dtype=getattr(tf, dtype))
-    raise UsageError(f"unknown backend {backend!r}")
+    functions: dict[str, Callable[..., Any]] = {
+        "check": check,
+        "sweep": sweep,
+        "taylor": taylor_test,
+    }
+    return functions[command]
 
 
-def _prepare(args: argparse.Namespace) -> tuple[Callable, tuple[Any, ...], dict[str, Any], str]:
+def _backend_name(name: str, explicit: str | None) -> str:
+    """The canonical backend name; a framework that is not installed is a usage error."""
     from .backends import _ALIASES, BACKEND_MODULES
 
-    f, mod = load_function(args.function)
-    # a supplied gradient means a NumPy function, whatever else the file imports
-    backend = args.backend or ("numpy" if getattr(args, "grad", None) else _framework_of(mod))
-    backend = _ALIASES.get(backend.lower(), backend.lower())
+    backend = _ALIASES.get(name.lower(), name.lower())
     if backend not in BACKEND_MODULES:
-        raise UsageError(
-            f"unknown backend {args.backend!r}; choose from {', '.join(BACKEND_MODULES)}"
-        )
+        raise UsageError(f"unknown backend {explicit!r}; choose from {', '.join(BACKEND_MODULES)}")
     _, extra, module = BACKEND_MODULES[backend]
     if module and importlib.util.find_spec(module) is None:
         raise UsageError(
             f"the {backend} backend needs {module!r}, which is not installed; install it with: "
             + pip_install(extra)
         )
-    x = _to_backend(parse_point(args.at), backend, args.dtype)
-    options: dict[str, Any] = {"backend": backend}
+    return backend
+
+
+def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Options given on the command line (they override a factory's)."""
+    out: dict[str, Any] = {}
+    argnums = parse_argnums(getattr(args, "argnums", None))
+    if argnums is not None:
+        out["argnums"] = argnums
+    for key in ("mode", "reference", "strategy"):
+        value = getattr(args, key, None)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _supplied_derivatives(
+    args: argparse.Namespace, mod: ModuleType, backend: str | None
+) -> dict[str, Any]:
+    """``--grad``/``--jac``, or ``{name}_grad``/``{name}_jac`` next to a NumPy function."""
+    out = {}
     for key in ("grad", "jac"):
         spec = getattr(args, key, None)
         if spec:
-            options[key] = load_function(spec, mod)[0]
-    if (
-        backend == "numpy"
-        and args.command in ("check", "taylor")
-        and not (options.get("grad") or options.get("jac"))
-    ):
-        name = args.function.rpartition(":")[2]
-        for key in ("grad", "jac"):
-            cand = getattr(mod, f"{name}_{key}", None)
-            if callable(cand):
-                options[key] = cand
-                break
-        else:
-            raise UsageError(
-                f"a NumPy function has no autodiff: pass its derivative with --grad "
-                f"file.py:function (or --jac), or define {name}_grad next to {name}"
-            )
-    return f, (x,), options, backend
+            out[key] = load_function(spec, mod)[0]
+    if backend != "numpy" or args.command not in ("check", "taylor") or out:
+        return out
+    name = args.function.rpartition(":")[2]
+    for key in ("grad", "jac"):
+        cand = getattr(mod, f"{name}_{key}", None)
+        if callable(cand):
+            return {key: cand}
+    raise UsageError(
+        f"a NumPy function has no autodiff: pass its derivative with --grad "
+        f"file.py:function (or --jac), or define {name}_grad next to {name}"
+    )
 
 
-def _write_json(path: str | None, data: dict[str, Any]) -> None:
-    if path:
-        p = Path(path)
+def _prepare_factory(args: argparse.Namespace) -> Call:
+    """``make()`` in the user's file builds the function and its arguments."""
+    spec = args.function if args.factory is True else args.factory
+    if args.factory is not True and args.function:
+        raise UsageError(
+            f"got both {args.function!r} and --factory {args.factory!r}; give the factory "
+            "once: file.py:make --factory, or --factory file.py:make"
+        )
+    if not spec:
+        raise UsageError("--factory: expected path/to/file.py:make")
+    if args.inputs or args.dtype:
+        raise UsageError(
+            "with a factory, make() returns the arguments in their framework and dtype; "
+            "--arg, --at and --dtype do not apply"
+        )
+    make, mod = load_function(spec)
+    name = spec.rpartition(":")[2]
+    f, fargs, options = call_factory(make, name, _command_function(args.command))
+    options.update(_flag_options(args))
+    if args.backend:
+        options["backend"] = _backend_name(args.backend, args.backend)
+    options.update(_supplied_derivatives(args, mod, None))
+    return Call(f, fargs, options)
+
+
+def _prepare(args: argparse.Namespace) -> Call:
+    from .check import normalize_argnums
+
+    if args.factory is not None:
+        return _prepare_factory(args)
+    if not args.function:
+        raise UsageError("expected path/to/file.py:function (or --factory file.py:make)")
+    if not args.inputs:
+        raise UsageError('give the point: --arg EXPR once per argument, or --at "1.0, 2.0"')
+    f, mod = load_function(args.function)
+    # a supplied gradient means a NumPy function, whatever else the file imports
+    guess = "numpy" if getattr(args, "grad", None) else _framework_of(mod)
+    backend = _backend_name(args.backend or guess, args.backend)
+    values = [read_argument(kind, text) for kind, text in args.inputs]
+    options: dict[str, Any] = {"backend": backend, **_flag_options(args)}
+    diff = normalize_argnums(options.get("argnums", 0), len(values))
+    fargs = convert_arguments(values, backend, args.dtype, diff)
+    options.update(_supplied_derivatives(args, mod, backend))
+    return Call(f, fargs, options)
+
+
+def _emit(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
+    """The text on stdout, or with ``--json`` alone the JSON instead; ``--json FILE`` writes it."""
+    if args.json == "-":
+        print(json.dumps(data, indent=2))
+        return
+    print(text)
+    if args.json:
+        p = Path(args.json)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(data, indent=2))
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    """A side remark: on stdout, or on stderr when stdout carries JSON."""
+    print(text, file=sys.stderr if args.json == "-" else sys.stdout)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import check
     from .render import render_text
 
-    f, fargs, options, _ = _prepare(args)
-    report = check(f, *fargs, mode=args.mode, **options)
-    print(render_text(report, color=False if args.no_color else None))
-    _write_json(args.json, report.to_dict())
+    call = _prepare(args)
+    report = check(call.f, *call.args, **call.options)
+    _emit(args, render_text(report, color=False if args.no_color else None), report.to_dict())
     if args.plot:
         from .plot import plot_report
 
@@ -227,28 +269,25 @@ def _parse_steps(text: str | None) -> np.ndarray | None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import sweep
 
-    f, fargs, options, _ = _prepare(args)
-    options.pop("grad", None)
-    options.pop("jac", None)
-    result = sweep(f, *fargs, steps=_parse_steps(args.steps), **options)
-    print(result)
-    _write_json(args.json, result.to_dict())
+    call = _prepare(args)
+    options = {k: v for k, v in call.options.items() if k not in ("grad", "jac")}
+    result = sweep(call.f, *call.args, steps=_parse_steps(args.steps), **options)
+    _emit(args, str(result), result.to_dict())
     if args.plot:
         result.plot(args.plot)
-        print(f"  plot written to {args.plot}")
+        _note(args, f"  plot written to {args.plot}")
     return 0
 
 
 def _cmd_taylor(args: argparse.Namespace) -> int:
     from .taylor import taylor_test
 
-    f, fargs, options, _ = _prepare(args)
-    result = taylor_test(f, *fargs, **options)
-    print(result)
-    _write_json(args.json, result.to_dict())
+    call = _prepare(args)
+    result = taylor_test(call.f, *call.args, **call.options)
+    _emit(args, str(result), result.to_dict())
     if args.plot:
         result.plot(args.plot)
-        print(f"  plot written to {args.plot}")
+        _note(args, f"  plot written to {args.plot}")
     return 0 if result.ok is not False else 1
 
 
@@ -314,7 +353,9 @@ def _devices(key: str) -> list[str]:
 def _cmd_backends(args: argparse.Namespace) -> int:
     rows = backend_info(import_frameworks=not args.no_devices)
     if args.json:
-        _write_json(args.json, {"backends": rows})
+        p = Path(args.json)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps({"backends": rows}, indent=2))
     print(f"{'backend':<11} {'installed':<10} {'version':<14} {'float64':<8} devices")
     for r in rows:
         if not r["installed"]:
@@ -355,19 +396,62 @@ def _cmd_init_nox(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Input(argparse.Action):
+    """``--at`` and ``--arg`` append ``(kind, text)`` to one list, in command-line order."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        kind = "at" if option_string == "--at" else "arg"
+        namespace.inputs = [*(namespace.inputs or []), (kind, str(values))]
+
+
 def _add_point_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("function", help="path/to/file.py:function")
-    p.add_argument("--at", required=True, help='the point, e.g. "1.0, 2.0" or "[[1, 2], [3, 4]]"')
+    p.add_argument("function", nargs="?", help="path/to/file.py:function (or :make with --factory)")
+    p.add_argument(
+        "--arg",
+        action=_Input,
+        dest="inputs",
+        metavar="EXPR",
+        help="one argument of the function, repeated in order: a Python expression with np "
+        'in scope ("np.full(1000, 100.0)"), or @file.npy, or @file.npz:key',
+    )
+    p.add_argument(
+        "--at",
+        action=_Input,
+        dest="inputs",
+        metavar="NUMBERS",
+        help='an argument as numbers, e.g. "1.0, 2.0" or "[[1, 2], [3, 4]]"',
+    )
+    p.add_argument(
+        "--factory",
+        nargs="?",
+        const=True,
+        metavar="FILE.py:MAKE",
+        help="make() returns (f, args) or (f, args, options): build models in your own code",
+    )
+    p.add_argument("--argnums", metavar="I,J", help='differentiated arguments, e.g. "0" or "0,2"')
     p.add_argument(
         "--dtype",
-        default="float32",
-        choices=["float16", "bfloat16", "float32", "float64"],
-        help="working dtype of the input (default float32)",
+        choices=FLOAT_DTYPES,
+        help="cast the floating arguments to this dtype (default: NumPy arrays keep theirs, "
+        "numbers and lists are float32)",
     )
     p.add_argument(
         "--backend", help="numpy, torch, jax or tensorflow (default: from the file's imports)"
     )
-    p.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="print the result as JSON instead of the text; --json FILE writes the JSON to FILE "
+        "and prints the text",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -384,7 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_point_options(p)
     p.add_argument("--grad", metavar="FILE.py:FUNC", help="gradient of a NumPy function")
     p.add_argument("--jac", metavar="FILE.py:FUNC", help="Jacobian of a NumPy function")
-    p.add_argument("--mode", default="auto", choices=["auto", "rev", "fwd", "both"])
+    p.add_argument("--mode", choices=["auto", "rev", "fwd", "both"], help="default auto")
+    p.add_argument("--reference", choices=["auto", "mp", "float64", "working"], help="default auto")
+    p.add_argument("--strategy", choices=["auto", "full", "projections"], help="default auto")
     p.add_argument("--plot", metavar="FILE", help="heat map of per-entry errors (PNG/SVG)")
     p.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
     p.set_defaults(run=_cmd_check)

@@ -262,3 +262,358 @@ def test_native_log_filter_is_scoped_to_the_entry_points():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout == "done\n" and r.stderr == "kept\n"
+
+
+# --- several arguments, array files, --json, --dtype, factories --------------------------
+
+MULTI_FILE = textwrap.dedent(
+    """
+    import numpy as np
+
+    def f(x, scale, b):
+        return np.sum(scale * np.sin(x) + b * x**2)
+
+    def f_grad(x, scale, b):
+        return scale * np.cos(x) + 2 * b * x, np.sum(x**2)
+
+    def f_bad(x, scale, b):
+        return scale * np.cos(x) + b * x, np.sum(x**2)
+
+    def g(x):
+        return np.sum(np.exp(-x / 100.0))
+
+    def g_grad(x):
+        return -np.exp(-x / 100.0) / 100.0
+    """
+)
+
+SCALE = [0.5, 1.5, 2.0, 1.0, 0.75]
+
+
+@pytest.fixture
+def multi(tmp_path):
+    import numpy as np
+
+    (tmp_path / "multi.py").write_text(MULTI_FILE)
+    np.save(tmp_path / "scale.npy", np.asarray(SCALE))
+    np.savez(tmp_path / "params.npz", b=np.asarray(0.25), other=np.ones(2))
+    return tmp_path
+
+
+def check_json(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    r = run("check", *args, "--json")
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    return r, json.loads(r.stdout)
+
+
+def test_several_arguments_from_expressions_and_files(multi):
+    import numpy as np
+
+    d = multi
+    r, data = check_json(
+        f"{d / 'multi.py'}:f",
+        "--arg",
+        "np.linspace(-1, 1, 5)",
+        "--arg",
+        f"@{d / 'scale.npy'}",
+        "--arg",
+        f"@{d / 'params.npz'}:b",
+        "--argnums",
+        "0,2",
+    )
+    assert r.returncode == 0 and data["verdict"] == "PASS" and data["ok"] is True
+    det = data["details"]
+    assert det["working_dtype"] == "float64"  # NumPy arrays keep their dtype
+    assert det["inputs"] == 6  # x (5 entries) and b; scale is not differentiated
+    x = np.linspace(-1, 1, 5)
+    dx = np.asarray(SCALE) * np.cos(x) + 0.5 * x
+    exact = {f"x[{i}]": dx[i] for i in range(5)}
+    exact["b"] = float(np.sum(x**2))
+    rows = {e["name"]: e for e in data["worst_entries"]}
+    assert set(rows) == set(exact)
+    for name, value in exact.items():
+        assert rows[name]["reference"] == pytest.approx(value, rel=1e-13, abs=1e-15)
+    # the wrong rule for x is found with the same arguments
+    bad = run(
+        "check",
+        f"{d / 'multi.py'}:f",
+        "--arg",
+        "np.linspace(-1, 1, 5)",
+        "--arg",
+        f"@{d / 'scale.npy'}",
+        "--arg",
+        f"@{d / 'params.npz'}:b",
+        "--argnums",
+        "0,2",
+        "--grad",
+        "f_bad",
+    )
+    assert bad.returncode == 1 and "MISMATCH" in bad.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "dtype"),
+    [
+        ([], "float64"),  # np.full makes float64 and keeps it
+        (["--dtype", "float32"], "float32"),
+        (["--dtype", "float16"], "float16"),
+    ],
+)
+def test_dtype_casts_the_floating_arguments(multi, options, dtype):
+    import numpy as np
+
+    r, data = check_json(
+        f"{multi / 'multi.py'}:g", "--arg", "np.full(1000, 100.0)", "--strategy", "full", *options
+    )
+    assert r.returncode == 0 and data["verdict"] == "PASS" and data["ok"] is True
+    assert data["details"]["working_dtype"] == dtype and data["details"]["inputs"] == 1000
+    x = np.asarray(100.0, dtype)  # 100 is exact in all three dtypes
+    exact = -np.exp(-float(x) / 100.0) / 100.0
+    eps = float(np.finfo(dtype).eps)
+    # float64 differences resolve about 1e-11 relative here (n = 1000 is past the mp reference)
+    resolution = 1e-10 if dtype == "float64" else eps
+    for row in data["worst_entries"]:
+        # the float64 reference's error bar covers the closed form
+        assert abs(row["reference"] - exact) <= row["reference_error"]
+        assert row["reference_error"] <= resolution * abs(exact)
+        assert row["autodiff"] == pytest.approx(exact, rel=eps)
+
+
+def test_numbers_and_at_default_to_float32_and_json_file_keeps_the_text(multi, tmp_path):
+    f = f"{multi / 'multi.py'}:g"
+    out = tmp_path / "r.json"
+    r = run("check", f, "--arg", "[99.0, 101.0]", "--json", str(out))
+    assert r.returncode == 0 and r.stdout.startswith("polygrad: PASS"), r.stderr
+    assert json.loads(out.read_text())["details"]["working_dtype"] == "float32"
+    r, data = check_json(f, "--at", "1, 2")
+    assert data["details"]["working_dtype"] == "float32" and data["ok"] is True
+
+
+def test_sweep_and_taylor_take_several_arguments(multi):
+    d = multi
+    common = [
+        f"{d / 'multi.py'}:f",
+        "--arg",
+        "np.linspace(-1, 1, 5)",
+        "--arg",
+        f"@{d / 'scale.npy'}",
+        "--arg",
+        "0.25",
+        "--dtype",
+        "float64",
+    ]
+    r = run("sweep", *common, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["optimal_step"] > 0
+    t = run("taylor", *common, "--grad", "f_grad", "--argnums", "0,2")
+    assert t.returncode == 0 and "consistent" in t.stdout, t.stdout + t.stderr
+
+
+FACTORIES = textwrap.dedent(
+    """
+    import numpy as np
+
+    def f(x):
+        return np.sum(x**3)
+
+    def not_a_tuple():
+        return f
+
+    def args_not_a_tuple():
+        return f, np.ones(3)
+
+    def four_things():
+        return f, (np.ones(3),), {}, None
+
+    def unknown_option():
+        return f, (np.ones(3),), {"grad": lambda x: 3 * x**2, "tolerance": 1e-3}
+
+    def good():
+        return f, (np.ones(3),), {"grad": lambda x: 3 * x**2}
+    """
+)
+
+
+def test_usage_errors_of_arguments_and_factories_exit_2(multi):
+    d = multi
+    (d / "factories.py").write_text(FACTORIES)
+    m, fa = f"{d / 'multi.py'}", f"{d / 'factories.py'}"
+    cases = [
+        (("check", f"{m}:g", "--arg", "np.full(3,"), "not a Python expression"),
+        (("check", f"{m}:g", "--arg", "np.fill(3, 1.0)"), "AttributeError"),
+        (("check", f"{m}:g", "--arg", f"@{d / 'none.npy'}"), "no such file"),
+        (("check", f"{m}:g", "--arg", f"@{d / 'multi.py'}"), ".npy"),
+        (("check", f"{m}:g", "--arg", f"@{d / 'params.npz'}"), "name one with file.npz:key"),
+        (("check", f"{m}:g", "--arg", f"@{d / 'params.npz'}:c"), "no array 'c'"),
+        (("check", f"{m}:g"), "--arg EXPR"),
+        (("check", f"{m}:f", "--arg", "1.0", "--argnums", "3"), "argnums"),
+        (("check", f"{m}:g", "--arg", "1.0", "--argnums", "x"), "--argnums"),
+        (("check", f"{fa}:not_a_tuple", "--factory"), "must return (f, args)"),
+        (("check", f"{fa}:args_not_a_tuple", "--factory"), "(x,)"),
+        (("check", "--factory", f"{fa}:four_things"), "of length 4"),
+        (("check", f"{fa}:unknown_option", "--factory"), "tolerance"),
+        (("check", f"{fa}:good", "--factory", "--arg", "1.0"), "do not apply"),
+        (("check", f"{m}:g", "--factory", f"{fa}:good"), "give the factory once"),
+        (("check", "--factory"), "--factory"),
+    ]
+    for args, message in cases:
+        r = run(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert message in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+    ok = run("check", f"{fa}:good", "--factory", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["verdict"] == "PASS", ok.stderr
+
+
+TORCH_FACTORY = textwrap.dedent(
+    """
+    import torch
+
+    W = [[0.5, -1.0, 2.0]]
+    B = [0.1]
+
+    def make():
+        layer = torch.nn.Linear(3, 1, dtype=torch.float64)
+        with torch.no_grad():
+            layer.weight.copy_(torch.tensor(W, dtype=torch.float64))
+            layer.bias.copy_(torch.tensor(B, dtype=torch.float64))
+        x = torch.tensor([0.3, -0.2, 0.4], dtype=torch.float64)
+        return (lambda x: torch.tanh(layer(x)).sum()), (x,), {"strategy": "full"}
+
+    def f(x, s):
+        return torch.sum(torch.tanh(s * x))
+    """
+)
+
+
+@pytest.mark.polygrad_backends("torch")
+def test_torch_factory_and_torch_arguments(tmp_path):
+    import numpy as np
+
+    (tmp_path / "tfac.py").write_text(TORCH_FACTORY)
+    r = run("check", f"{tmp_path / 'tfac.py'}:make", "--factory", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["verdict"] == "PASS" and data["ok"] is True
+    det = data["details"]
+    assert det["backend"] == "torch" and det["working_dtype"] == "float64"
+    assert det["strategy"] == "full"  # the factory's option reached check
+    w, x = np.array([0.5, -1.0, 2.0]), np.array([0.3, -0.2, 0.4])
+    exact = (1 - np.tanh(w @ x + 0.1) ** 2) * w
+    ref = [row["reference"] for row in sorted(data["worst_entries"], key=lambda e: e["name"])]
+    np.testing.assert_allclose(ref, exact, rtol=1e-12)
+    # expressions become torch tensors; --argnums 0,1 differentiates both
+    r, data = check_json(
+        f"{tmp_path / 'tfac.py'}:f", "--arg", "[0.3, -1.2]", "--arg", "2.0", "--argnums", "0,1"
+    )
+    assert data["verdict"] == "PASS" and data["ok"] is True
+    assert data["details"]["backend"] == "torch" and data["details"]["inputs"] == 3
+    assert data["details"]["working_dtype"] == "float32"
+
+
+FRAMEWORK_FILES = {
+    "jax": "import jax.numpy as jnp\n\ndef f(x, w):\n    return jnp.sum(jnp.sin(x) * w)\n",
+    "tensorflow": (
+        "import tensorflow as tf\n\ndef f(x, w):\n    return tf.reduce_sum(tf.sin(x) * w)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [pytest.param(name, marks=pytest.mark.polygrad_backends(name)) for name in FRAMEWORK_FILES],
+)
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_expressions_become_the_frameworks_arrays(tmp_path, framework, dtype):
+    import numpy as np
+
+    (tmp_path / "fw.py").write_text(FRAMEWORK_FILES[framework])
+    r, data = check_json(
+        f"{tmp_path / 'fw.py'}:f",
+        "--arg",
+        "np.linspace(0, 1, 4)",
+        "--arg",
+        "np.arange(4.0)",
+        "--dtype",
+        dtype,
+    )
+    assert data["verdict"] == "PASS" and data["ok"] is True, r.stderr
+    det = data["details"]
+    assert det["backend"] == framework and det["working_dtype"] == dtype
+    assert det["inputs"] == 4 and det["reference"]["method"] in ("mp", "float64")
+    # the reference is of the function at the cast point: bfloat16 rounds linspace(0, 1, 4)
+    rounded = np.asarray([0.0, 0.333984375, 0.66796875, 1.0])  # exact bfloat16 numbers
+    x = np.linspace(0, 1, 4) if dtype == "float64" else rounded
+    exact = dict(zip([f"x[{i}]" for i in range(4)], np.cos(x) * np.arange(4.0), strict=True))
+    resolution = 1e-10 if dtype == "float64" else 2.0**-8  # bfloat16 has 8 significant bits
+    scale = max(abs(v) for v in exact.values())  # w[0] = 0: one exact zero in the gradient
+    for row in data["worst_entries"]:
+        value = exact[row["name"]]
+        # the error bar covers the closed form (itself rounded to float64)
+        assert abs(row["reference"] - value) <= row["reference_error"] + 4e-16 * abs(value)
+        assert row["reference_error"] <= resolution * scale
+
+
+CNN_FACTORY = textwrap.dedent(
+    """
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from sklearn.datasets import load_digits
+
+    def digit():
+        digits = load_digits()
+        img = digits.images[0] / 16.0  # a real "0"
+        big = tf.image.resize(img[None, :, :, None], (28, 28), method="bilinear")
+        x = np.clip(big.numpy(), 0.0, 1.0).reshape(784).astype(np.float32)
+        return tf.constant(x), int(digits.target[0])
+
+    def make():
+        x, label = digit()
+        y = tf.one_hot([label], 10)
+        keras.utils.set_random_seed(1)
+        bias = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05)}
+        model = keras.Sequential([
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(64, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(10, activation="softmax", **bias),
+        ])
+        cce = keras.losses.CategoricalCrossentropy()
+        return (lambda x: cce(y, model(tf.reshape(x, (1, 28, 28, 1))))), (x,)
+    """
+)
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+def test_users_case2_cnn_from_the_command_line_through_a_factory(tmp_path):
+    """USERS.md case 2: a closure over a Keras CNN and a loss object, every pixel checked.
+
+    docs/cli.md shows this factory and this run: its source and its counts are read
+    from the page, so the page cannot drift from what the command does.
+    """
+    import re
+    from pathlib import Path
+
+    (tmp_path / "cnn.py").write_text(CNN_FACTORY)
+    r = run("check", f"{tmp_path / 'cnn.py'}:make", "--factory", "--strategy", "full", "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert data["verdict"] in ("PASS", "NONSMOOTH") and data["ok"] is True
+    counts = data["counts"]
+    assert set(counts) <= {"PASS", "NONSMOOTH"} and counts.get("PASS", 0) > 0
+    assert sum(counts.values()) == 784  # every pixel of the image
+    det = data["details"]
+    assert det["backend"] == "tensorflow" and det["working_dtype"] == "float32"
+    assert det["strategy"] == "full" and det["reference"]["method"] == "float64"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    assert CNN_FACTORY.strip() in page
+    shown = re.search(r"verdicts: NONSMOOTH (\d+), PASS (\d+)", page)
+    assert shown is not None
+    assert (int(shown[1]), int(shown[2])) == (counts.get("NONSMOOTH", 0), counts["PASS"])
+    assert f"{counts['PASS']} smooth entries pass" in page
+    assert f"the {counts.get('NONSMOOTH', 0)} pixels" in page
