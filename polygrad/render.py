@@ -272,8 +272,8 @@ def _why(report: Report) -> str:
     if v == "MISMATCH":
         i = int(e.worst(1)[0])
         return (
-            f"the gradient is wrong: {k} of {_entries(n)} {_verb(k, 'differs', 'differ')} from "
-            "the reference by far more "
+            f"the gradient rule is wrong: {k} of {_entries(n)} "
+            f"{_verb(k, 'differs', 'differ')} from the reference by far more "
             f"than round-off and the reference's error bar allow (worst {e.names[i]}: "
             f"{_how_far_off(e, i)})."
         )

@@ -107,7 +107,7 @@ def test_mismatch_names_the_entry_and_the_size():
     assert report.verdict == pg.Verdict.MISMATCH and not report.ok
     line = _first_line(report)
     m = re.fullmatch(
-        r"polygrad: MISMATCH \[NOT OK\] — the gradient is wrong: 1 of 3 entries differs from "
+        r"polygrad: MISMATCH \[NOT OK\] — the gradient rule is wrong: 1 of 3 entries differs from "
         r"the reference by far more than round-off and the reference's error bar allow "
         r"\(worst x\[1\]: off by ([0-9.e+-]+), ([0-9.e+-]+) times its tolerance\)\.",
         line,
