@@ -156,6 +156,12 @@ def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) ->
         ok = by[(f"smooth/normal-logpdf-n100-at1/{fw}/float32", "polygrad")]
         assert ok["verdict"] == "pass"
     assert by[("kink/relu-at-zero/torch/float64", "polygrad")]["verdict"] == "kink"
+    # the hand-written where-trick gradient is 0 * NaN = NaN at the negative entries, where
+    # the derivative is 0: autodiff and reference disagree on finiteness there
+    trap = by[("trap/where-trick/numpy/float64", "polygrad")]
+    assert trap["verdict"] == "nonfinite" and "NONFINITE" in trap["detail"], trap
+    assert trap["extra"]["ok"] is False
+    assert trap["extra"]["counts"] == {"PASS": 3, "NONFINITE": 3}, trap["extra"]
     # fixed-step checkers at their defaults raise a false alarm on the float32 case
     naive = by[("smooth/normal-logpdf-n100-at1/torch/float32", "torch.gradcheck")]
     assert naive["verdict"] == "fail"

@@ -515,14 +515,22 @@ def test_large_inputs_with_a_short_length_scale(f, g):
     """Inputs near 1000 scale the steps to about 1000, while the function's length scale
     is about 1: the large steps alias sin(3x), or see the bump as exactly 0 on both sides,
     and their tableau looks converged. The finest steps must confirm the estimate (the
-    ladder moves down until they do): every reference covers the truth, no false alarm."""
-    x = np.random.default_rng(0).uniform(1000.0, 1010.0, 60)
-    report = pg.check(f, x, grad=g, reference="float64")
-    assert report.verdict == Verdict.PASS, report.counts()
-    e = report.entries
-    assert np.all(np.abs(e.reference - g(x)) <= e.reference_error)
-    bad = pg.check(f, x, grad=lambda x: g(x) * (1 + 1e-7), reference="float64")
-    assert bad.verdict == Verdict.MISMATCH
+    ladder moves down until they do): no false alarm at any of 30 seeds, and the error
+    bars cover the truth as documented, 99% over all seeds, no miss beyond 2 bars
+    (measured: sin(3x) misses 4 of 1800, at seeds 1, 7 and 9, the worst by 1.43 bars)."""
+    covered, total = 0, 0
+    for seed in range(30):
+        x = np.random.default_rng(seed).uniform(1000.0, 1010.0, 60)
+        report = pg.check(f, x, grad=g, reference="float64")
+        assert report.verdict == Verdict.PASS and report.ok, (seed, report.counts())
+        e = report.entries
+        ratio = np.abs(e.reference - g(x)) / e.reference_error
+        assert np.max(ratio) <= 2.0, (seed, np.max(ratio))
+        covered += int(np.sum(ratio <= 1.0))
+        total += x.size
+        bad = pg.check(f, x, grad=lambda x: g(x) * (1 + 1e-7), reference="float64")
+        assert bad.verdict == Verdict.MISMATCH, seed
+    assert covered / total >= 0.99, (covered, total)
 
 
 def test_noise_that_one_direction_cannot_see_is_borrowed_from_the_others():

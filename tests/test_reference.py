@@ -8,6 +8,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import polygrad as pg
 from polygrad.backends.mpmath import mp_evaluator
 from polygrad.reference import (
     directional_derivatives,
@@ -52,7 +53,10 @@ def _reference(name: str, x: np.ndarray):
     s = 2.0 ** np.round(np.log2(np.where(ax > 0, ax, 1.0)))
     W = np.diag(s)
     f0 = fn(x[None])[0]
-    noise = estimate_noise(fn, x, W, f0, EPS64, 2.0**-19)
+    # as check() does: the noise is floored at the grid the values round on, which for a
+    # small result of cancelling terms is the grid of the terms
+    resolution, _ = output_resolution(fn, x, f0, s, 2.0**-19, np.random.default_rng([0, 2]))
+    noise = estimate_noise(fn, x, W, f0, EPS64, 2.0**-19, resolution=resolution)
     dd = directional_derivatives(fn, x, W, f0, noise.sigma, EPS64, "float64", 2.0**-2, 10)
     return dd.central.value[:, 0] / s, dd.central.error[:, 0] / s, g(x)
 
@@ -95,10 +99,29 @@ def test_neville_exact_on_polynomial_differences():
     assert res.error[0] < 1e-13
 
 
-def test_error_bar_honest_and_accurate_float64():
-    """True error within the error bar in >= 99% of cases; relative error <= 1e-9."""
-    rng = np.random.default_rng(7)
-    covered, total, rel_errors = 0, 0, []
+def _ulps_moved(name: str, x: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """How many ulps of f's terms each coordinate moves f over a step of its own size.
+
+    ``|df/dx_j| s_j / (eps64 * sum_i |term_i|)``, with ``s_j`` the power of two nearest
+    to ``|x_j|`` (the unit of the steps): below about 1e5 the change of f is lost in the
+    rounding of its terms, which is outside the documented domain of the error bars."""
+    f = FUNCS[name][0]
+    terms = np.abs([f(np.array([[xi]]))[0] for xi in x])
+    s = 2.0 ** np.round(np.log2(np.where(np.abs(x) > 0, np.abs(x), 1.0)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # terms all 0: inf, or nan at f' = 0
+        return np.abs(true) * s / (EPS64 * np.sum(terms))
+
+
+RESOLVED_ULPS = 1e5  # the documented domain: each coordinate moves f by >= 1e5 ulps
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_error_bar_honest_and_accurate_float64(seed):
+    """True error within the error bar in >= 99% of cases; relative error at most
+    1e-9 + 30 / u for an entry that moves f by u >= 1e5 ulps of its terms over a step of
+    its own size (1e-9 once u >= 1e10; a saturated tanh(-13.5), u = 6e5: 2.3e-6)."""
+    rng = np.random.default_rng(seed)
+    covered, total = 0, 0
     for name in FUNCS:
         for _ in range(12):
             n = int(rng.integers(1, 6))
@@ -108,12 +131,19 @@ def test_error_bar_honest_and_accurate_float64():
             covered += int(np.sum(np.abs(value - true) <= err))
             total += n
             rms = np.sqrt(np.mean(true**2)) + 1e-300
-            rel_errors += list(np.abs(value - true) / (np.abs(true) + rms))
+            rel = np.abs(value - true) / (np.abs(true) + rms)
+            u = _ulps_moved(name, x, true)
+            resolved = u >= RESOLVED_ULPS
+            bound = 1e-9 + 30.0 / np.where(resolved, u, 1.0)
+            assert np.all(rel[resolved] <= bound[resolved]), (name, x, rel, u)
+            assert np.all(rel[u >= 1e10] <= 1e-9), (name, x, rel, u)
     assert covered / total >= 0.99, (covered, total)
-    assert np.max(rel_errors) <= 1e-9
 
 
-@settings(max_examples=60, deadline=None)
+# the documented domain of the reference (docs/error-model.md): float64 inputs up to 30
+# in size; every entry whose coordinate moves f by at least RESOLVED_ULPS ulps of its terms
+# is asserted (entries below that are a documented limit), at least one per example
+@settings(max_examples=500, deadline=None)
 @given(
     name=st.sampled_from(sorted(FUNCS)),
     x=st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=4),
@@ -121,20 +151,43 @@ def test_error_bar_honest_and_accurate_float64():
 )
 def test_error_bar_never_far_off(name, x, scale):
     xs = np.array(x) * scale
-    if name in ("exp_sin", "softplus", "poly", "gauss") and np.max(np.abs(xs)) > 20:
-        return
-    # Outside the method's reach (a documented limit of the noise floor): a coordinate
-    # whose effect on f over a step of its own size is within ~1e5 ulps of f's largest
-    # terms, e.g. tanh(x1) + tanh(x2) with |x2| >= 15, whose derivative is lost in the
-    # rounding of tanh near ±1 while f itself is a small, cancelled result.
-    f = FUNCS[name][0]
-    terms = np.abs([f(np.array([[xi]]))[0] for xi in xs])
-    s = 2.0 ** np.round(np.log2(np.where(np.abs(xs) > 0, np.abs(xs), 1.0)))
-    assume(np.all(np.abs(FUNCS[name][1](xs)) * s >= 1e5 * EPS64 * np.sum(terms)))
+    resolved = _ulps_moved(name, xs, FUNCS[name][1](xs)) >= RESOLVED_ULPS
+    assume(np.any(resolved))
     value, err, true = _reference(name, xs)
     rms = np.sqrt(np.mean(true**2))
     # a hard bound for every single case: never more than 10x outside the error bar
+    bound = 10 * err + 1e-15 * (np.abs(true) + rms)
+    assert np.all(np.abs(value - true)[resolved] <= bound[resolved])
+
+
+SATURATED_REASON = (
+    "known limit: tanh(17.6) + tanh(-17.6) is exactly 0 and its values near x span a few "
+    "cells of their grid next to 0, which the value-grid floor takes for a function constant "
+    "in pieces (no floor); ECnoise finds no noise and the saturated side's differences are "
+    "exactly 0, so each coordinate, which moves f by only 16 ulps, gets a wrong reference "
+    "with an error bar of 0 (through check(), a false NONSMOOTH on both entries)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=SATURATED_REASON)
+def test_error_bar_covers_a_saturated_cancelling_tanh():
+    """Outside the property test's domain (each coordinate moves f by 16 ulps)."""
+    xs = np.array([17.6, -17.6])
+    value, err, true = _reference("tanh", xs)
+    rms = np.sqrt(np.mean(true**2))
     assert np.all(np.abs(value - true) <= 10 * err + 1e-15 * (np.abs(true) + rms))
+
+
+@pytest.mark.xfail(strict=True, reason=SATURATED_REASON)
+def test_check_passes_a_saturated_cancelling_tanh():
+    x = np.array([17.6, -17.6])
+    report = pg.check(
+        lambda x: np.sum(np.tanh(x)),
+        x,
+        grad=lambda x: 1 - np.tanh(x) ** 2,
+        reference="float64",
+    )
+    assert report.verdict is pg.Verdict.PASS and report.ok, report.counts()
 
 
 def test_mp_reference_50_digits_beyond_float64():
