@@ -266,3 +266,27 @@ def test_max_over_inputs_from_subnormal_to_1e300(backend):
 
     planted = backend.check(bad, x, grad=lambda x: onehot * (1 + 1e-3))
     assert planted.verdict == Verdict.MISMATCH
+
+
+# ---- hidden cancellation (known limit) ------------------------------------------------------
+
+
+@pytest.mark.polygrad_backends("torch")
+@pytest.mark.xfail(
+    strict=True,
+    reason="hidden cancellation: the float64 loss 40 + log(1 + e^-28) - 40 rounds at ulp(40), "
+    "a grid the float64 reference does not detect (its error bar is ~1e-26 for an error of "
+    "~1e-14), and the rule's own p_0 - 1 rounds at ulp(1) in float64 and float32 alike; "
+    "an mp reference alone still calls that round-off MISMATCH",
+)
+def test_float32_cross_entropy_with_a_dominant_target_logit_passes(backend):
+    """F.cross_entropy(z, t) with z = [[40, 3, -5, 12]], t = [0] in float32: the loss is
+    ~6.9e-13 and its gradient (softmax(z) - onehot) has entries ~e^-28; the correct rule
+    must PASS."""
+    import torch
+    import torch.nn.functional as F
+
+    z = torch.tensor([[40.0, 3.0, -5.0, 12.0]])
+    t = torch.tensor([0])
+    report = backend.check(lambda z: F.cross_entropy(z, t), z)
+    assert_pass(report)
