@@ -8,7 +8,14 @@ The decision rule (all quantities per compared entry):
 * the autodiff value is allowed the round-off of its own dtype,
   ``C_AD · eps · scale``, where ``scale`` is the size of the quantity (the
   entry plus the RMS of its row for Jacobian entries; the entry plus the
-  2-norm of its terms for projections);
+  2-norm of its terms for projections); where the reference's Jacobian is
+  exactly 0, autodiff's own sets the scale, and where both are exactly 0
+  (``floor`` away from its jumps, a stationary point), the function's size
+  per input scale, ``|f_i| / s_j`` (:func:`_function_scale`);
+* where a float64 evaluation of the rule decides MISMATCH, the working-dtype
+  value is also allowed ``C_AD · eps · |f_i| / s_j``: the round-off a right
+  rule inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2``
+  from a float32 ``tanh(x)`` one ulp below 1);
 * ``tolerance = 2 e + C_AD · eps · scale`` (``e`` at least the accuracy a
   finite-difference reference was aimed at; where some entry fails, plus twice
   the largest move of the autodiff value a few ulps away, see
@@ -16,9 +23,11 @@ The decision rule (all quantities per compared entry):
   evaluation of the rule (or, without one, the working-dtype evaluation) is
   further than that from the reference; UNSTABLE when only the working-dtype
   value is; NONSMOOTH when the left and right derivatives differ beyond their
-  error bars (or a side jumps); NONFINITE when only one side is finite;
-  INCONCLUSIVE when the reference error bar is wider than ``sqrt(eps)·scale``
-  of the working dtype.
+  error bars (or a side jumps), also where autodiff returns NaN/Inf there (the
+  norm at 0); NONFINITE when only one side is finite (the values: a finite
+  reference with an infinite error bar is undecided); INCONCLUSIVE when the
+  reference error bar is wider than ``sqrt(eps)·scale`` of the working dtype
+  (where nothing sets a scale, only an infinite error bar is too wide).
 """
 
 from __future__ import annotations
