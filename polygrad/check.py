@@ -1130,7 +1130,8 @@ def _decide(
         # a Jacobian that is exactly 0 (f constant, or stationary) has no scale of its
         # own: the function's size per input scale sets it
         scale = np.where(scale > 0, scale, fscale)
-        scale_w = np.maximum(scale, fscale) if have64 else scale
+        # (a float64 working dtype has nothing narrower to excuse)
+        scale_w = np.maximum(scale, fscale) if have64 and eps_w > F64_EPS else scale
         least = vouched * scale
 
         def vouch(e: np.ndarray) -> np.ndarray:

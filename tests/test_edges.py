@@ -80,6 +80,22 @@ def test_piecewise_constant_functions_away_from_their_jumps_pass(backend, op):
     assert planted.verdict == Verdict.MISMATCH
 
 
+def test_zero_jacobian_checked_by_projections(backend):
+    """floor of 20 inputs checked by random projections: every projection of its Jacobian is
+    exactly 0 on both sides (PASS); a gradient of 1e-3 planted on it is MISMATCH."""
+    xp = backend.namespace
+    x = np.random.default_rng(0).uniform(-3, 3, 20).astype(np.float32) + np.float32(0.5)
+    zero = np.zeros((20, 20))
+    report = backend.check(xp.floor, x, jac=lambda x: zero, strategy="projections")
+    assert_pass(report)
+
+    def bad(x):
+        return xp.floor(x) + 1e-3 * (x - stop(backend, x))
+
+    planted = backend.check(bad, x, jac=lambda x: 1e-3 * np.eye(20), strategy="projections")
+    assert planted.verdict == Verdict.MISMATCH
+
+
 def test_clamped_entries_pass(backend):
     """clip to [-1, 1] with some entries clamped (their derivative is exactly 0) and with
     all of them clamped (the whole Jacobian is 0): PASS."""
