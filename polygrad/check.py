@@ -1246,14 +1246,15 @@ def _edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:
             "nonsmooth='within' fails it"
         )
     unbounded = np.isfinite(entries.reference) & ~np.isfinite(entries.reference_error)
+    unbounded &= entries.status == SEVERITY[Verdict.INCONCLUSIVE]
     if np.any(unbounded):
         k = int(np.sum(unbounded))
         size = float(np.max(np.abs(f0))) if f0.size else 0.0
         notes.append(
             f"{k} entr{'y is' if k == 1 else 'ies are'} INCONCLUSIVE with an unbounded reference "
-            f"error bar: f (of size {size:.3g}) does not change at float64 resolution under "
-            "steps scaled to those inputs, whose magnitudes are too far from f's for finite "
-            "differences to bound their derivatives"
+            f"error bar: f (of size {size:.3g}) does not change measurably under steps scaled "
+            "to those inputs (magnitudes too far from f's for differences to bound their "
+            "derivatives); both sides are finite, so this is not NONFINITE"
         )
     return notes
 
