@@ -788,6 +788,8 @@ def check(
             t, dd, modes, full, s, W_all, rng_state, ref_eps, vouched, allowances
         )  # fmt: skip
 
+    allowances = None
+
     blocks = compare_all(target)
     failing = [np.isin(b.status, [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]])
                for b in blocks]  # fmt: skip
@@ -808,6 +810,15 @@ def check(
                 f"each entry is allowed {ALLOWANCE:g} times the largest move (the round-off of "
                 "evaluating the rule; a wrong rule is wrong by the same amount there)"
             )
+    if reference == "auto" and ref_method != "mp":
+        # no entry fails on a finite-difference reference while a stronger one can be had
+        W_dirs = np.diag(s) if full else W_all
+        assert W_dirs is not None
+        merged = _escalate(target, dd, blocks, W_dirs, dps, details)
+        if merged is not None:
+            dd = merged  # compare_all reads it
+            blocks = compare_all(target, allowances)
+            _name_deciders(blocks, details, ref_method)
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
     details["notes"] += _edge_notes(entries, f0_ref)
 
@@ -1218,6 +1229,108 @@ def _decide(
         status=status,
         within_one_sided=within,
     )
+
+
+DOUBT = (Verdict.MISMATCH, Verdict.UNSTABLE, Verdict.INCONCLUSIVE)
+"""Verdicts that an entry gets only after the strongest available reference agrees."""
+
+
+def _escalate(
+    target: Target,
+    dd: DirectionalDerivatives,
+    blocks: list[Entries],
+    W: np.ndarray,
+    dps: int,
+    details: dict[str, Any],
+) -> DirectionalDerivatives | None:
+    """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
+
+    Only the directions (rows of ``W``, ``(d, n)``) that hold a MISMATCH, UNSTABLE
+    or INCONCLUSIVE entry are re-estimated, so a passing check costs nothing
+    more; None when there are none, when the function does not run on mpmath
+    numbers, or when mp along them would take more than ``MP_AUTO_SECONDS``
+    (a note says so). ``details["escalation"]`` records what was done.
+    """
+    d = W.shape[0]
+    codes = [SEVERITY[v] for v in DOUBT]
+    dirs = sorted({int(i) // (b.status.size // d) for b in blocks
+                   for i in np.flatnonzero(np.isin(b.status, codes))})  # fmt: skip
+    if not dirs:
+        return None
+    try:
+        if not target.mp_mode():
+            return None
+        assert target.evaluate_mp is not None
+        t0 = time.perf_counter()
+        target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
+        seconds = (time.perf_counter() - t0) * (2 * MP_LEVELS * len(dirs) + 1)
+        if seconds > MP_AUTO_SECONDS:
+            details["notes"].append(
+                f"entries in doubt were not re-examined with mp: it would take about "
+                f"{seconds:.0f} s along their {len(dirs)} direction(s) (pass reference='mp')"
+            )
+            return None
+        sub = mp_directional_derivatives(
+            target.evaluate_mp, target.x0, W[dirs], dps=dps, levels=MP_LEVELS
+        )
+    except Exception as exc:  # noqa: BLE001 - the escalation is optional: keep the verdicts
+        details["notes"].append(
+            f"entries in doubt could not be re-examined with mp ({describe_exception(exc)})"
+        )
+        return None
+    details["escalation"] = {"reference": "mp", "dps": dps, "directions": dirs, "d": d}
+    return _merge_directions(dd, sub, np.asarray(dirs))
+
+
+def _merge_directions(
+    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
+) -> DirectionalDerivatives:
+    """``dd`` (``(d, m)`` arrays) with its ``rows`` replaced by ``sub``'s (``(len(rows), m)``)."""
+    from dataclasses import replace
+
+    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.array(a, dtype=np.result_type(a, b), copy=True)
+        out[rows] = b
+        return out
+
+    def est(a: Any, b: Any) -> Any:
+        fields = ("value", "error", "step", "noise")
+        new = {f: put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64)) for f in fields}
+        return replace(a, evaluations=a.evaluations + b.evaluations, **new)
+
+    return DirectionalDerivatives(
+        est(dd.central, sub.central),
+        est(dd.right, sub.right),
+        est(dd.left, sub.left),
+        put(dd.jump_right, sub.jump_right),
+        put(dd.jump_left, sub.jump_left),
+    )
+
+
+def _name_deciders(blocks: list[Entries], details: dict[str, Any], method: str) -> None:
+    """Record, and say in a note, which reference decided each entry still in doubt.
+
+    After :func:`_escalate`: an entry along a re-examined direction was decided
+    by mp, any other by ``method`` (the first reference's arithmetic).
+    """
+    esc = details["escalation"]
+    redone = set(esc["directions"])
+    codes = [SEVERITY[v] for v in DOUBT]
+    by: dict[str, list[str]] = {"mp": [], method: []}
+    for b in blocks:
+        per = b.status.size // esc["d"]  # entries per direction
+        for i in np.flatnonzero(np.isin(b.status, codes)):
+            by["mp" if int(i) // per in redone else method].append(b.names[i])
+    esc["decided_by"] = by
+    text = (
+        f"entries in doubt on the {method} reference were re-examined with mp at "
+        f"{esc['dps']} digits along their {len(redone)} direction(s)"
+    )
+    for who, names in by.items():
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            text += f"; still in doubt, decided by {who}: {shown}"
+    details["notes"].append(text)
 
 
 def _edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:

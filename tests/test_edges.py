@@ -292,8 +292,8 @@ def test_max_over_inputs_from_subnormal_to_1e300(backend):
     strict=True,
     reason="hidden cancellation: the float64 loss 40 + log(1 + e^-28) - 40 rounds at ulp(40), "
     "a grid the float64 reference does not detect (its error bar is ~1e-26 for an error of "
-    "~1e-14), and the rule's own p_0 - 1 rounds at ulp(1) in float64 and float32 alike; "
-    "an mp reference alone still calls that round-off MISMATCH",
+    "~1e-14); re-examined with mp, the reference is right, but the rule's own p_0 - 1 rounds "
+    "at ulp(1) in float64 and float32 alike, and mp calls that round-off MISMATCH at x[0, 0]",
 )
 def test_float32_cross_entropy_with_a_dominant_target_logit_passes(backend):
     """F.cross_entropy(z, t) with z = [[40, 3, -5, 12]], t = [0] in float32: the loss is
@@ -306,3 +306,37 @@ def test_float32_cross_entropy_with_a_dominant_target_logit_passes(backend):
     t = torch.tensor([0])
     report = backend.check(lambda z: F.cross_entropy(z, t), z)
     assert_pass(report)
+
+
+@pytest.mark.polygrad_backends("torch", "jax")
+def test_entries_in_doubt_are_re_examined_with_mp(backend):
+    """erfc at -6 and 7 in float32: its derivatives, -2/sqrt(pi) exp(-x^2), are -2.6e-16
+    and -5.9e-22, and float64 differences leave two entries INCONCLUSIVE. The function
+    runs on mpmath numbers, so the entries in doubt are re-examined with mp before any
+    verdict in doubt is given: PASS, with the closed-form values, and a note naming the
+    re-examination. A rule 1e-3 too large is MISMATCH, decided by mp."""
+    import mpmath
+
+    if backend.name == "torch":
+        import torch
+
+        erfc = torch.special.erfc
+    else:
+        from jax.scipy.special import erfc
+    x = np.array([-6.0, 7.0], np.float32)
+    report = backend.check(erfc, x)
+    assert_pass(report)
+    assert report.details["escalation"]["reference"] == "mp"
+    assert any("re-examined with mp" in n for n in report.notes)
+    truth = [
+        float(-2 / mpmath.sqrt(mpmath.pi) * mpmath.exp(-(mpmath.mpf(float(v)) ** 2))) for v in x
+    ]
+    np.testing.assert_allclose(report.entries.reference.reshape(2, 2).diagonal(), truth, rtol=1e-6)
+
+    def bad(x):
+        y = erfc(x)
+        return y + 1e-3 * (y - stop(backend, y))
+
+    planted = backend.check(bad, x)
+    assert planted.verdict == Verdict.MISMATCH
+    assert planted.details["escalation"]["decided_by"]["mp"]
