@@ -8,7 +8,14 @@ The decision rule (all quantities per compared entry):
 * the autodiff value is allowed the round-off of its own dtype,
   ``C_AD · eps · scale``, where ``scale`` is the size of the quantity (the
   entry plus the RMS of its row for Jacobian entries; the entry plus the
-  2-norm of its terms for projections);
+  2-norm of its terms for projections); where the reference's Jacobian is
+  exactly 0, autodiff's own sets the scale, and where both are exactly 0
+  (``floor`` away from its jumps, a stationary point), the function's size
+  per input scale, ``|f_i| / s_j`` (:func:`_function_scale`);
+* where a float64 evaluation of the rule decides MISMATCH, the working-dtype
+  value is also allowed ``C_AD · eps · |f_i| / s_j``: the round-off a right
+  rule inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2``
+  from a float32 ``tanh(x)`` one ulp below 1);
 * ``tolerance = 2 e + C_AD · eps · scale`` (``e`` at least the accuracy a
   finite-difference reference was aimed at; where some entry fails, plus twice
   the largest move of the autodiff value a few ulps away, see
@@ -16,9 +23,11 @@ The decision rule (all quantities per compared entry):
   evaluation of the rule (or, without one, the working-dtype evaluation) is
   further than that from the reference; UNSTABLE when only the working-dtype
   value is; NONSMOOTH when the left and right derivatives differ beyond their
-  error bars (or a side jumps); NONFINITE when only one side is finite;
-  INCONCLUSIVE when the reference error bar is wider than ``sqrt(eps)·scale``
-  of the working dtype.
+  error bars (or a side jumps), also where autodiff returns NaN/Inf there (the
+  norm at 0); NONFINITE when only one side is finite (the values: a finite
+  reference with an infinite error bar is undecided); INCONCLUSIVE when the
+  reference error bar is wider than ``sqrt(eps)·scale`` of the working dtype
+  (where nothing sets a scale, only an infinite error bar is too wide).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import functools
 import gc
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -77,7 +87,8 @@ def _pow2_scales(x0: np.ndarray) -> np.ndarray:
     """
     ax = np.abs(x0)
     nz = ax[ax > 0]
-    typical = float(np.sqrt(np.mean(nz**2))) if nz.size else 1.0
+    big = float(np.max(nz)) if nz.size else 1.0
+    typical = big * float(np.sqrt(np.mean((nz / big) ** 2))) if nz.size else 1.0
     base = np.where(ax > 0, ax, typical)
     return 2.0 ** np.round(np.log2(base))
 
@@ -782,6 +793,8 @@ def check(
             t, dd, modes, full, s, W_all, rng_state, ref_eps, vouched, allowances
         )  # fmt: skip
 
+    allowances = None
+
     blocks = compare_all(target)
     failing = [np.isin(b.status, [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]])
                for b in blocks]  # fmt: skip
@@ -802,7 +815,17 @@ def check(
                 f"each entry is allowed {ALLOWANCE:g} times the largest move (the round-off of "
                 "evaluating the rule; a wrong rule is wrong by the same amount there)"
             )
+    if reference == "auto" and ref_method != "mp":
+        # no entry fails on a finite-difference reference while a stronger one can be had
+        W_dirs = np.diag(s) if full else W_all
+        assert W_dirs is not None
+        merged = _escalate(target, dd, blocks, W_dirs, dps, details)
+        if merged is not None:
+            dd = merged  # compare_all reads it
+            blocks = compare_all(target, allowances)
+            _name_deciders(blocks, details, ref_method)
     entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
+    details["notes"] += _edge_notes(entries, f0_ref)
 
     verdict, ok = _overall(entries, nonsmooth)
     details.update(
@@ -930,33 +953,28 @@ def _compare(
     out_names = _output_names(target)
     ad64 = None
     if full:
+        # autodiff along the unit directions: a scaled one (s_j subnormal or huge) would
+        # underflow in the working dtype, and 1 / s_j can overflow
+        I = np.eye(m if md == "rev" else n)
         if md == "rev":
-            I = np.eye(m)
-            A = _rows(target.vjp, I)  # (m, n)
-            ad = (A * s[None, :]).T  # (n, m): column j scaled
+            ad = _rows(target.vjp, I).T  # (n, m)
             if target.vjp64 is not None:
-                ad64 = (_rows(target.vjp64, I) * s[None, :]).T
+                ad64 = _rows(target.vjp64, I).T
         else:
-            Wd = np.diag(s)
-            ad = _rows(target.jvp, Wd)  # (n, m)
+            ad = _rows(target.jvp, I)  # (n, m)
             if target.jvp64 is not None:
-                ad64 = _rows(target.jvp64, Wd)
-        # back to the user's units: divide column j by s_j
-        unscale = 1.0 / s[:, None]
-        ad, ref, ref_err = ad * unscale, ref * unscale, ref_err * unscale
-        right, right_err = right * unscale, right_err * unscale
-        left, left_err = left * unscale, left_err * unscale
-        if ad64 is not None:
-            ad64 = ad64 * unscale
-        finite_ref = np.where(np.isfinite(ref), ref, np.nan)
-        with np.errstate(invalid="ignore"):
-            rms = np.sqrt(np.nanmean(finite_ref**2, axis=0))
-            overall = float(np.sqrt(np.nanmean(finite_ref**2))) if np.any(np.isfinite(ref)) else 0.0
-        rms = np.where(np.isfinite(rms), rms, 0.0)
-        # a row that is exactly 0 (an output at a stationary point) is judged on the scale
-        # of the whole Jacobian: on its own scale, 0, every error bar is "too coarse"
-        rms = np.where(rms > 0, rms, overall if np.isfinite(overall) else 0.0)
-        scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
+                ad64 = _rows(target.jvp64, I)
+        # the reference back to the user's units: divide row j by s_j
+        with np.errstate(over="ignore"):
+            ref, ref_err = ref / s[:, None], ref_err / s[:, None]
+            right, right_err = right / s[:, None], right_err / s[:, None]
+            left, left_err = left / s[:, None], left_err / s[:, None]
+            fscale = _function_scale(target.y0)[None, :] / s[:, None]
+        scale = _jacobian_scale(ref)
+        # a reference Jacobian that is exactly 0 (f constant along every direction, or
+        # changes it cannot resolve) takes its scale from autodiff's: a nonzero autodiff
+        # value within a wide error bar is then undecided, never agreement with 0
+        scale = np.where(scale > 0, scale, _jacobian_scale(ad64 if ad64 is not None else ad))
         names = [
             (f"{out_names[i]} / " if m > 1 else "") + target.input_layout.name_of(j)
             for j in range(n)
@@ -985,13 +1003,15 @@ def _compare(
             scale = np.abs(ad64 if ad64 is not None else ad) + np.sqrt(
                 np.sum(terms**2, axis=1, keepdims=True)
             )
+            fscale = np.sqrt(np.sum((U * _function_scale(target.y0)) ** 2, axis=1, keepdims=True))
             names = [f"uᵀJw[{i}]" for i in range(k)]
         else:
             ad = _rows(target.jvp, W)  # (k, m)
             if target.jvp64 is not None:
                 ad64 = _rows(target.jvp64, W)
-            rms = np.sqrt(np.mean(np.where(np.isfinite(ref), ref, 0.0) ** 2, axis=0))
-            scale = np.abs(np.where(np.isfinite(ref), ref, 0.0)) + rms[None, :]
+            scale = _jacobian_scale(ref)
+            scale = np.where(scale > 0, scale, _jacobian_scale(ad64 if ad64 is not None else ad))
+            fscale = np.broadcast_to(_function_scale(target.y0), ref.shape)
             names = [
                 f"Jw[{i}]" + (f" {out_names[o]}" if m > 1 else "")
                 for i in range(k)
@@ -1008,6 +1028,7 @@ def _compare(
         np.ravel(left_err),
     )
     scale, jumps = np.ravel(scale), np.ravel(jumps)
+    fscale = np.ravel(np.where(np.isfinite(fscale), fscale, 0.0))
     return _decide(
         names,
         ad,
@@ -1025,13 +1046,50 @@ def _compare(
         ref_eps,
         vouched,
         allowance,
+        fscale,
     )
 
 
+def _jacobian_scale(J: np.ndarray) -> np.ndarray:
+    """``(n, m)`` scale of each entry of a Jacobian ``J`` (``(n, m)``, rows are inputs).
+
+    ``|J_ji|`` plus the RMS of output ``i``'s entries; an output whose entries are all
+    0 (at a stationary point) takes the RMS of the whole Jacobian: on its own scale, 0,
+    every error bar would be too coarse. Non-finite entries count as absent.
+    """
+    finite = np.where(np.isfinite(J), J, np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column
+        rms = np.sqrt(np.nanmean(finite**2, axis=0))
+        overall = float(np.sqrt(np.nanmean(finite**2))) if np.any(np.isfinite(J)) else 0.0
+    rms = np.where(np.isfinite(rms), rms, 0.0)
+    rms = np.where(rms > 0, rms, overall if np.isfinite(overall) else 0.0)
+    return np.abs(np.where(np.isfinite(J), J, 0.0)) + rms[None, :]
+
+
+def _function_scale(y0: np.ndarray) -> np.ndarray:
+    """``(m,)`` size of each output: ``|f_i|``, or the RMS of ``f`` where ``f_i = 0``.
+
+    Divided by an input's scale ``s_j``, it is the size of a derivative that
+    changes ``f_i`` by its own size over a move of the input's size: the scale
+    of an entry whose Jacobian is exactly 0 (nothing else sets one), and of the
+    round-off that a rule inherits from intermediates of the size of ``f``.
+    """
+    a = np.abs(np.where(np.isfinite(y0), y0, 0.0))
+    rms = float(np.sqrt(np.mean(a**2))) if a.size else 0.0
+    return np.where(a > 0, a, rms)
+
+
 def _too_coarse(ref_err: np.ndarray, scale: np.ndarray, eps_w: float) -> np.ndarray:
-    """Where the reference's error bar is too wide to decide: ``2 e > sqrt(eps) scale``."""
+    """Where the reference's error bar is too wide to decide: ``2 e > sqrt(eps) scale``.
+
+    Where nothing sets a scale (``scale == 0``: ``f`` and its Jacobian are both
+    exactly 0, e.g. a squared residual at its zero), the error bar is its own
+    scale, and only an infinite one is too wide.
+    """
     with np.errstate(all="ignore"):
-        return ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * np.maximum(scale, 1e-300))
+        relative = ~(TOLERANCE_FACTOR * ref_err <= np.sqrt(eps_w) * scale)
+        return np.where(scale > 0, relative, ~np.isfinite(ref_err))
 
 
 def _decide(
@@ -1051,6 +1109,7 @@ def _decide(
     ref_eps: float,
     vouched: float = 0.0,
     allowance: tuple[np.ndarray, np.ndarray] | None = None,
+    fscale: np.ndarray | None = None,
 ) -> Entries:
     """Apply the decision rule of the module docstring to every entry.
 
@@ -1060,8 +1119,14 @@ def _decide(
     tolerances and the agreement of one-sided estimates use at least
     ``vouched * scale`` as the reference's error. ``allowance`` adds, per entry,
     the round-off measured for the working-dtype and the float64 autodiff
-    values (see :mod:`polygrad.dither`).
+    values (see :mod:`polygrad.dither`). ``fscale`` is the entry's function
+    scale (:func:`_function_scale` over the input's scale): the scale of an
+    entry whose whole Jacobian is exactly 0, and, where a float64 rule decides
+    MISMATCH, the working-dtype round-off a rule inherits from intermediates
+    of the size of ``f`` (``1 - tanh(x)^2`` from a ``tanh(x)`` one ulp below
+    1): UNSTABLE only beyond ``C_AD eps`` times it.
     """
+    fscale = np.zeros_like(scale) if fscale is None else fscale
     extra_w, extra_64 = (
         (np.zeros_like(ad), np.zeros_like(ad))
         if allowance is None
@@ -1075,7 +1140,15 @@ def _decide(
         ref = np.where(use_r, right, np.where(use_l, left, ref))
         ref_err = np.where(use_r, right_err, np.where(use_l, left_err, ref_err))
         ref_finite = np.isfinite(ref) & np.isfinite(ref_err)
+        # a finite reference with an infinite error bar (values too far apart in
+        # magnitude for differences to resolve) is undecided, not non-finite
+        ref_value_finite = np.isfinite(ref)
         scale = np.where(np.isfinite(scale), scale, 0.0)
+        # a Jacobian that is exactly 0 (f constant, or stationary) has no scale of its
+        # own: the function's size per input scale sets it
+        scale = np.where(scale > 0, scale, fscale)
+        # (a float64 working dtype has nothing narrower to excuse)
+        scale_w = np.maximum(scale, fscale) if have64 and eps_w > F64_EPS else scale
         least = vouched * scale
 
         def vouch(e: np.ndarray) -> np.ndarray:
@@ -1084,7 +1157,10 @@ def _decide(
         def tolerances(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             """(working dtype, float64) tolerances around a reference with error bar ``e``."""
             two_e = TOLERANCE_FACTOR * vouch(e)
-            return two_e + C_AD * eps_w * scale + extra_w, two_e + C_AD * F64_EPS * scale + extra_64
+            return (
+                two_e + C_AD * eps_w * scale + extra_w,
+                two_e + C_AD * F64_EPS * scale + extra_64,
+            )
 
         tol_w, tol_64 = tolerances(ref_err)
         # For a smooth function the central, left and right estimates share one limit;
@@ -1132,13 +1208,23 @@ def _decide(
 
         bad_w = ~(diff_w <= tol_w) & ~fits_a_side(ad, eps_w)
         bad_64 = ~(diff_64 <= tol_64) & ~fits_a_side(ad64, F64_EPS) if have64 else bad_w
+        # a right rule (float64 agrees) is UNSTABLE only beyond the round-off it inherits
+        # from intermediates of the size of f; the entries it excuses show that tolerance
+        tol_f = tol_w + C_AD * eps_w * np.maximum(scale_w - scale, 0.0)
+        excused = bad_w & ~bad_64 & (diff_w <= tol_f)
+        bad_w &= ~excused
+        tol_w = np.where(excused, tol_f, tol_w)
     status = np.full(ad.shape, SEVERITY[Verdict.PASS], dtype=np.int64)
     status = np.where(coarse & ~bad_64, SEVERITY[Verdict.INCONCLUSIVE], status)
     status = np.where(~bad_64 & bad_w & have64, SEVERITY[Verdict.UNSTABLE], status)
     status = np.where(bad_64, SEVERITY[Verdict.MISMATCH], status)
     status = np.where(nonsmooth, SEVERITY[Verdict.NONSMOOTH], status)
-    status = np.where(ref_finite != ad_finite, SEVERITY[Verdict.NONFINITE], status)
-    status = np.where(~ref_finite & ~ad_finite & ~nonsmooth, SEVERITY[Verdict.INCONCLUSIVE], status)
+    status = np.where(ref_value_finite != ad_finite, SEVERITY[Verdict.NONFINITE], status)
+    both_nonfinite = ~ref_value_finite & ~ad_finite
+    status = np.where(both_nonfinite & ~nonsmooth, SEVERITY[Verdict.INCONCLUSIVE], status)
+    # NaN/Inf from autodiff where f has a kink (the norm at 0) is a kink first: NONSMOOTH,
+    # never within the one-sided derivatives; at a smooth point it stays NONFINITE
+    status = np.where(nonsmooth & ~ad_finite, SEVERITY[Verdict.NONSMOOTH], status)
     within = np.where(nonsmooth, within, True)
     return Entries(
         names=names,
@@ -1157,6 +1243,147 @@ def _decide(
     )
 
 
+DOUBT = (Verdict.MISMATCH, Verdict.UNSTABLE, Verdict.INCONCLUSIVE)
+"""Verdicts that an entry gets only after the strongest available reference agrees."""
+
+
+def _escalate(
+    target: Target,
+    dd: DirectionalDerivatives,
+    blocks: list[Entries],
+    W: np.ndarray,
+    dps: int,
+    details: dict[str, Any],
+) -> DirectionalDerivatives | None:
+    """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
+
+    Only the directions (rows of ``W``, ``(d, n)``) that hold a MISMATCH, UNSTABLE
+    or INCONCLUSIVE entry are re-estimated, so a passing check costs nothing
+    more; None when there are none, when the function does not run on mpmath
+    numbers, or when mp along them would take more than ``MP_AUTO_SECONDS``
+    (a note says so). ``details["escalation"]`` records what was done.
+    """
+    d = W.shape[0]
+    codes = [SEVERITY[v] for v in DOUBT]
+    dirs = sorted({int(i) // (b.status.size // d) for b in blocks
+                   for i in np.flatnonzero(np.isin(b.status, codes))})  # fmt: skip
+    if not dirs:
+        return None
+    try:
+        if not target.mp_mode():
+            return None
+        assert target.evaluate_mp is not None
+        t0 = time.perf_counter()
+        target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
+        seconds = (time.perf_counter() - t0) * (2 * MP_LEVELS * len(dirs) + 1)
+        if seconds > MP_AUTO_SECONDS:
+            details["notes"].append(
+                f"entries in doubt were not re-examined with mp: it would take about "
+                f"{seconds:.0f} s along their {len(dirs)} direction(s) (pass reference='mp')"
+            )
+            return None
+        sub = mp_directional_derivatives(
+            target.evaluate_mp, target.x0, W[dirs], dps=dps, levels=MP_LEVELS
+        )
+    except Exception as exc:  # noqa: BLE001 - the escalation is optional: keep the verdicts
+        details["notes"].append(
+            f"entries in doubt could not be re-examined with mp ({describe_exception(exc)})"
+        )
+        return None
+    details["escalation"] = {"reference": "mp", "dps": dps, "directions": dirs, "d": d}
+    return _merge_directions(dd, sub, np.asarray(dirs))
+
+
+def _merge_directions(
+    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
+) -> DirectionalDerivatives:
+    """``dd`` (``(d, m)`` arrays) with its ``rows`` replaced by ``sub``'s (``(len(rows), m)``)."""
+    from dataclasses import replace
+
+    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.array(a, dtype=np.result_type(a, b), copy=True)
+        out[rows] = b
+        return out
+
+    def est(a: Any, b: Any) -> Any:
+        fields = ("value", "error", "step", "noise")
+        new = {f: put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64)) for f in fields}
+        return replace(a, evaluations=a.evaluations + b.evaluations, **new)
+
+    return DirectionalDerivatives(
+        est(dd.central, sub.central),
+        est(dd.right, sub.right),
+        est(dd.left, sub.left),
+        put(dd.jump_right, sub.jump_right),
+        put(dd.jump_left, sub.jump_left),
+    )
+
+
+def _name_deciders(blocks: list[Entries], details: dict[str, Any], method: str) -> None:
+    """Record, and say in a note, which reference decided each entry still in doubt.
+
+    After :func:`_escalate`: an entry along a re-examined direction was decided
+    by mp, any other by ``method`` (the first reference's arithmetic).
+    """
+    esc = details["escalation"]
+    redone = set(esc["directions"])
+    codes = [SEVERITY[v] for v in DOUBT]
+    by: dict[str, list[str]] = {"mp": [], method: []}
+    for b in blocks:
+        per = b.status.size // esc["d"]  # entries per direction
+        for i in np.flatnonzero(np.isin(b.status, codes)):
+            by["mp" if int(i) // per in redone else method].append(b.names[i])
+    esc["decided_by"] = by
+    text = (
+        f"entries in doubt on the {method} reference were re-examined with mp at "
+        f"{esc['dps']} digits along their {len(redone)} direction(s)"
+    )
+    for who, names in by.items():
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            text += f"; still in doubt, decided by {who}: {shown}"
+    details["notes"].append(text)
+
+
+def _edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:
+    """Notes on entries decided at the edges: NaN at a kink, an unbounded reference.
+
+    Parameters
+    ----------
+    entries : Entries
+        The judged entries (``(K,)`` arrays).
+    f0 : ndarray, shape (m,)
+        The function at the point, in the reference's arithmetic.
+
+    Returns
+    -------
+    list of str
+    """
+    notes = []
+    kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+    nan_at_kink = kink & ~np.isfinite(entries.autodiff)
+    if np.any(nan_at_kink):
+        k = int(np.sum(nan_at_kink))
+        notes.append(
+            f"autodiff returned NaN/Inf at {k} entr{'y' if k == 1 else 'ies'} where f is not "
+            "differentiable (left and right derivatives differ, or one is infinite): a kink, "
+            "not a NaN trap at a smooth point; a NaN lies within no one-sided derivative, so "
+            "nonsmooth='within' fails it"
+        )
+    unbounded = np.isfinite(entries.reference) & ~np.isfinite(entries.reference_error)
+    unbounded &= entries.status == SEVERITY[Verdict.INCONCLUSIVE]
+    if np.any(unbounded):
+        k = int(np.sum(unbounded))
+        size = float(np.max(np.abs(f0))) if f0.size else 0.0
+        notes.append(
+            f"{k} entr{'y is' if k == 1 else 'ies are'} INCONCLUSIVE with an unbounded reference "
+            f"error bar: f (of size {size:.3g}) does not change measurably under steps scaled "
+            "to those inputs (magnitudes too far from f's for differences to bound their "
+            "derivatives); both sides are finite, so this is not NONFINITE"
+        )
+    return notes
+
+
 def _exact_dot(A: np.ndarray, W: np.ndarray) -> np.ndarray:
     """Row-wise dot products rounded once (``math.fsum``): ``(k, n), (k, n) -> (k, 1)``."""
     import math
@@ -1167,8 +1394,8 @@ def _exact_dot(A: np.ndarray, W: np.ndarray) -> np.ndarray:
 def _median_relative(value: np.ndarray, error: np.ndarray) -> float:
     """Median of error / (|value| + RMS of the values): relative error bars robust to zeros."""
     v = np.where(np.isfinite(value), value, 0.0)
-    scale = np.abs(v) + np.sqrt(np.mean(v**2, axis=0, keepdims=True))
     with np.errstate(all="ignore"):
+        scale = np.abs(v) + np.sqrt(np.mean(v**2, axis=0, keepdims=True))
         rel = error / scale
     rel = rel[np.isfinite(rel)]
     return float(np.median(rel)) if rel.size else float("nan")

@@ -161,7 +161,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
                 + (_g(val, 6) if not np.isnan(val) else "undefined (f is not finite there)")
                 for word, val in (("left", e.left[i]), ("right", e.right[i]))
             ]
-            if np.isnan(e.left[i]) or np.isnan(e.right[i]):
+            if not np.isfinite(e.autodiff[i]):
+                value = "NaN" if np.isnan(e.autodiff[i]) else _g(e.autodiff[i])
+                tail = f"; autodiff returned {value} at this kink"
+            elif np.isnan(e.left[i]) or np.isnan(e.right[i]):
                 tail = ""
             elif e.within_one_sided[i]:
                 tail = "; autodiff lies between them"

@@ -1,0 +1,342 @@
+"""Verdicts at the edges, in every framework: exact zeros, saturated float32 and float16
+rules, NaN at a kink, extreme magnitudes.
+
+Each test body runs once per framework (the ``backend`` fixture of the polygrad pytest
+plugin); NumPy checks a hand-written derivative (``grad=``/``jac=``), the others their
+own autodiff. Expected values are closed forms. Planted bugs use a stop-gradient term
+whose value is exactly 0 (``c * (x - stop(x))``): it changes the gradient by ``c`` and
+the function not at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad import Verdict
+
+
+def stop(backend: Any, x: Any) -> Any:
+    """``x`` cut off from the derivative (NumPy's hand-written derivative ignores it)."""
+    if backend.name == "torch":
+        return x.detach()
+    if backend.name == "jax":
+        import jax
+
+        return jax.lax.stop_gradient(x)
+    if backend.name == "tensorflow":
+        import tensorflow as tf
+
+        return tf.stop_gradient(x)
+    return x
+
+
+def sigmoid(backend: Any) -> Any:
+    """The framework's own logistic function (its own gradient rule)."""
+    if backend.name == "torch":
+        import torch
+
+        return torch.sigmoid
+    if backend.name == "jax":
+        import jax
+
+        return jax.nn.sigmoid
+    if backend.name == "tensorflow":
+        import tensorflow as tf
+
+        return tf.math.sigmoid
+    return lambda x: 1 / (1 + np.exp(-x))
+
+
+def assert_pass(report: pg.Report) -> None:
+    assert report.verdict == Verdict.PASS, str(report)
+    assert report.ok
+
+
+# ---- exact zeros ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["floor", "ceil", "sign"])
+def test_piecewise_constant_functions_away_from_their_jumps_pass(backend, op):
+    """floor, ceil and sign at non-integer points: every entry of the Jacobian is exactly 0
+    (the off-diagonal ones of an elementwise operator too), the function does not change
+    at all over the steps, and autodiff says 0: PASS, not INCONCLUSIVE for want of a
+    scale. A gradient of 1e-3 planted on that zero Jacobian is MISMATCH."""
+    xp = backend.namespace
+    fn = getattr(xp, op)
+    x = np.array([0.3, 1.7, -2.4], np.float32)
+    zero = np.zeros((3, 3))
+    report = backend.check(fn, x, jac=lambda x: zero)
+    assert_pass(report)
+    assert np.all(report.entries.autodiff == 0) and np.all(report.entries.reference == 0)
+
+    def bad(x):
+        return fn(x) + 1e-3 * (x - stop(backend, x))
+
+    planted = backend.check(bad, x, jac=lambda x: zero + 1e-3 * np.eye(3))
+    assert planted.verdict == Verdict.MISMATCH
+
+
+def test_zero_jacobian_checked_by_projections(backend):
+    """floor of 20 inputs checked by random projections: every projection of its Jacobian is
+    exactly 0 on both sides (PASS); a gradient of 1e-3 planted on it is MISMATCH."""
+    xp = backend.namespace
+    x = np.random.default_rng(0).uniform(-3, 3, 20).astype(np.float32) + np.float32(0.5)
+    zero = np.zeros((20, 20))
+    report = backend.check(xp.floor, x, jac=lambda x: zero, strategy="projections")
+    assert_pass(report)
+
+    def bad(x):
+        return xp.floor(x) + 1e-3 * (x - stop(backend, x))
+
+    planted = backend.check(bad, x, jac=lambda x: 1e-3 * np.eye(20), strategy="projections")
+    assert planted.verdict == Verdict.MISMATCH
+
+
+def test_clamped_entries_pass(backend):
+    """clip to [-1, 1] with some entries clamped (their derivative is exactly 0) and with
+    all of them clamped (the whole Jacobian is 0): PASS."""
+    xp = backend.namespace
+
+    def f(x):
+        return xp.clip(x, -1.0, 1.0)
+
+    for x in (np.array([-2.5, 0.3, 1.7], np.float32), np.array([-2.5, 1.7, 3.2], np.float32)):
+        report = backend.check(f, x, jac=lambda x: np.diag((np.abs(x) < 1).astype(float)))
+        assert_pass(report)
+        np.testing.assert_array_equal(report.entries.reference, np.diag(np.abs(x) < 1).ravel())
+
+
+@pytest.mark.parametrize("case", ["cos at 0 (f = 2)", "squared residual at its zero (f = 0)"])
+def test_stationary_point_of_a_scalar_function_passes(backend, case):
+    """A scalar function at a stationary point: its gradient is exactly 0, both by autodiff
+    and by the reference. PASS, whether f is nonzero there (sum(cos x) at 0) or is 0 too
+    (sum((x - 1)^2) at 1, where nothing but the error bars sets a scale). A gradient that
+    is 0 where the truth is not (the residual cut off from autodiff, at x = 1.5) is
+    MISMATCH."""
+    xp = backend.namespace
+    if case.startswith("cos"):
+        x = np.zeros(2, np.float32)
+
+        def f(x):
+            return xp.sum(xp.cos(x))
+
+        report = backend.check(f, x, grad=lambda x: -np.sin(x))
+    else:
+        x = np.ones(2, np.float32)
+
+        def f(x):
+            return xp.sum((x - 1.0) ** 2)
+
+        report = backend.check(f, x, grad=lambda x: 2 * (x - 1))
+    assert_pass(report)
+    assert np.all(report.entries.reference == 0)
+
+    def cut(x):
+        r = stop(backend, x) - 1.0
+        return xp.sum(r * r)
+
+    planted = backend.check(cut, np.full(2, 1.5, np.float32), grad=lambda x: 0 * x)
+    assert planted.verdict == Verdict.MISMATCH
+
+
+# ---- round-off of right rules in low precision --------------------------------------------
+
+
+def test_saturated_float32_tanh_passes(backend):
+    """tanh at 8, 9 and -8.5 in float32: the rule 1 - t^2 reads t = tanh(x) rounded one ulp
+    from 1, and is off by up to about 2 eps |t| (50% at 9), while its float64 evaluation
+    agrees with the reference. That is the round-off of evaluating a right rule from a
+    rounded intermediate of the size of f: PASS, not UNSTABLE. The same rule 1e-3 too large
+    is MISMATCH."""
+    xp = backend.namespace
+    x = np.array([8.0, 9.0, -8.5], np.float32)
+
+    def jac(x):
+        t = np.tanh(x)
+        return np.diag(1 - t * t)  # in float32, as the frameworks compute it
+
+    report = backend.check(xp.tanh, x, jac=jac)
+    assert_pass(report)
+    truth = 1 / np.cosh(x.astype(np.float64)) ** 2
+    diag = report.entries.reference.reshape(3, 3).diagonal()
+    np.testing.assert_allclose(diag, truth, rtol=1e-6)
+
+    def bad(x):
+        t = xp.tanh(x)
+        return t + 1e-3 * (t - stop(backend, t))
+
+    planted = backend.check(bad, x, jac=lambda x: jac(x) * (1 + 1e-3))
+    assert planted.verdict == Verdict.MISMATCH
+
+
+@pytest.mark.parametrize("dtype, x", [("float32", [15.0, -15.0, 12.0]), ("float16", [8.0, -6.0])])
+def test_saturated_sigmoid_passes(backend, dtype, x):
+    """The logistic function at saturating inputs, float32 and float16: its rule s (1 - s)
+    reads s rounded near 1. PASS; the reference is the closed form s (1 - s) in float64."""
+    fn = sigmoid(backend)
+    x = np.array(x, dtype)
+
+    def jac(x):
+        s = 1 / (1 + np.exp(-x))
+        return np.diag(s * (1 - s))
+
+    report = backend.check(fn, x, jac=jac)
+    assert_pass(report)
+    x64 = x.astype(np.float64)
+    s = 1 / (1 + np.exp(-x64))
+    diag = report.entries.reference.reshape(x.size, x.size).diagonal()
+    np.testing.assert_allclose(diag, s * (1 - s), rtol=1e-4)
+
+
+def test_cancellation_of_the_rules_own_making_is_still_unstable(backend):
+    """x - sin(x) at 1e-3 in float32: its rule 1 - cos(x) cancels to about 6% accuracy,
+    while f itself is 1.7e-10: far more digits lost than the round-off of f's own
+    intermediates explains. UNSTABLE."""
+    xp = backend.namespace
+    x = np.array([1e-3], np.float32)
+    report = backend.check(lambda x: xp.sum(x - xp.sin(x)), x, grad=lambda x: 1 - np.cos(x))
+    assert report.verdict == Verdict.UNSTABLE, str(report)
+
+
+# ---- NaN at a kink ------------------------------------------------------------------------
+
+
+def test_norm_at_the_origin_is_nonsmooth(backend):
+    """The Euclidean norm sqrt(sum(x^2)) at x = 0: every direction is a kink (left
+    derivative -1, right +1 along each coordinate) and autodiff returns NaN (0 / 0).
+    NONSMOOTH with the NaN named; ok under nonsmooth='allow', not under 'within' (a NaN
+    lies between no one-sided derivatives)."""
+    xp = backend.namespace
+    x = np.zeros(3, np.float32)
+
+    def norm(x):
+        return xp.sqrt(xp.sum(x * x))
+
+    def grad(x):
+        with np.errstate(invalid="ignore"):
+            return x / np.sqrt(np.sum(x * x))
+
+    report = backend.check(norm, x, grad=grad)
+    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
+    e = report.entries
+    assert np.all(np.isnan(e.autodiff))
+    np.testing.assert_allclose(e.left, -1.0, rtol=1e-6)
+    np.testing.assert_allclose(e.right, 1.0, rtol=1e-6)
+    assert "autodiff returned NaN at this kink" in str(report)
+    within = backend.check(norm, x, grad=grad, nonsmooth="within")
+    assert within.verdict == Verdict.NONSMOOTH and not within.ok
+
+
+def test_where_sqrt_trap_at_a_smooth_point_stays_nonfinite(backend):
+    """sum(where(x > 0, sqrt(x), 0)) at x = -1: f is 0 around it (smooth, derivative 0),
+    but the gradient of the branch not taken, 0 * 1/(2 sqrt(-1)), is NaN: the classic
+    where/sqrt NaN trap, NONFINITE on that entry (NumPy's chain rule as written, PyTorch,
+    JAX); x = 4 is PASS (1/4). TensorFlow's gradient of this where is 0 there, with no NaN:
+    PASS."""
+    xp = backend.namespace
+    x = np.array([-1.0, 4.0], np.float32)
+
+    def f(x):
+        return xp.sum(xp.where(x > 0, xp.sqrt(x), 0.0 * x))
+
+    def grad(x):
+        with np.errstate(invalid="ignore"):
+            return (x > 0) * 0.5 / np.sqrt(x)
+
+    report = backend.check(f, x, grad=grad)
+    trap = backend.name != "tensorflow"
+    assert np.isnan(report.entries.autodiff[0]) == trap
+    expected = Verdict.NONFINITE if trap else Verdict.PASS
+    assert report.verdict == expected, str(report)
+    assert report.entries.verdicts() == [expected, Verdict.PASS]
+    assert report.entries.reference.tolist() == [0.0, pytest.approx(0.25, rel=1e-7)]
+
+
+# ---- extreme magnitudes -------------------------------------------------------------------
+
+
+def test_max_over_inputs_from_subnormal_to_1e300(backend):
+    """max(x) for x = [1e-310, 1e300, 3, -1e-300] (float64): the gradient is [0, 1, 0, 0].
+    f = 1e300 does not change at all when the other inputs move by steps of their own
+    size: their reference derivatives are exactly 0, with error bars that no float64
+    difference can make finite or small (an ulp of 1e300 over a step of 1e-300). Not
+    NONFINITE (both sides are finite): INCONCLUSIVE, with the reason in the notes; the
+    1e300 entry is PASS. A rule 1e-3 off on it is MISMATCH."""
+    xp = backend.namespace
+    x = np.array([1e-310, 1e300, 3.0, -1e-300])
+    onehot = np.array([0.0, 1.0, 0.0, 0.0])
+    report = backend.check(xp.max, x, grad=lambda x: onehot)
+    e = report.entries
+    assert e.verdicts() == [Verdict.INCONCLUSIVE, Verdict.PASS] + [Verdict.INCONCLUSIVE] * 2
+    assert report.verdict == Verdict.INCONCLUSIVE
+    assert e.reference[1] == pytest.approx(1.0, rel=1e-12)
+    np.testing.assert_array_equal(e.reference[[0, 2, 3]], 0.0)
+    assert any("unbounded reference error bar" in n for n in report.notes)
+
+    def bad(x):
+        return xp.max(x) + 1e-3 * (x[1] - stop(backend, x)[1])
+
+    planted = backend.check(bad, x, grad=lambda x: onehot * (1 + 1e-3))
+    assert planted.verdict == Verdict.MISMATCH
+
+
+# ---- hidden cancellation (known limit) ------------------------------------------------------
+
+
+@pytest.mark.polygrad_backends("torch")
+@pytest.mark.xfail(
+    strict=True,
+    reason="hidden cancellation: the float64 loss 40 + log(1 + e^-28) - 40 rounds at ulp(40), "
+    "a grid the float64 reference does not detect (its error bar is ~1e-26 for an error of "
+    "~1e-14); re-examined with mp, the reference is right, but the rule's own p_0 - 1 rounds "
+    "at ulp(1) in float64 and float32 alike, and mp calls that round-off MISMATCH at x[0, 0]",
+)
+def test_float32_cross_entropy_with_a_dominant_target_logit_passes(backend):
+    """F.cross_entropy(z, t) with z = [[40, 3, -5, 12]], t = [0] in float32: the loss is
+    ~6.9e-13 and its gradient (softmax(z) - onehot) has entries ~e^-28; the correct rule
+    must PASS."""
+    import torch
+    import torch.nn.functional as F
+
+    z = torch.tensor([[40.0, 3.0, -5.0, 12.0]])
+    t = torch.tensor([0])
+    report = backend.check(lambda z: F.cross_entropy(z, t), z)
+    assert_pass(report)
+
+
+@pytest.mark.polygrad_backends("torch", "jax")
+def test_entries_in_doubt_are_re_examined_with_mp(backend):
+    """erfc at -6 and 7 in float32: its derivatives, -2/sqrt(pi) exp(-x^2), are -2.6e-16
+    and -5.9e-22, and float64 differences leave two entries INCONCLUSIVE. The function
+    runs on mpmath numbers, so the entries in doubt are re-examined with mp before any
+    verdict in doubt is given: PASS, with the closed-form values, and a note naming the
+    re-examination. A rule 1e-3 too large is MISMATCH, decided by mp."""
+    import mpmath
+
+    if backend.name == "torch":
+        import torch
+
+        erfc = torch.special.erfc
+    else:
+        from jax.scipy.special import erfc
+    x = np.array([-6.0, 7.0], np.float32)
+    report = backend.check(erfc, x)
+    assert_pass(report)
+    assert report.details["escalation"]["reference"] == "mp"
+    assert any("re-examined with mp" in n for n in report.notes)
+    truth = [
+        float(-2 / mpmath.sqrt(mpmath.pi) * mpmath.exp(-(mpmath.mpf(float(v)) ** 2))) for v in x
+    ]
+    np.testing.assert_allclose(report.entries.reference.reshape(2, 2).diagonal(), truth, rtol=1e-6)
+
+    def bad(x):
+        y = erfc(x)
+        return y + 1e-3 * (y - stop(backend, y))
+
+    planted = backend.check(bad, x)
+    assert planted.verdict == Verdict.MISMATCH
+    assert planted.details["escalation"]["decided_by"]["mp"]
