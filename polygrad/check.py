@@ -304,7 +304,9 @@ def _autodiff_roundoff(
         return None
     try:
         dtype = np.dtype(target_dtype)
-    except TypeError:  # bfloat16 and other dtypes NumPy does not know cannot be moved
+    except TypeError:  # a dtype NumPy does not know (bfloat16 without ml_dtypes)
+        return None
+    if dtype not in (np.float16, np.float32, np.float64):  # bfloat16 (ml_dtypes): not moved
         return None
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rng = np.random.default_rng([seed, 3])

@@ -369,21 +369,7 @@ def test_value_near_zero_from_cancellation_passes(n):
     assert bad.verdict == Verdict.MISMATCH
 
 
-@pytest.mark.parametrize(
-    "dtype",
-    [
-        pytest.param(
-            np.float64,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known limit: in float64, 6 of the 300 references of this cancelling "
-                "sum are not resolved (INCONCLUSIVE), so report.ok is False on a correct "
-                "gradient",
-            ),
-        ),
-        np.float32,
-    ],
-)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_cancelling_sum_rounds_at_its_terms_not_at_its_value(dtype):
     """sum(sin(x)) over 300 points symmetric about 0: f is ~1e-14 but rounded at the
     size of its partial sums (~1e2), so along some coordinates its values near x are an
@@ -637,21 +623,7 @@ def test_value_that_barely_changes_near_0_is_inconclusive_not_mismatch(dtype):
     assert np.all(np.abs(e.reference - np.sinh(x.astype(np.float64))) <= e.reference_error)
 
 
-@pytest.mark.parametrize(
-    "dtype",
-    [
-        np.float64,
-        pytest.param(
-            np.float32,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known limit: for float32 input the automatic reference is float64 "
-                "differences, which cannot resolve cosh(x) - 1 at x < 1e-6 (INCONCLUSIVE); "
-                "the mp reference, which could, is not tried",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_value_that_barely_changes_near_0_passes_with_the_default_reference(dtype):
     """The same correct gradient with the default reference: PASS, and the check is ok."""
     x = (10 ** np.random.default_rng(0).uniform(-8, -6, 30)).astype(dtype)

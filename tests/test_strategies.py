@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 
 import polygrad as pg
 from polygrad.testing.strategies import directions, points
@@ -203,12 +203,23 @@ def test_recipe_finds_the_bug_on_one_branch():
     assert failing and all((x <= 0).any() for x in failing)
 
 
+RESOLVABLE = 1e-5
+"""A float64-difference reference resolves a directional derivative ``g'(0)`` of a
+function of one variable at 0 only down to about ``1e-6 |g(0)|`` (the round-off of
+``g`` over the largest step that keeps truncation small); below that, without an mp
+reference, the check is INCONCLUSIVE (docs/error-model.md, known limits). This softplus
+has no mp reference: ``np.minimum(x, 0)`` returns the Python int 0 on mpmath input."""
+
+
 def test_recipe_directional_derivative_along_directions():
-    """A tangent from `directions`: d/dt sum(softplus(x + t v)) at t = 0 is grad . v."""
+    """A tangent from `directions`: d/dt sum(softplus(x + t v)) at t = 0 is grad . v,
+    over the documented domain (a derivative of at least ``RESOLVABLE`` of the value)."""
 
     @RECIPE
     @given(POINTS, directions(5))
     def run(x: np.ndarray, v: np.ndarray) -> None:
+        slope = float(np.dot(softplus_grad(x), v))
+        assume(abs(slope) >= RESOLVABLE * float(np.sum(softplus(x))))
         report = pg.assert_gradients(
             lambda t: np.sum(softplus(x + t[0] * v)),
             np.zeros(1),
@@ -217,6 +228,23 @@ def test_recipe_directional_derivative_along_directions():
         assert report.verdict is pg.Verdict.PASS
 
     run()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: a directional derivative of 1e-7 of the function's value "
+    "(softplus at -16 beside four at 1) is below what float64 differences resolve, and this "
+    "softplus has no mp reference, so the correct gradient is INCONCLUSIVE",
+)
+def test_a_derivative_below_the_float64_resolution_passes():
+    x = np.array([1.0, 1.0, -16.0, 1.0, 1.0])
+    v = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
+    report = pg.check(
+        lambda t: np.sum(softplus(x + t[0] * v)),
+        np.zeros(1),
+        grad=lambda t: np.array([np.dot(softplus_grad(x + t[0] * v), v)]),
+    )
+    assert report.verdict is pg.Verdict.PASS and report.ok
 
 
 def test_docstring_examples_run():
