@@ -295,7 +295,26 @@ def _why(report: Report) -> str:
         )
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
-        f"{_verb(k, 'it was', 'they were')} not judged (the notes below say why)."
+        f"{_verb(k, 'it was', 'they were')} not judged ({_why_unresolved(report)})."
+    )
+
+
+def _why_unresolved(report: Report) -> str:
+    """Why the reference decided nothing: the widest relative error bar, and the notes."""
+    e = report.entries
+    undecided = np.array([i for i, v in enumerate(e.verdicts()) if str(v) == "INCONCLUSIVE"])
+    notes = "; the notes below say more" if report.notes else ""
+    if undecided.size == 0:
+        return "the notes below say why" if report.notes else "no entry could be compared"
+    with np.errstate(all="ignore"):
+        rel = np.abs(e.reference_error[undecided]) / np.abs(e.reference[undecided])
+    if not np.any(np.isfinite(rel)):
+        return "the reference's error bars are unbounded" + notes
+    i = int(undecided[int(np.nanargmax(np.where(np.isfinite(rel), rel, -1.0)))])
+    return (
+        f"at {e.names[i]} the reference's error bar is ±{_g(e.reference_error[i], 2)}, "
+        f"{_g(rel[undecided == i][0], 2)} of the entry: too coarse to tell a gradient error "
+        f"from round-off in {report.details.get('working_dtype')}{notes}"
     )
 
 

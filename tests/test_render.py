@@ -143,3 +143,28 @@ def test_taylor_line_gives_no_percentage_of_zero():
     # the error is the true directional derivative 2 x . v along the test's direction
     true = float(2 * x @ t.direction)
     assert t.first_order_error == pytest.approx(abs(true), rel=1e-6)
+
+
+def test_inconclusive_first_line_names_the_entry_and_its_relative_error_bar():
+    """A derivative of 1e-7 of the value (softplus at -16 beside four at 1, no mp
+    reference: np.minimum returns a Python int on mpmath input): the first line says
+    which entry the reference could not resolve and how coarse its error bar is."""
+
+    def softplus(x):
+        return np.where(x > 0, x + np.log1p(np.exp(-np.abs(x))), np.log1p(np.exp(np.minimum(x, 0))))
+
+    x = np.array([1.0, 1.0, -16.0, 1.0, 1.0])
+    v = np.array([0.0, 0.0, 1.0, 0.0, 0.0])
+    slope = 1.0 / (1.0 + np.exp(16.0))  # sigmoid(-16), the exact derivative along v
+    report = pg.check(
+        lambda t: np.sum(softplus(x + t[0] * v)), np.zeros(1), grad=lambda t: np.array([slope])
+    )
+    assert report.verdict == pg.Verdict.INCONCLUSIVE
+    e = report.entries
+    assert abs(e.reference[0] - slope) <= e.reference_error[0]
+    first = _first_line(report)
+    rel = e.reference_error[0] / abs(e.reference[0])
+    assert f"at x[0] the reference's error bar is ±{e.reference_error[0]:.2g}" in first
+    assert f"{rel:.2g} of the entry" in first
+    assert "notes below" not in first  # there are none
+    assert report.notes == []
