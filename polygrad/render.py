@@ -208,9 +208,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     if taylor and taylor.get("explanation"):
         txt = f"  Taylor test (supporting evidence): {taylor['explanation']}"
         if taylor.get("verdict") == "wrong" and "NONSMOOTH" in report.counts():
-            txt += (
-                " — expected here: the function has kinks next to this point, and a kink "
-                "crossed by the steps leaves a first-order remainder"
+            txt = (
+                "  Taylor test (supporting evidence): the Taylor remainder falls like "
+                f"h^{float(taylor['slope']):.2f}, as it must where the steps cross a kink (a "
+                "kink leaves a first-order remainder): no evidence against the gradient"
             )
         elif taylor.get("verdict") == "consistent" and "MISMATCH" in report.counts():
             txt += (

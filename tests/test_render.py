@@ -168,3 +168,14 @@ def test_inconclusive_first_line_names_the_entry_and_its_relative_error_bar():
     assert f"{rel:.2g} of the entry" in first
     assert "notes below" not in first  # there are none
     assert report.notes == []
+
+
+def test_taylor_line_at_a_kink_does_not_call_the_gradient_wrong():
+    """sum(|x|) at a point with x[0] = 0: the steps cross the kink, the Taylor remainder
+    is first order (slope 1), and the report says why instead of 'wrong by about ...'."""
+    report = pg.check(lambda x: np.sum(np.abs(x)), np.array([0.0, 1.0, -2.0]), grad=np.sign)
+    assert report.verdict == pg.Verdict.NONSMOOTH and report.ok
+    text = render_text(report, color=False)
+    line = next(ln for ln in text.splitlines() if "Taylor test" in ln)
+    assert f"h^{report.details['taylor']['slope']:.2f}" in line
+    assert "no evidence against the gradient" in line and "wrong by about" not in line
