@@ -491,3 +491,23 @@ def test_round_off_allowance_does_not_hide_a_wrong_rule_where_the_derivative_mov
         x = jnp.asarray(np.random.default_rng(0).uniform(1000, 1010, 10), jnp.float32)
         report = pg.check(s, x)
         assert report.counts() == {"MISMATCH": 10, "PASS": 90}, (error, report.counts())
+
+
+def test_an_output_cut_off_by_stop_gradient_is_a_clear_error_a_constant_is_not():
+    """stop_gradient of the whole output (also under jax.jit) would read as a zero
+    gradient: a clear InputTypeError naming the cause, as in PyTorch and TensorFlow. A
+    function constant in its input, and one at a stationary point (cos at 0), have the
+    right zero gradient: PASS."""
+    x = jnp.array([1.0, 2.0])
+
+    def cut(x):
+        return jax.lax.stop_gradient(jnp.sum(x**3))
+
+    for f in (cut, jax.jit(cut)):
+        with pytest.raises(InputTypeError, match="gradient cannot flow.*stop_gradient"):
+            pg.check(f, x)
+    constant = pg.check(lambda x: jnp.ones(3) * 2.0, x)
+    assert constant.verdict == pg.Verdict.PASS and constant.ok
+    stationary = pg.check(lambda x: jnp.sum(jnp.cos(x)), jnp.zeros(2))
+    assert stationary.verdict == pg.Verdict.PASS and stationary.ok
+    assert np.all(stationary.entries.reference == 0.0)

@@ -638,19 +638,26 @@ def test_a_wrong_rule_on_a_saturated_entry_is_still_caught(x0):
     assert pg.check(BadTanh.apply, x).verdict == pg.Verdict.MISMATCH
 
 
-def test_detached_output_is_a_mismatch_with_a_note_and_a_python_float_is_an_error():
-    """An output cut off from autograd has autodiff gradient 0 (a real bug: MISMATCH,
-    with a note saying why), not a raw torch error; a function returning a Python float
-    gets a clear InputTypeError."""
+def test_detached_output_and_a_python_float_are_clear_errors_a_constant_is_not():
+    """An output cut off from autograd (.detach(), torch.no_grad()) would read as a zero
+    gradient: a clear InputTypeError naming the cause, as in TensorFlow; a function
+    returning a Python float too. A function that does not depend on its input at all
+    has the right zero gradient: PASS."""
     x = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    report = pg.check(lambda x: (x.detach() ** 3).sum(), x)
-    assert report.verdict == pg.Verdict.MISMATCH
-    assert np.all(report.entries.autodiff == 0.0)
-    assert any(
-        "does not depend on the inputs through autograd" in n for n in report.details["notes"]
-    )
+    with pytest.raises(InputTypeError, match=r"gradient cannot flow.*\.detach\(\)"):
+        pg.check(lambda x: (x.detach() ** 3).sum(), x)
+
+    def no_grad(x):
+        with torch.no_grad():
+            return (x**3).sum()
+
+    with pytest.raises(InputTypeError, match="gradient cannot flow"):
+        pg.check(no_grad, x)
     with pytest.raises(InputTypeError, match="returned a float, not a tensor"):
         pg.check(lambda x: float((x**2).sum()), x)
+    constant = pg.check(lambda x: torch.ones(3, dtype=torch.float64) * 2.0, x)
+    assert constant.verdict == pg.Verdict.PASS and constant.ok
+    assert np.all(constant.entries.autodiff == 0.0)
 
 
 def test_an_output_row_that_is_exactly_zero_is_judged_on_the_whole_jacobian():

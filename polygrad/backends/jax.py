@@ -584,6 +584,8 @@ class JaxBackend(Backend):
         notes: list[str] = []
         work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
         y0 = work.evaluate(flat.x0[None])[0]
+        with working_ctx():
+            _check_gradient_flows(flat, work.evaluate, y0, dtype_eps(wd))
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
         if not is64:
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
@@ -765,3 +767,56 @@ def _narrow_intermediates(g: Callable[..., list[Any]], flat: _FlatFunction) -> b
                 return True
         todo.extend(subjaxprs(jaxpr))
     return False
+
+
+def _tangent_free(closed: Any) -> bool:
+    """Whether no output of a JVP jaxpr depends on its tangent inputs (the second half
+    of its inputs); an equation depends on an input when any of its operands does."""
+    jaxpr = closed.jaxpr
+    half = len(jaxpr.invars) // 2
+    tainted = {id(v) for v in jaxpr.invars[half:]}
+    for eqn in jaxpr.eqns:
+        if any(id(v) in tainted for v in eqn.invars):
+            tainted.update(id(v) for v in eqn.outvars)
+    return not any(id(v) in tainted for v in jaxpr.outvars)
+
+
+def _check_gradient_flows(
+    flat: Any, evaluate: Callable[[np.ndarray], np.ndarray], y0: np.ndarray, eps: float
+) -> None:
+    """Raise when no output depends on the inputs' tangents, yet the values depend on them.
+
+    A ``jax.lax.stop_gradient`` of the whole output (or a NumPy round trip through
+    ``pure_callback``) would make autodiff read a zero gradient; a constant function,
+    whose zero gradient is right, passes.
+
+    Raises
+    ------
+    InputTypeError
+        The gradient cannot flow from the output to the inputs.
+    """
+    import jax
+
+    def push(primals: list[Any], tangents: list[Any]) -> Any:
+        return jax.jvp(lambda *p: flat(*p), primals, tangents)[1]
+
+    try:
+        leaves = list(flat.leaves)
+        closed = jax.make_jaxpr(push)(leaves, [np.zeros_like(a) for a in leaves])
+    except Exception:  # noqa: BLE001 - the checks that follow report what fails
+        return
+    if not _tangent_free(closed):
+        return
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], flat.x0.shape)
+    y1 = evaluate((flat.x0 + 1e-2 * (1.0 + np.abs(flat.x0)) * signs)[None, :])[0]
+    scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
+    change = float(np.max(np.abs(y1 - y0), initial=0.0))
+    if not change > 64 * eps * scale:
+        return  # a constant function: autodiff's zero gradient is right
+    raise InputTypeError(
+        "the gradient cannot flow: no output of the function depends on its inputs through "
+        f"JAX's derivatives, although its values change with them (largest change "
+        f"{change:.3g} for a 1% move); autodiff would read this as a zero gradient. Cause: "
+        "jax.lax.stop_gradient of the output, or a computation outside JAX (pure_callback, "
+        "NumPy) on the way. Compute the output with jax.numpy operations on the inputs."
+    )

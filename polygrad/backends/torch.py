@@ -308,6 +308,40 @@ def _refuse_outer_mutations(
     )
 
 
+def _check_gradient_flows(
+    torch: Any, work: _Program, primals: list[Any], y0: np.ndarray, eps: float
+) -> None:
+    """Raise when autograd connects no output to any input, yet the values depend on them.
+
+    A ``.detach()``, ``torch.no_grad()`` or a round trip through NumPy on the way to the
+    output would make autodiff read a zero gradient; a constant function (whose zero
+    gradient is right) passes.
+
+    Raises
+    ------
+    InputTypeError
+        The gradient cannot flow from the output to the inputs.
+    """
+    with torch.enable_grad():
+        req = [p.detach().clone().requires_grad_() for p in primals]
+        if work.call(*req).requires_grad:
+            return
+    x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], x0.shape)
+    y1 = work.evaluate((x0 + 1e-2 * (1.0 + np.abs(x0)) * signs)[None, :])[0]
+    scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
+    change = float(np.max(np.abs(y1 - y0), initial=0.0))
+    if not change > 64 * eps * scale:
+        return  # a constant function: autodiff's zero gradient is right
+    raise InputTypeError(
+        "the gradient cannot flow: autograd connects the function's output to none of its "
+        f"inputs, although its values change with them (largest change {change:.3g} for a "
+        "1% move); autodiff would read this as a zero gradient. Cause: a .detach(), "
+        "torch.no_grad() or a round trip through NumPy on the way to the output. Compute "
+        "the output with torch operations on the input tensors."
+    )
+
+
 class _Program:
     """The user's function at one precision, as a function of its checked leaves.
 
@@ -665,6 +699,7 @@ class TorchBackend(Backend):
 
         x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
         y0 = work.evaluate(x0[None, :])[0]
+        _check_gradient_flows(torch, work, primals, y0, eps)
         out_layout = output_layout(
             [
                 np.empty(tuple(t.shape), complex if t.is_complex() else float)
