@@ -422,10 +422,24 @@ def test_an_operator_without_a_float64_kernel_is_named_and_kinks_are_not_mismatc
     assert report.details["reference"]["method"] != "float64"
     assert any("polygrad_test::relu_float32_only" in n for n in report.notes), report.notes
     assert not any("argument" in n for n in report.notes)
-    assert report.verdict in (pg.Verdict.NONSMOOTH, pg.Verdict.INCONCLUSIVE, pg.Verdict.PASS)
     assert not np.any(report.entries.status == MISMATCH)
     at_kink = report.entries.status[x.numpy() == 0]
-    assert np.all(at_kink != SEVERITY[pg.Verdict.PASS])
+    assert np.all(at_kink == SEVERITY[pg.Verdict.NONSMOOTH])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit of the working-dtype reference: beside kinks, the smooth entries of "
+    "this float32-only relu are INCONCLUSIVE (the kinks inflate the noise estimate), so "
+    "report.ok is False on a correct gradient",
+)
+def test_smooth_entries_beside_kinks_pass_with_a_working_dtype_reference():
+    w = torch.tensor([0.8, -1.1, 0.5, 1.7, -0.4, 0.9])
+    x = torch.tensor([0.0, 0.0, 0.5, -0.3, 0.0, 1.2])
+    report = pg.check(lambda x: (relu_float32_only(x) * w).sum() + 0.25 * (x**2).sum(), x)
+    smooth = report.entries.status[x.numpy() != 0]
+    assert np.all(smooth == SEVERITY[pg.Verdict.PASS])
+    assert report.verdict == pg.Verdict.NONSMOOTH and report.ok
 
 
 def test_an_operator_that_computes_in_float32_is_named():
