@@ -274,6 +274,37 @@ def dtype_eps(dtype: Any) -> float:
         return float(ml_dtypes.finfo(dt).eps)
 
 
+def change_under_a_move(evaluate: BatchFn, x0: np.ndarray, y0: np.ndarray, eps: float) -> float:
+    """How much the outputs change when every input moves by 1% (of ``1 + |x|``).
+
+    The test behind "the gradient cannot flow" in every backend: autodiff
+    connects no output to any input, yet the values depend on the inputs.
+
+    Parameters
+    ----------
+    evaluate : BatchFn
+        ``(1, n) -> (1, m)`` float64, the function in the working dtype.
+    x0 : ndarray, shape (n,), float64
+        The point.
+    y0 : ndarray, shape (m,), float64
+        The outputs at ``x0``.
+    eps : float
+        Machine epsilon of the working dtype.
+
+    Returns
+    -------
+    float
+        The largest change of an output, with signs of the moves drawn at random
+        (seed 0); 0.0 when it is within ``64 eps`` of the outputs' scale (a
+        function constant in its inputs, whose zero gradient is right).
+    """
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], x0.shape)
+    y1 = evaluate((x0 + 1e-2 * (1.0 + np.abs(x0)) * signs)[None, :])[0]
+    scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
+    change = float(np.max(np.abs(y1 - y0), initial=0.0))
+    return change if change > 64 * eps * scale else 0.0
+
+
 def describe_exception(exc: BaseException, limit: int = 200) -> str:
     """``"Type: message"`` in one line, for notes and error messages.
 

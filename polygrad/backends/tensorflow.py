@@ -107,6 +107,7 @@ from .base import (
     Layout,
     Supplied,
     Target,
+    change_under_a_move,
     chunked,
     dtype_eps,
 )
@@ -631,15 +632,16 @@ class TensorflowBackend(Backend):
                 return
         except Exception:  # noqa: BLE001 - the checks that follow report what fails
             return
-        rng = np.random.default_rng(0)
-        moved = []
-        for leaf in leaves:
-            a = _numpy(leaf, np.float64)
-            a = a + 1e-2 * (1.0 + np.abs(a)) * rng.choice([-1.0, 1.0], a.shape)
-            moved.append(tf.cast(tf.constant(a), leaf.dtype))
-        y1 = np.concatenate([_numpy(o, np.float64) for o in call(moved)])
-        scale = float(np.max(np.abs(y0), initial=0.0)) or 1.0
-        if np.max(np.abs(y1 - y0), initial=0.0) <= 64 * eps * scale:
+        layout = Layout.from_shapes([""] * len(leaves), [tuple(v.shape) for v in leaves])
+
+        def evaluate(X: np.ndarray) -> np.ndarray:  # (1, n) -> (1, m)
+            parts = layout.split(X[0])
+            moved = [tf.cast(tf.constant(a), v.dtype) for a, v in zip(parts, leaves, strict=True)]
+            return np.concatenate([_numpy(o, np.float64) for o in call(moved)])[None, :]
+
+        x0 = np.concatenate([_numpy(v, np.float64).ravel() for v in leaves])
+        change = change_under_a_move(evaluate, x0, y0, eps)
+        if not change:
             return  # a constant function: autodiff's zero gradient is right
         specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
         cause = disconnection_cause(tf, call, specs) or (
@@ -649,7 +651,7 @@ class TensorflowBackend(Backend):
         raise InputTypeError(
             "the gradient cannot flow: the function's output is not connected to its inputs "
             "on the gradient tape, although its values change with them (largest change "
-            f"{np.max(np.abs(y1 - y0)):.3g} for a 1% move); autodiff would read this as a zero "
+            f"{change:.3g} for a 1% move); autodiff would read this as a zero "
             f"gradient. Cause: {cause}. "
             "Compute the output with TensorFlow operations on the input tensors."
         )
