@@ -504,3 +504,33 @@ def test_a_float32_reference_across_cnn_kinks_is_never_a_mismatch():
     )
     assert report.details["reference"]["method"] == "working"
     assert not np.any(report.entries.status == MISMATCH), report.counts()
+
+
+# ---- low-precision working dtypes (the same square rule) ----------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_5_percent_rule_error_is_a_mismatch_in_every_low_precision_dtype(dtype):
+    """bfloat16 has no NumPy dtype: the round-off allowance is skipped, not a crash."""
+    x = torch.tensor([0.5, 1.0, 1.5, 2.0], dtype=dtype)
+    bad = pg.check(lambda x: square_op(0.05).apply(x).sum(), x)
+    assert bad.verdict is pg.Verdict.MISMATCH and not bad.ok
+    good = pg.check(lambda x: square_op(0.0).apply(x).sum(), x)
+    assert good.verdict is pg.Verdict.PASS and good.ok
+
+
+def test_a_rule_error_seen_only_in_float64_is_quoted_against_the_float64_tolerance():
+    """float16: the 5% error hides in the working tolerance; the first line quotes the test
+    it failed (the float64 rule against its own tolerance), not a ratio below 1."""
+    x = torch.tensor([0.3, 0.7, 1.3, 1.9], dtype=torch.float16)
+    report = pg.check(lambda x: square_op(0.05).apply(x).sum(), x)
+    assert report.verdict is pg.Verdict.MISMATCH
+    first = str(report).splitlines()[0]
+    e = report.entries
+    i = int(e.worst(1)[0])
+    assert e.difference[i] <= e.tolerance[i]  # hidden in the float16 tolerance
+    off64 = abs(e.autodiff64[i] - e.reference[i])
+    # the rule's float64 value is 2x * 1.05 against the reference 2x
+    assert off64 == pytest.approx(0.05 * 2 * float(x[i]), rel=1e-3)
+    assert "float64 evaluation of the rule" in first
+    assert f"{off64 / e.tolerance64[i]:.2g} times" in first
