@@ -44,6 +44,7 @@ __all__ = [
     "Supplied",
     "Target",
     "BatchFn",
+    "change_under_a_move",
     "chunked",
     "dtype_eps",
     "validate_float_array",
