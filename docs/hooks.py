@@ -5,6 +5,8 @@
 * ``on_files`` runs the small polygrad computations in :data:`FIGURES` and adds
   their plots to the site as ``figures/<name>.png``; nothing binary is kept in
   the repository.
+* ``on_files`` also writes ``css/pygments.css``, the stylesheet of the code
+  highlighted at build time by Pygments, so no page loads anything from a CDN.
 * ``on_page_markdown`` replaces a line ``<!-- benchmark-table: NAME -->`` with a
   table made from ``benchmarks/results/NAME.json``.
 
@@ -234,12 +236,20 @@ def on_config(config: Any) -> Any:
     return config
 
 
+def pygments_css(style: str = "default") -> str:
+    """The stylesheet for code highlighted by ``pymdownx.highlight`` (class ``highlight``)."""
+    from pygments.formatters import HtmlFormatter
+
+    return str(HtmlFormatter(style=style).get_style_defs(".highlight"))
+
+
 def on_files(files: Any, config: Any) -> Any:
-    """Add the generated figures to the site."""
+    """Add the generated figures and the code-highlighting stylesheet to the site."""
     from mkdocs.structure.files import File
 
     for name, png in render_figures().items():
         files.append(File.generated(config, f"figures/{name}.png", content=png))
+    files.append(File.generated(config, "css/pygments.css", content=pygments_css()))
     return files
 
 
