@@ -71,7 +71,8 @@ def _autoref(title: str, identifiers: list[str]) -> str:
     """An optional autorefs cross-reference (plain code when no identifier is on the site)."""
     ident = html.escape(identifiers[0], quote=True)
     slug = f' slug="{html.escape(identifiers[1], quote=True)}"' if len(identifiers) > 1 else ""
-    return f'<autoref identifier="{ident}"{slug} optional><code>{html.escape(title)}</code></autoref>'
+    code = f"<code>{html.escape(title)}</code>"
+    return f'<autoref identifier="{ident}"{slug} optional>{code}</autoref>'
 
 
 def rewrite_roles(text: str, obj: griffe.Object, loader: griffe.GriffeLoader) -> str:
