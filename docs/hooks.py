@@ -8,15 +8,22 @@
 * ``on_files`` also writes ``css/pygments.css``, the stylesheet of the code
   highlighted at build time by Pygments, so no page loads anything from a CDN.
 * ``on_page_markdown`` replaces a line ``<!-- benchmark-table: NAME -->`` with a
-  table made from ``benchmarks/results/NAME.json``.
+  table made from ``benchmarks/results/NAME.json`` (``zoo.cnn``: the CNN rows of
+  ``zoo.json``, the run that wrote ``benchmarks.md``), a line
+  ``<!-- latency-summary -->`` with the per-framework cost against each framework's
+  own checker (``benchmarks/results/latency.json``), and an inline
+  ``<!-- value: NAME -->`` with a number computed at build time (:data:`VALUES`),
+  so that the prose and the figures and tables beside it come from the same run.
 
 The figures need matplotlib (the ``plot`` extra).
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +33,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-BENCHMARK_MARKER = re.compile(r"^<!-- benchmark-table: ([\w-]+) -->$", re.MULTILINE)
+BENCHMARK_MARKER = re.compile(r"^<!-- benchmark-table: ([\w.-]+) -->$", re.MULTILINE)
+LATENCY_MARKER = re.compile(r"^<!-- latency-summary -->$", re.MULTILINE)
+VALUE_MARKER = re.compile(r"<!-- value: ([\w.-]+) -->")
 
 
 # ---- figures ----------------------------------------------------------------------------
@@ -72,14 +81,29 @@ def figure_summation() -> Any:
     return fig
 
 
-def figure_noise() -> Any:
-    """A float64 function that computes in float32 inside: noise far above float64 round-off."""
+def _sin_in_float32(x: np.ndarray) -> Any:
+    return np.sum(np.sin(x.astype(np.float32)).astype(np.float64))
+
+
+@functools.cache
+def noise_sweep() -> Any:
+    """The sweep of a float64 function that computes in float32 inside (figure and prose)."""
     import polygrad as pg
 
-    def sin_in_float32(x: np.ndarray) -> np.ndarray:
-        return np.sum(np.sin(x.astype(np.float32)).astype(np.float64))
+    return pg.sweep(_sin_in_float32, np.array([0.3, 1.2]))
 
-    return pg.sweep(sin_in_float32, np.array([0.3, 1.2])).plot()
+
+@functools.cache
+def clean_sweep() -> Any:
+    """The same function computed in float64 throughout: the step its round-off alone gives."""
+    import polygrad as pg
+
+    return pg.sweep(lambda x: np.sum(np.sin(x)), np.array([0.3, 1.2]))
+
+
+def figure_noise() -> Any:
+    """A float64 function that computes in float32 inside: noise far above float64 round-off."""
+    return noise_sweep().plot()
 
 
 def figure_taylor() -> Any:
@@ -164,18 +188,40 @@ def render_figures() -> dict[str, bytes]:
 
 def _seconds(x: Any) -> str:
     x = float(x)
-    return f"{x:.3f}" if x < 0.1 else f"{x:.1f}"
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
+def _results(name: str) -> dict[str, Any]:
+    """The JSON of ``benchmarks/results/<name>.json``; FileNotFoundError names the command."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"benchmark results {path.relative_to(ROOT)} not found; "
+            f"run `python -m benchmarks` to produce them"
+        )
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def cnn_rows() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The case-2 CNN rows of ``zoo.json`` (the run that wrote ``benchmarks.md``) and its meta."""
+    data = _results("zoo")
+    rows = [row for block in (data.get("cnn") or {}).values() for row in block.get("rows", [])]
+    if not rows:
+        raise ValueError("benchmarks/results/zoo.json has no CNN rows; run `python -m benchmarks`")
+    return rows, data["meta"]
 
 
 def benchmark_table(name: str) -> str:
-    """A Markdown table of ``benchmarks/results/<name>.json``.
+    """A Markdown table of a benchmark's results.
 
     Parameters
     ----------
     name : str
-        Benchmark name: the stem of a results file written by ``benchmarks/<name>.py``,
-        with a ``results`` list of rows (``framework``, ``tool``, ``seconds``,
-        ``evaluations``, ``evaluations_kind``, ``result``).
+        ``"zoo.cnn"``: the case-2 CNN rows of ``benchmarks/results/zoo.json``, the run
+        that wrote ``docs/benchmarks.md``. Otherwise the stem of a results file written
+        by ``benchmarks/<name>.py``, with a ``results`` list of rows (``framework``,
+        ``tool``, ``seconds``, ``evaluations``, ``evaluations_kind``, ``result``).
 
     Returns
     -------
@@ -187,30 +233,124 @@ def benchmark_table(name: str) -> str:
     FileNotFoundError
         The results file does not exist.
     """
-    path = RESULTS / f"{name}.json"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"benchmark results {path.relative_to(ROOT)} not found; "
-            f"run `python -m benchmarks.{name}` to produce them"
+    if name == "zoo.cnn":
+        rows, meta = cnn_rows()
+        source = (
+            f"*From `benchmarks/results/zoo.json` (`python -m benchmarks`, {meta['date']}, the "
+            "run of the [benchmark page](benchmarks.md)): 784 input entries, "
+            f"{meta.get('cpu_count', '?')} CPU cores, "
         )
-    data = json.loads(path.read_text())
+        versions = meta.get("versions", {})
+    else:
+        data = _results(name)
+        rows, versions = data["results"], data.get("versions", {})
+        source = (
+            f"*From `benchmarks/results/{name}.json`: {data.get('pixels', '?')} input entries, "
+            f"{data.get('cpu_count', '?')} CPU cores, "
+        )
     lines = [
         "| framework | tool | seconds | function evaluations | result |",
         "| --- | --- | ---: | ---: | --- |",
     ]
-    for row in data["results"]:
+    for row in rows:
         tool = row["tool"].replace("|", "\\|")
         lines.append(
             f"| {row['framework']} | `{tool}` | {_seconds(row['seconds'])} | "
             f"{row['evaluations']} ({row['evaluations_kind']}) | {row['result']} |"
         )
-    versions = ", ".join(f"{k} {v}" for k, v in data.get("versions", {}).items())
-    lines += [
-        "",
-        f"*From `benchmarks/results/{name}.json`: {data.get('pixels', '?')} input entries, "
-        f"{data.get('cpu_count', '?')} CPU cores, {versions}. {data.get('note', '')}*",
+    keep = ("python", "numpy", "torch", "tensorflow")
+    listed = ", ".join(f"{k} {v}" for k, v in versions.items() if k in keep)
+    return "\n".join([*lines, "", f"{source}{listed}.*"])
+
+
+def _cnn_seconds(framework: str, tool_prefix: str) -> float:
+    rows, _ = cnn_rows()
+    for row in rows:
+        if row["framework"] == framework and row["tool"].startswith(tool_prefix):
+            return float(row["seconds"])
+    raise KeyError(f"no CNN row for {framework} {tool_prefix!r} in zoo.json")
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2g}" if x < 10 else f"{x:.0f}"
+
+
+def cnn_ratio(framework: str, tool: str) -> str:
+    """How many times the slower of polygrad and ``tool`` takes as long as the other."""
+    ours = _cnn_seconds(framework, "polygrad")
+    theirs = _cnn_seconds(framework, tool)
+    return _ratio(max(ours, theirs) / min(ours, theirs))
+
+
+FRAMEWORK_NAMES = {"numpy": "NumPy", "torch": "PyTorch", "jax": "JAX", "tensorflow": "TensorFlow"}
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = _ratio(min(values)), _ratio(max(values))
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def latency_summary() -> str:
+    """Per framework, polygrad's time against the framework's own checker (``latency.json``).
+
+    Returns
+    -------
+    str
+        A Markdown table: one row per framework for the n = 10 checks (float32 and
+        float64 together), then one per larger check.
+    """
+    rows = _results("latency")["rows"]
+    lines = [
+        "| check | the framework's checker | its time, warm | polygrad, warm "
+        "| polygrad / checker, warm | polygrad / checker, first call |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
+    small = [r for r in rows if r["n"] == 10]
+    for fw in dict.fromkeys(r["framework"] for r in small):
+        group = [r for r in small if r["framework"] == fw]
+        warm = [r["polygrad_warm"] / r["tool_warm"] for r in group]
+        first = [r["polygrad_first"] / r["tool_first"] for r in group]
+        lines.append(
+            f"| {FRAMEWORK_NAMES.get(fw, fw)}, n = 10, float32 and float64 | `{group[0]['tool']}` "
+            f"| {_ms(group[0]['tool_warm'])} | {_ms_span([r['polygrad_warm'] for r in group])} "
+            f"| {_span(warm)} | {_span(first)} |"
+        )
+    for r in rows:
+        if r["n"] == 10:
+            continue
+        what = f"{FRAMEWORK_NAMES.get(r['framework'], r['framework'])}, n = {r['n']:,}"
+        what += f", {r['dtype']}, {r.get('strategy', 'full')}"
+        lines.append(
+            f"| {what} | `{r['tool']}` | {_ms(r['tool_warm'])} | {_ms(r['polygrad_warm'])} "
+            f"| {_span([r['polygrad_warm'] / r['tool_warm']])} | |"
+        )
     return "\n".join(lines)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+
+
+def _ms_span(seconds: list[float]) -> str:
+    lo, hi = _ms(min(seconds)), _ms(max(seconds))
+    if lo == hi:
+        return lo
+    if lo.split()[1] == hi.split()[1]:
+        return f"{lo.split()[0]} to {hi}"
+    return f"{lo} to {hi}"
+
+
+def _pow2(h: float) -> str:
+    return f"2^{round(math.log2(h))}"
+
+
+VALUES: dict[str, Callable[[], str]] = {
+    "noise.best_step": lambda: _pow2(noise_sweep().optimal_step),
+    "noise.clean_best_step": lambda: _pow2(clean_sweep().optimal_step),
+    "cnn.tf_ratio": lambda: cnn_ratio("tensorflow", "tf.test.compute_gradient"),
+    "cnn.torch_ratio": lambda: cnn_ratio("torch", "torch.autograd.gradcheck float32"),
+}
+"""Name of an inline ``<!-- value: NAME -->`` marker → the text it is replaced with."""
 
 
 # ---- MkDocs hook functions -------------------------------------------------------------
@@ -238,7 +378,7 @@ def on_config(config: Any) -> Any:
 
 def pygments_css(style: str = "default") -> str:
     """The stylesheet for code highlighted by ``pymdownx.highlight`` (class ``highlight``)."""
-    from pygments.formatters import HtmlFormatter
+    from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
 
     return str(HtmlFormatter(style=style).get_style_defs(".highlight"))
 
@@ -254,5 +394,7 @@ def on_files(files: Any, config: Any) -> Any:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace ``<!-- benchmark-table: NAME -->`` lines with the results table."""
-    return BENCHMARK_MARKER.sub(lambda m: benchmark_table(m.group(1)), markdown)
+    """Replace the benchmark-table, latency-summary and value markers (see the module)."""
+    markdown = BENCHMARK_MARKER.sub(lambda m: benchmark_table(m.group(1)), markdown)
+    markdown = LATENCY_MARKER.sub(lambda m: latency_summary(), markdown)
+    return VALUE_MARKER.sub(lambda m: VALUES[m.group(1)](), markdown)

@@ -32,7 +32,7 @@ def _split(target: str) -> tuple[str, str]:
     return title, name
 
 
-def _lookup(obj: griffe.Object, loader: griffe.GriffeLoader, name: str) -> griffe.Object | None:
+def _lookup(obj: griffe.Object, loader: griffe.GriffeLoader, name: str) -> Any:
     """The object ``name`` stands for in the scope of ``obj`` (its members, parents, package)."""
     scopes = [obj, *_parents(obj)]
     for scope in scopes:
@@ -48,14 +48,14 @@ def _lookup(obj: griffe.Object, loader: griffe.GriffeLoader, name: str) -> griff
 
 
 def _parents(obj: griffe.Object) -> list[griffe.Object]:
-    out = []
+    out: list[griffe.Object] = []
     while obj.parent is not None:
         obj = obj.parent
         out.append(obj)
     return out
 
 
-def _get(loader: griffe.GriffeLoader, path: str) -> griffe.Object | None:
+def _get(loader: griffe.GriffeLoader, path: str) -> Any:
     """The object at ``path``; a module shadowed by its own function (``pkg.f`` → ``pkg.f.f``)."""
     try:
         found = loader.modules_collection[path]
@@ -102,7 +102,7 @@ class SphinxRoles(griffe.Extension):
         """Walk the loaded package once its tree (and its aliases) are complete."""
         self._walk(pkg, loader, seen=set())
 
-    def _walk(self, obj: griffe.Object, loader: griffe.GriffeLoader, seen: set[str]) -> None:
+    def _walk(self, obj: Any, loader: griffe.GriffeLoader, seen: set[str]) -> None:
         if obj.path in seen:
             return
         seen.add(obj.path)
