@@ -72,13 +72,13 @@ def figure_summation() -> Any:
 
     import polygrad as pg
 
-    fig = Figure(figsize=(13.0, 4.2), layout="constrained")
-    axes = fig.subplots(1, 3)
+    fig = Figure(figsize=(10.5, 4.4), layout="constrained")
+    axes = fig.subplots(1, 3, sharey=False)
     for ax, n in zip(axes, (1, 100, 10_000), strict=True):
         f, x, scale = _case1(n)
         pg.sweep(f, x, scale, directions=1).plot(ax=ax)
         ax.set_title(f"n = {n}: |f| = {abs(float(f(x, scale))):.3g}", fontsize=10)
-    return fig
+    return shared_legend(fig)
 
 
 def _sin_in_float32(x: np.ndarray) -> Any:
@@ -178,9 +178,74 @@ def render_figures() -> dict[str, bytes]:
     out = {}
     for name, make in FIGURES.items():
         buf = io.BytesIO()
-        make().savefig(buf, format="png", dpi=96)
+        tidy(make()).savefig(buf, format="png", dpi=DPI)
         out[name] = buf.getvalue()
     return out
+
+
+DPI = 96
+"""Pixels per inch of the site's figures: a 10.5-inch figure fills the text column."""
+
+
+def _visible(handle: Any, ax: Any) -> bool:
+    """Whether a legend handle draws anything inside the axes' limits."""
+    get_data = getattr(handle, "get_data", None)
+    if get_data is None:
+        return True
+    x, y = (np.asarray(v, dtype=float) for v in get_data())
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    inside = np.isfinite(x) & np.isfinite(y) & (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+    return bool(np.any(inside))
+
+
+def _legend_entries(ax: Any) -> tuple[list[Any], list[str]]:
+    """The handles and labels of the lines of ``ax`` that are drawn within its limits."""
+    handles, labels = ax.get_legend_handles_labels()
+    kept = [(h, lab) for h, lab in zip(handles, labels, strict=True) if _visible(h, ax)]
+    return [h for h, _ in kept], [lab for _, lab in kept]
+
+
+def tidy(fig: Any) -> Any:
+    """Readable legends and labels for the site, on a figure polygrad drew.
+
+    Every legend keeps only the lines drawn within the axes (a prediction that is
+    zero everywhere is not listed) at a readable size on a white box, and every text
+    annotation gets a white box below the point it marks (the best step sits at the
+    bottom of the error curve, so below it is free), legible where it crosses a line.
+    """
+    for ax in fig.get_axes():
+        legend = ax.get_legend()
+        if legend is not None:
+            handles, labels = _legend_entries(ax)
+            loc = legend._loc  # keep the place polygrad chose
+            ax.legend(handles, labels, fontsize=8.5, loc=loc, framealpha=0.9)
+        for text in ax.texts:
+            if hasattr(text, "xyann"):  # an annotation of a point: below it, off the curve
+                text.xyann = (-10, -16)
+                text.set_verticalalignment("top")
+            text.set_fontsize(max(text.get_fontsize(), 9))
+            text.set_bbox({"boxstyle": "round,pad=0.25", "fc": "white", "ec": "0.6", "alpha": 0.9})
+    return fig
+
+
+def shared_legend(fig: Any) -> Any:
+    """One legend below the panels of ``fig`` instead of one per panel."""
+    axes = fig.get_axes()
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*_legend_entries(ax), strict=True):
+            entries.setdefault(label, handle)
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    fig.legend(
+        list(entries.values()),
+        list(entries),
+        loc="outside lower center",
+        ncol=min(len(entries), 3),
+        fontsize=9,
+        frameon=False,
+    )
+    return fig
 
 
 # ---- benchmark tables -------------------------------------------------------------------
