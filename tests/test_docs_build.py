@@ -84,13 +84,22 @@ def test_nothing_loaded_from_another_site(site: Path) -> None:
 
 
 def test_install_line_names_the_distribution(site: Path) -> None:
-    html = pages(site)["getting-started/index.html"]
-    code = re.sub(r"<[^>]+>", "", "\n".join(re.findall(r"<pre.*?</pre>", html, re.DOTALL)))
-    code = code.replace("&quot;", '"')
-    assert 'pip install "polygrad-check[torch]"' in code
-    installs = re.findall(r"pip install (?:--[\w-]+ )*\"?([\w.-]+)", code)
+    def code(page: str) -> str:
+        html = pages(site)[page]
+        text = re.sub(r"<[^>]+>", "", "\n".join(re.findall(r"<pre.*?</pre>", html, re.DOTALL)))
+        return text.replace("&quot;", '"')
+
+    for page, line in [
+        ("index.html", 'pip install "polygrad-check[all]"'),
+        ("getting-started/index.html", 'pip install "polygrad-check[torch]"'),
+    ]:
+        assert line in code(page), page
+    installs = re.findall(
+        r"pip install (?:--[\w-]+ )*\"?([\w.-]+)", code("getting-started/index.html")
+    )
     assert installs and set(installs) == {"polygrad-check"}, installs
-    assert "pip uninstall polygrad" in code  # what to do if the other project is installed
+    # what to do if the unrelated `polygrad` project is installed
+    assert "pip uninstall polygrad" in code("getting-started/index.html")
 
 
 def test_supplied_calling_conventions_documented(site: Path) -> None:
