@@ -217,8 +217,7 @@ def tidy(fig: Any) -> Any:
         legend = ax.get_legend()
         if legend is not None:
             handles, labels = _legend_entries(ax)
-            loc = legend._loc  # keep the place polygrad chose
-            ax.legend(handles, labels, fontsize=8.5, loc=loc, framealpha=0.9)
+            ax.legend(handles, labels, fontsize=8.5, loc="best", framealpha=0.9)
         for text in ax.texts:
             if hasattr(text, "xyann"):  # an annotation of a point: below it, off the curve
                 text.xyann = (-10, -16)
