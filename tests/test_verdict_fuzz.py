@@ -10,7 +10,10 @@ Two properties, per framework (programs from :mod:`polygrad.testing.programs`):
 CI runs ``max_examples=25`` per framework and property, randomized. A longer
 run outside CI: ``POLYGRAD_FUZZ_EXAMPLES=2000``; with ``POLYGRAD_FUZZ_LOG=file``
 every checked program is appended to ``file`` (framework, property, verdict,
-program), so a run's count and its verdicts can be read afterwards.
+program), so a run's count and its verdicts can be read afterwards. A survey
+(``POLYGRAD_FUZZ_SURVEY=1``, with the log) records failures and exceptions in
+the log instead of stopping at the first one, to count every kind of failure
+in one run; it asserts nothing, so it is never how CI runs.
 
 Minimal programs the fuzzer found are kept below as regression tests; those
 that are polygrad bugs not yet fixed are strict expected failures naming it.
@@ -55,11 +58,27 @@ PLANTED = {"float64": 1e-7, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
 FAILED = (pg.Verdict.MISMATCH, pg.Verdict.UNSTABLE)
 
 
-def _log(framework: str, prop: str, report: pg.Report, program: Program) -> None:
+SURVEY = os.environ.get("POLYGRAD_FUZZ_SURVEY") == "1"
+
+
+def _log(framework: str, prop: str, outcome: str, program: Program) -> None:
     path = os.environ.get("POLYGRAD_FUZZ_LOG")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"{framework}\t{prop}\t{report.verdict.name}\t{program!r}\n")
+            fh.write(f"{framework}\t{prop}\t{outcome}\t{program!r}\n")
+
+
+def _run(check: Any, program: Program, framework: str, prop: str) -> pg.Report | None:
+    """The check; in a survey an exception is logged (and None returned) instead of raised."""
+    try:
+        report: pg.Report = check(program, framework)
+    except Exception as exc:
+        if not SURVEY:
+            raise
+        _log(framework, prop, f"RAISED {type(exc).__name__}: {str(exc)[:200]!r}", program)
+        return None
+    _log(framework, prop, report.verdict.name, program)
+    return report
 
 
 def check_correct(program: Program, framework: str) -> pg.Report:
@@ -89,16 +108,16 @@ def jacobian64(program: Program) -> np.ndarray:
 
 
 def assert_correct(program: Program, framework: str) -> None:
-    report = check_correct(program, framework)
-    _log(framework, "correct", report, program)
-    assert report.verdict not in FAILED, f"{program!r}\n{report}"
+    report = _run(check_correct, program, framework, "correct")
+    assert SURVEY or report is None or report.verdict not in FAILED, f"{program!r}\n{report}"
 
 
 def assert_planted_caught(program: Program, framework: str) -> None:
     assume(np.any(jacobian64(program) != 0))  # a zero gradient times 1 + rel is still right
-    report = check_planted(program, framework)
-    _log(framework, "planted", report, program)
-    assert report.verdict == pg.Verdict.MISMATCH, f"{program!r}\n{report}"
+    report = _run(check_planted, program, framework, "planted")
+    assert SURVEY or report is None or report.verdict == pg.Verdict.MISMATCH, (
+        f"{program!r}\n{report}"
+    )
 
 
 def _fuzz(framework: str, prop: Any) -> Any:
@@ -184,3 +203,53 @@ def test_every_interpreter_computes_the_numpy_value(backend: Any) -> None:
         with _float64(backend.name):
             got = float(np.asarray(build(program, backend.name)(to_input(program, backend.name))))
         assert got == pytest.approx(expected, rel=1e-12), str(program)
+
+
+# ------------------------------------------------- minimal programs the fuzzer found
+
+KIND4 = (
+    "polygrad bug (issue 15, round-off of right rules): a right rule evaluated from a "
+    "saturated, rounded output (1 - t**2 of tanh, s * (1 - s) of the logistic sigmoid) "
+    "differs from the reference by the round-off of that evaluation, and is called MISMATCH"
+)
+
+
+def _found(framework: str, program: Program, reason: str = "") -> Any:
+    marks = [pytest.mark.polygrad_backends(framework)]
+    if reason:
+        marks.append(pytest.mark.xfail(strict=True, reason=reason))
+    ident = f"{framework}-{program.root.op}-{program.dtype}-{program.point[0]:g}"
+    return pytest.param(framework, program, marks=marks, id=ident)
+
+
+def _saturated(name: str, dtype: str, at: float) -> Program:
+    return Program(op(name, X), (1,), dtype, (at,))
+
+
+FOUND = [
+    _found("numpy", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("numpy", _saturated("tanh", "float32", 15.0), KIND4),
+    _found(
+        "numpy",
+        Program(
+            op("exp", op("tanh", op("prod", X, p=(None,)))),
+            (2, 1),
+            "float64",
+            (0.1921298068233392, -32.0),
+        ),
+        KIND4,
+    ),
+    _found("torch", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("torch", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("jax", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("jax", _saturated("sigmoid", "float64", 46.0), KIND4),  # the rule gives exactly 0
+    _found("jax", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("tensorflow", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("tensorflow", _saturated("tanh", "float32", 15.0), KIND4),
+]
+
+
+@pytest.mark.parametrize(("framework", "program"), FOUND)
+def test_found_by_the_fuzzer(framework: str, program: Program) -> None:
+    """Each minimal program the fuzzer found: its correct gradient is not MISMATCH/UNSTABLE."""
+    assert_correct(program, framework)
