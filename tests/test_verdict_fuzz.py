@@ -120,26 +120,60 @@ def assert_planted_caught(program: Program, framework: str) -> None:
     )
 
 
-def _fuzz(framework: str, prop: Any) -> Any:
-    strategy = programs(framework, DTYPES[framework])
-
-    @pytest.mark.polygrad_backends(framework)
-    @FUZZ
-    @given(strategy)
-    def test(program: Program) -> None:
-        prop(program, framework)
-
-    return test
+@pytest.mark.polygrad_backends("numpy")
+@FUZZ
+@given(programs("numpy", DTYPES["numpy"]))
+def test_numpy_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "numpy")
 
 
-test_numpy_correct_gradient_never_fails = _fuzz("numpy", assert_correct)
-test_numpy_planted_error_is_caught = _fuzz("numpy", assert_planted_caught)
-test_torch_correct_gradient_never_fails = _fuzz("torch", assert_correct)
-test_torch_planted_error_is_caught = _fuzz("torch", assert_planted_caught)
-test_jax_correct_gradient_never_fails = _fuzz("jax", assert_correct)
-test_jax_planted_error_is_caught = _fuzz("jax", assert_planted_caught)
-test_tensorflow_correct_gradient_never_fails = _fuzz("tensorflow", assert_correct)
-test_tensorflow_planted_error_is_caught = _fuzz("tensorflow", assert_planted_caught)
+@pytest.mark.polygrad_backends("numpy")
+@FUZZ
+@given(programs("numpy", DTYPES["numpy"]))
+def test_numpy_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "numpy")
+
+
+@pytest.mark.polygrad_backends("torch")
+@FUZZ
+@given(programs("torch", DTYPES["torch"]))
+def test_torch_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "torch")
+
+
+@pytest.mark.polygrad_backends("torch")
+@FUZZ
+@given(programs("torch", DTYPES["torch"]))
+def test_torch_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "torch")
+
+
+@pytest.mark.polygrad_backends("jax")
+@FUZZ
+@given(programs("jax", DTYPES["jax"]))
+def test_jax_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "jax")
+
+
+@pytest.mark.polygrad_backends("jax")
+@FUZZ
+@given(programs("jax", DTYPES["jax"]))
+def test_jax_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "jax")
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+@FUZZ
+@given(programs("tensorflow", DTYPES["tensorflow"]))
+def test_tensorflow_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "tensorflow")
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+@FUZZ
+@given(programs("tensorflow", DTYPES["tensorflow"]))
+def test_tensorflow_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "tensorflow")
 
 
 # ------------------------------------------------------- the programs, interpreted right
@@ -213,6 +247,12 @@ KIND4 = (
     "differs from the reference by the round-off of that evaluation, and is called MISMATCH"
 )
 
+CANCELLATION = (
+    "polygrad bug (issue 15, round-off of right rules): a right rule whose terms cancel "
+    "(the VJP of a layer norm over 2 entries, O(1) terms leaving 1e-5) differs from the "
+    "reference by the round-off of its terms, not of its result, and is called MISMATCH"
+)
+
 
 def _found(framework: str, program: Program, reason: str = "") -> Any:
     marks = [pytest.mark.polygrad_backends(framework)]
@@ -238,6 +278,11 @@ FOUND = [
             (0.1921298068233392, -32.0),
         ),
         KIND4,
+    ),
+    _found(
+        "numpy",
+        Program(op("layer_norm", X), (2,), "float64", (0.38789978764504374, -1.0)),
+        CANCELLATION,
     ),
     _found("torch", _saturated("sigmoid", "float64", 24.0), KIND4),
     _found("torch", _saturated("tanh", "float32", 15.0), KIND4),
