@@ -440,6 +440,12 @@ class Interpreter:
         return ev(program.root)
 
 
+def _stable_sigmoid(u: Any) -> Any:
+    """``1 / (1 + exp(-u))``, with ``exp`` of a non-positive number only (no overflow)."""
+    e = np.exp(-np.abs(u))
+    return np.where(u >= 0, 1 / (1 + e), e / (1 + e)).astype(np.asarray(u).dtype)
+
+
 class NumpyInterpreter(Interpreter):
     """NumPy (``math.erf`` entry by entry for ``erf``, which NumPy lacks)."""
 
@@ -456,7 +462,7 @@ class NumpyInterpreter(Interpreter):
         return np.tanh(u)
 
     def op_sigmoid(self, u: Any) -> Any:
-        return 0.5 * (1 + np.tanh(0.5 * u))
+        return _stable_sigmoid(u)
 
     def op_softplus(self, u: Any) -> Any:
         return np.logaddexp(0, u)
@@ -590,7 +596,7 @@ _UNARY_DERIVATIVE: dict[str, Callable[..., Any]] = {
     "sqrt": lambda u, y: 0.5 / y,
     "tanh": lambda u, y: 1 - y * y,
     "sigmoid": lambda u, y: y * (1 - y),
-    "softplus": lambda u, y: 0.5 * (1 + np.tanh(0.5 * u)),
+    "softplus": lambda u, y: _stable_sigmoid(u),
     "erf": lambda u, y: 2 / np.sqrt(np.pi) * np.exp(-u * u),
     "sin": lambda u, y: np.cos(u),
     "abs": lambda u, y: np.sign(u),
