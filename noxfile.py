@@ -29,7 +29,12 @@ nox.options.sessions = [
 ]
 CONSTRAINTS = ("-c", "constraints.txt")
 # tests of the testing helpers; they adapt to the frameworks a session selects
-TESTING_TESTS = ("tests/test_plugin.py", "tests/test_strategies.py", "tests/test_init_nox.py")
+TESTING_TESTS = (
+    "tests/test_plugin.py",
+    "tests/test_strategies.py",
+    "tests/test_init_nox.py",
+    "tests/test_verdict_fuzz.py",
+)
 NUMPY_TESTS = (
     "tests/test_reference.py",
     "tests/test_mp_quick.py",

@@ -1,0 +1,344 @@
+"""Verdict fuzzer: random programs of each framework's own operators.
+
+Two properties, per framework (programs from :mod:`polygrad.testing.programs`):
+
+* a correct gradient (the framework's autodiff; NumPy's hand-written VJP) is
+  never MISMATCH or UNSTABLE;
+* a gradient scaled by ``1 + rel`` through the framework's custom-gradient
+  mechanism (``rel`` = 1e-3 in float32, 1e-7 in float64) is MISMATCH.
+
+CI runs ``max_examples=25`` per framework and property, randomized. A longer
+run outside CI: ``POLYGRAD_FUZZ_EXAMPLES=2000``; with ``POLYGRAD_FUZZ_LOG=file``
+every checked program is appended to ``file`` (framework, property, verdict,
+program), so a run's count and its verdicts can be read afterwards. A survey
+(``POLYGRAD_FUZZ_SURVEY=1``, with the log) records failures and exceptions in
+the log instead of stopping at the first one, to count every kind of failure
+in one run; it asserts nothing, so it is never how CI runs.
+
+Minimal programs the fuzzer found are kept below as regression tests; those
+that are polygrad bugs not yet fixed are strict expected failures naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+import polygrad as pg
+from polygrad.testing.programs import (
+    Node,
+    Program,
+    build,
+    numpy_vjp,
+    planted,
+    programs,
+    to_input,
+)
+
+EXAMPLES = int(os.environ.get("POLYGRAD_FUZZ_EXAMPLES", "25"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+DTYPES = {
+    "numpy": ("float32", "float64"),
+    "torch": ("float32", "float64", "float16", "bfloat16"),
+    "jax": ("float32", "float64", "float16", "bfloat16"),
+    "tensorflow": ("float32", "float64", "float16", "bfloat16"),
+}
+# planted relative errors: 1e-3 in float32, 1e-7 in float64; a few ulps in half precision
+PLANTED = {"float64": 1e-7, "float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
+FAILED = (pg.Verdict.MISMATCH, pg.Verdict.UNSTABLE)
+
+
+SURVEY = os.environ.get("POLYGRAD_FUZZ_SURVEY") == "1"
+
+
+def _log(framework: str, prop: str, outcome: str, program: Program) -> None:
+    path = os.environ.get("POLYGRAD_FUZZ_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{framework}\t{prop}\t{outcome}\t{program!r}\n")
+
+
+def _run(check: Any, program: Program, framework: str, prop: str) -> pg.Report | None:
+    """The check; in a survey an exception is logged (and None returned) instead of raised."""
+    try:
+        report: pg.Report = check(program, framework)
+    except Exception as exc:
+        if not SURVEY:
+            raise
+        _log(framework, prop, f"RAISED {type(exc).__name__}: {str(exc)[:200]!r}", program)
+        return None
+    _log(framework, prop, report.verdict.name, program)
+    return report
+
+
+def check_correct(program: Program, framework: str) -> pg.Report:
+    """polygrad's check of the program's own (correct) gradient."""
+    x = to_input(program, framework)
+    if framework == "numpy":
+        return pg.check(build(program, framework), x, vjp=numpy_vjp(program))
+    return pg.check(build(program, framework), x)
+
+
+def check_planted(program: Program, framework: str) -> pg.Report:
+    """polygrad's check of the program with its gradient scaled by ``1 + PLANTED[dtype]``."""
+    rel = PLANTED[program.dtype]
+    x = to_input(program, framework)
+    if framework == "numpy":
+        return pg.check(build(program, framework), x, vjp=numpy_vjp(program, rel))
+    return pg.check(planted(program, framework, rel), x)
+
+
+def jacobian64(program: Program) -> np.ndarray:
+    """The exact-rule Jacobian in float64, from the NumPy VJP (rows: outputs)."""
+    x = program.x()
+    vjp = numpy_vjp(program)
+    y = np.asarray(build(program, "numpy")(x))
+    rows = [vjp(e.reshape(y.shape), x).ravel() for e in np.eye(max(y.size, 1))]
+    return np.asarray(rows)
+
+
+def assert_correct(program: Program, framework: str) -> None:
+    report = _run(check_correct, program, framework, "correct")
+    assert SURVEY or report is None or report.verdict not in FAILED, f"{program!r}\n{report}"
+
+
+def assert_planted_caught(program: Program, framework: str) -> None:
+    assume(np.any(jacobian64(program) != 0))  # a zero gradient times 1 + rel is still right
+    report = _run(check_planted, program, framework, "planted")
+    assert SURVEY or report is None or report.verdict == pg.Verdict.MISMATCH, (
+        f"{program!r}\n{report}"
+    )
+
+
+@pytest.mark.polygrad_backends("numpy")
+@FUZZ
+@given(programs("numpy", DTYPES["numpy"]))
+def test_numpy_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "numpy")
+
+
+@pytest.mark.polygrad_backends("numpy")
+@FUZZ
+@given(programs("numpy", DTYPES["numpy"]))
+def test_numpy_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "numpy")
+
+
+@pytest.mark.polygrad_backends("torch")
+@FUZZ
+@given(programs("torch", DTYPES["torch"]))
+def test_torch_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "torch")
+
+
+@pytest.mark.polygrad_backends("torch")
+@FUZZ
+@given(programs("torch", DTYPES["torch"]))
+def test_torch_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "torch")
+
+
+@pytest.mark.polygrad_backends("jax")
+@FUZZ
+@given(programs("jax", DTYPES["jax"]))
+def test_jax_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "jax")
+
+
+@pytest.mark.polygrad_backends("jax")
+@FUZZ
+@given(programs("jax", DTYPES["jax"]))
+def test_jax_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "jax")
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+@FUZZ
+@given(programs("tensorflow", DTYPES["tensorflow"]))
+def test_tensorflow_correct_gradient_never_fails(program: Program) -> None:
+    assert_correct(program, "tensorflow")
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+@FUZZ
+@given(programs("tensorflow", DTYPES["tensorflow"]))
+def test_tensorflow_planted_error_is_caught(program: Program) -> None:
+    assert_planted_caught(program, "tensorflow")
+
+
+# ------------------------------------------------------- the programs, interpreted right
+
+
+def op(name: str, *args: Node, p: tuple[Any, ...] = ()) -> Node:
+    return Node(name, args, p)
+
+
+X = Node("x")
+
+
+def test_numpy_vjp_matches_closed_forms() -> None:
+    """The hand-written VJP of ``sum(softmax(x) * tanh(softmax(x)))``, and of a product with a 0."""
+    x = np.array([0.5, -1.25, 2.0])
+    soft = op("softmax", X)
+    prog = Program(op("sum", op("mul", soft, op("tanh", soft)), p=(None,)), (3,), "float64")
+    s = np.exp(x) / np.sum(np.exp(x))
+    d = np.tanh(s) + s * (1 - np.tanh(s) ** 2)  # d/ds_i of sum s tanh(s)
+    expected = s * (d - np.sum(d * s))  # through softmax's VJP
+    assert float(build(prog, "numpy")(x)) == pytest.approx(np.sum(s * np.tanh(s)), rel=1e-15)
+    np.testing.assert_allclose(numpy_vjp(prog)(np.float64(1.0), x), expected, rtol=1e-13)
+    prod = Program(op("prod", X, p=(None,)), (3,), "float64")
+    z = np.array([2.0, 0.0, 3.0])
+    np.testing.assert_array_equal(numpy_vjp(prod)(np.float64(1.0), z), [0.0, 6.0, 0.0])
+
+
+def _every_operator() -> list[Node]:
+    u = op("layer_norm", op("matmul", X, p=(((0.5, -1.0), (1.25, 0.25), (-0.75, 1.0)),)))
+    u = op("affine", op("clip", op("leaky", op("erf", u), p=(0.25,)), p=(-1.0, 0.5)), p=(1.5, 2.0))
+    u = op("where", u, op("softplus", u), p=(0.0,))
+    u = op("maximum", u, op("sigmoid", u))
+    v = op("log", op("add_const", op("softplus", u), p=(1.0,)))
+    last = (-1,)
+    return [
+        op("sum", op("gather", op("log_softmax", v), p=(1, 0, 1)), p=last),
+        op("logsumexp", op("slice", op("softmax", v), p=(0, 1)), p=last),
+        op("prod", op("sqrt", op("add_const", op("abs", v), p=(0.5,))), p=last),
+        op("norm", op("square", op("sin", op("relu", v))), p=last),
+        op("max", op("exp", op("tanh", v)), p=last),
+        op("add", op("mean", v, p=last), op("sum", v, p=last)),
+    ]
+
+
+def _float64(framework: str) -> Any:
+    """JAX computes in float64 only under ``enable_x64`` (as polygrad's check does)."""
+    if framework == "jax":
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+@pytest.mark.polygrad_backends("torch", "jax", "tensorflow")
+def test_every_interpreter_computes_the_numpy_value(backend: Any) -> None:
+    """Programs using every operator: each framework's value is NumPy's float64 value."""
+    x = np.array([[0.3, -1.1, 2.0], [1.5, 0.2, -0.4]])
+    for part in _every_operator():
+        program = Program(op("mean", part, p=(None,)), (2, 3), "float64", tuple(x.ravel()))
+        expected = float(build(program, "numpy")(x))
+        with _float64(backend.name):
+            got = float(np.asarray(build(program, backend.name)(to_input(program, backend.name))))
+        assert got == pytest.approx(expected, rel=1e-12), str(program)
+
+
+# ------------------------------------------------- minimal programs the fuzzer found
+
+KIND4 = (
+    "polygrad bug (issue 15, round-off of right rules): a right rule evaluated from a "
+    "saturated, rounded output (1 - t**2 of tanh, s * (1 - s) of the logistic sigmoid) "
+    "differs from the reference by the round-off of that evaluation, and is called MISMATCH"
+)
+
+CANCELLATION = (
+    "polygrad bug (issue 15, round-off of right rules): a right rule whose terms cancel "
+    "(the VJP of a layer norm over 2 entries, O(1) terms leaving 1e-5) differs from the "
+    "reference by the round-off of its terms, not of its result, and is called MISMATCH"
+)
+
+HIDDEN_KINK = (
+    "polygrad bug: at a kink where every partial derivative exists (clip at its bound of a "
+    "max over tied entries: f is flat along each axis, not along the diagonal) autodiff "
+    "returns a Clarke subgradient (0.25, 0.25), the partials along the axes are 0, and the "
+    "verdict is MISMATCH instead of NONSMOOTH"
+)
+TIED_CLIP = Program(
+    op("clip", op("max", X, p=(None,)), p=(-2.0, 1.0)), (1, 2), "float32", (1.0, 1.0)
+)
+
+TERMS_CANCEL = (
+    "polygrad bug (issue 15, round-off of right rules): the VJP of log_softmax, "
+    "g - softmax(u) * sum(g), subtracts O(1) terms to leave 1e-3; its float32 round-off is "
+    "that of the terms, not of the result, and the verdict is UNSTABLE"
+)
+W32 = ((-0.25, -0.5), (1.25, -0.75), (1.25, 1.25))
+LOG_SOFTMAX = Program(
+    op("square", op("matmul", op("log_softmax", op("erf", X)), p=(W32,))),
+    (4, 3),
+    "float32",
+    (0.00014268654922489077, 6.672952440567315e-05, -0.0006143430946394801,
+     1.8726072084973566e-05, -0.00044106104178354144, 9.890885121421888e-05,
+     -0.00028407343779690564, 0.0019167058635503054, 0.010818247683346272,
+     -0.0001407456147717312, 6.328465678961948e-05, 0.015625),
+)  # fmt: skip
+HIDDEN_CANCELLATION = (
+    "polygrad bug (issue 15, hidden cancellation): f = log(1 + softplus(x)) at x = -24.28 "
+    "is ~2.8e-11, computed as log(1 + tiny); the float64 central-difference reference is "
+    "off by 6e-4 relative with an error bar of 2e-13 relative, and the right gradient is "
+    "called MISMATCH"
+)
+LOG1P_TINY = Program(
+    op("log", op("add_const", op("softplus", X), p=(1.0,))), (1,), "float32", (-24.28329849243164,)
+)
+
+
+def _found(framework: str, program: Program, reason: str = "") -> Any:
+    marks = [pytest.mark.polygrad_backends(framework)]
+    if reason:
+        marks.append(pytest.mark.xfail(strict=True, reason=reason))
+    ident = f"{framework}-{program.root.op}-{program.dtype}-{program.point[0]:g}"
+    return pytest.param(framework, program, marks=marks, id=ident)
+
+
+def _saturated(name: str, dtype: str, at: float) -> Program:
+    return Program(op(name, X), (1,), dtype, (at,))
+
+
+FOUND = [
+    _found("numpy", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("numpy", _saturated("tanh", "float32", 15.0), KIND4),
+    _found(
+        "numpy",
+        Program(
+            op("exp", op("tanh", op("prod", X, p=(None,)))),
+            (2, 1),
+            "float64",
+            (0.1921298068233392, -32.0),
+        ),
+        KIND4,
+    ),
+    _found(
+        "numpy",
+        Program(op("layer_norm", X), (2,), "float64", (0.38789978764504374, -1.0)),
+        CANCELLATION,
+    ),
+    _found("numpy", TIED_CLIP, HIDDEN_KINK),
+    _found("numpy", LOG1P_TINY, HIDDEN_CANCELLATION),
+    _found("numpy", LOG_SOFTMAX, TERMS_CANCEL),
+    _found("torch", LOG_SOFTMAX, TERMS_CANCEL),
+    _found("jax", LOG_SOFTMAX, TERMS_CANCEL),
+    _found("tensorflow", LOG_SOFTMAX, TERMS_CANCEL),
+    _found("torch", TIED_CLIP, HIDDEN_KINK),
+    _found("jax", TIED_CLIP, HIDDEN_KINK),
+    _found("tensorflow", TIED_CLIP, HIDDEN_KINK),
+    _found("torch", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("torch", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("jax", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("jax", _saturated("sigmoid", "float64", 46.0), KIND4),  # the rule gives exactly 0
+    _found("jax", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("tensorflow", _saturated("sigmoid", "float64", 24.0), KIND4),
+    _found("tensorflow", _saturated("tanh", "float32", 15.0), KIND4),
+]
+
+
+@pytest.mark.parametrize(("framework", "program"), FOUND)
+def test_found_by_the_fuzzer(framework: str, program: Program) -> None:
+    """Each minimal program the fuzzer found: its correct gradient is not MISMATCH/UNSTABLE."""
+    assert_correct(program, framework)
