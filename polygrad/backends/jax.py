@@ -41,6 +41,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
+from ._common import as_float_output, output_layout
 from .base import (
     Backend,
     Layout,
@@ -51,7 +52,6 @@ from .base import (
     dtype_eps,
     validate_float_array,
 )
-from .numpy import as_float_output, output_layout
 
 __all__ = ["JaxBackend"]
 

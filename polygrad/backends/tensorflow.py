@@ -93,6 +93,7 @@ import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._common import PointFunction, check_not_mutated, output_layout
 from ._tf_promote import (
     Float64Graph,
     disconnection_cause,
@@ -112,7 +113,6 @@ from .base import (
     dtype_eps,
 )
 from .base import describe_exception as _describe
-from .numpy import PointFunction, check_not_mutated, output_layout
 
 __all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
 

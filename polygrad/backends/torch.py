@@ -72,6 +72,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, outer_mutations
 from .base import (
     SMALL_BATCH,
@@ -84,7 +85,6 @@ from .base import (
     chunked,
     validate_float_array,
 )
-from .numpy import check_not_mutated, output_layout
 
 __all__ = ["TorchBackend"]
 
