@@ -504,6 +504,30 @@ class JaxBackend(Backend):
         with _x64():
             return jnp.asarray(a)
 
+    def asarray(self, array: Any, dtype: str | None = None) -> Any:
+        """A ``jax.Array``; float64 is made under ``jax.enable_x64`` (the flag is not changed)."""
+        import jax.numpy as jnp
+
+        x = np.array(array, copy=True)
+        try:
+            target = np.dtype(jnp.dtype(dtype)) if dtype is not None else x.dtype
+        except TypeError as exc:
+            raise InputTypeError(f"jax has no dtype {dtype!r}") from exc
+        if target.itemsize == 8:
+            with _x64():
+                return jnp.asarray(x, dtype=target)
+        return jnp.asarray(x, dtype=target)
+
+    def namespace(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
+    def devices(self) -> list[str]:
+        import jax
+
+        return [f"{d.platform}:{d.id}" for d in jax.devices()]
+
     def make_complex(self, re: Any, im: Any) -> Any:
         import jax
 

@@ -40,6 +40,8 @@ class NumpyBackend(Backend):
 
     name = "numpy"
     module = ""
+    distribution = "numpy"
+    label = "NumPy"
     extra = ""
     supports_autodiff = False
     supports_float64 = True
