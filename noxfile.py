@@ -22,6 +22,7 @@ nox.options.sessions = [
     "tests-jax",
     "tests-tensorflow",
     "tests-all",
+    "tests-example-backend",
     "minimal-versions",
     "lint",
     "types",
@@ -29,13 +30,19 @@ nox.options.sessions = [
 ]
 CONSTRAINTS = ("-c", "constraints.txt")
 # tests of the testing helpers; they adapt to the frameworks a session selects
-TESTING_TESTS = ("tests/test_plugin.py", "tests/test_strategies.py", "tests/test_init_nox.py")
+TESTING_TESTS = (
+    "tests/test_plugin.py",
+    "tests/test_strategies.py",
+    "tests/test_init_nox.py",
+    "tests/test_conformance.py",
+)
 NUMPY_TESTS = (
     "tests/test_reference.py",
     "tests/test_mp_quick.py",
     "tests/test_check_numpy.py",
     "tests/test_errors.py",
     "tests/test_import.py",
+    "tests/test_backend_registry.py",
     *TESTING_TESTS,
 )
 
@@ -98,6 +105,21 @@ def tests_all(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 
+@nox.session(name="tests-example-backend")
+def tests_example_backend(session: nox.Session) -> None:
+    """The autograd backend of examples/polygrad-autograd, a package outside polygrad.
+
+    Installed beside polygrad, found through its ``polygrad.backends`` entry
+    point, listed by ``polygrad backends``, and run through the conformance suite.
+    """
+    session.install("-e", ".[test]", *CONSTRAINTS)
+    session.install("-e", "examples/polygrad-autograd", *CONSTRAINTS)
+    session.run("polygrad", "backends", "--no-devices")
+    session.run(
+        "python", "-m", "pytest", "-q", "examples/polygrad-autograd/tests", *session.posargs
+    )
+
+
 def _min_constraints(session: nox.Session) -> str:
     """constraints.txt with the runtime pins replaced by those of constraints-min.txt."""
 
@@ -134,8 +156,9 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", *CONSTRAINTS)
-    session.run("ruff", "check", "polygrad", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "polygrad", "tests", "benchmarks", "noxfile.py")
+    paths = ("polygrad", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session

@@ -50,6 +50,7 @@ __all__ = [
     "register_backend",
     "reject_number_lists",
     "select_backend",
+    "unregister_backend",
 ]
 
 ENTRY_POINT_GROUP = "polygrad.backends"
@@ -185,6 +186,21 @@ def register_backend(
         _ALIASES[alias.strip().lower()] = key
     BACKEND_MODULES[key] = (_spec_string(factory), entry.extra, entry.module)
     return entry
+
+
+def unregister_backend(name: str) -> None:
+    """Remove backend ``name`` and its aliases from the registry.
+
+    Raises
+    ------
+    KeyError
+        No backend of that name is registered.
+    """
+    key = name.strip().lower()
+    del _REGISTRY[key]
+    BACKEND_MODULES.pop(key, None)
+    for alias in [a for a, target in _ALIASES.items() if target == key]:
+        del _ALIASES[alias]
 
 
 def _discover() -> None:

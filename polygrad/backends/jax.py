@@ -513,7 +513,7 @@ class JaxBackend(Backend):
             target = np.dtype(jnp.dtype(dtype)) if dtype is not None else x.dtype
         except TypeError as exc:
             raise InputTypeError(f"jax has no dtype {dtype!r}") from exc
-        if target.itemsize == 8:
+        if target.itemsize == (16 if target.kind == "c" else 8):  # 64-bit parts need x64
             with _x64():
                 return jnp.asarray(x, dtype=target)
         return jnp.asarray(x, dtype=target)
