@@ -164,7 +164,11 @@ def _supplied_derivatives(
         spec = getattr(args, key, None)
         if spec:
             out[key] = load_function(spec, mod)[0]
-    if backend != "numpy" or args.command not in ("check", "taylor") or out:
+    if backend is None or args.command not in ("check", "taylor") or out:
+        return out
+    from .backends import backend_class
+
+    if backend_class(backend).supports_autodiff:
         return out
     name = args.function.rpartition(":")[2]
     for key in ("grad", "jac"):
@@ -203,6 +207,7 @@ def _prepare_factory(args: argparse.Namespace) -> Call:
 
 
 def _prepare(args: argparse.Namespace) -> Call:
+    from .backends import DEFAULT_BACKEND
     from .check import normalize_argnums
 
     if args.factory is not None:
@@ -213,7 +218,7 @@ def _prepare(args: argparse.Namespace) -> Call:
         raise UsageError('give the point: --arg EXPR once per argument, or --at "1.0, 2.0"')
     f, mod = load_function(args.function)
     # a supplied gradient means a NumPy function, whatever else the file imports
-    guess = "numpy" if getattr(args, "grad", None) else _framework_of(mod)
+    guess = DEFAULT_BACKEND if getattr(args, "grad", None) else _framework_of(mod)
     backend = _backend_name(args.backend or guess, args.backend)
     values = [read_argument(kind, text) for kind, text in args.inputs]
     options: dict[str, Any] = {"backend": backend, **_flag_options(args)}

@@ -39,6 +39,7 @@ from .base import Backend
 
 __all__ = [
     "BACKEND_MODULES",
+    "DEFAULT_BACKEND",
     "ENTRY_POINT_GROUP",
     "BackendEntry",
     "available_backends",
