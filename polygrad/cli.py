@@ -307,7 +307,8 @@ def backend_info(import_frameworks: bool = True) -> list[dict[str, Any]]:
     """
     from .backends import backend_entries
 
-    return [_backend_row(entry, import_frameworks) for entry in backend_entries().values()]
+    entries = backend_entries(load=True).values()
+    return [_backend_row(entry, import_frameworks) for entry in entries]
 
 
 def _backend_row(entry: Any, import_frameworks: bool) -> dict[str, Any]:

@@ -187,3 +187,21 @@ def test_discovery_and_listing_import_no_framework():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+class AbsentFrameworkBackend(NumpyBackend):
+    name = "absent"
+    module = "no_such_framework_for_polygrad"
+
+
+def test_an_entry_point_whose_framework_is_missing_is_listed_as_not_installed(
+    registry, monkeypatch
+):
+    ep = importlib.metadata.EntryPoint(
+        "absent", f"{__name__}:AbsentFrameworkBackend", backends.ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(backends.importlib.metadata, "entry_points", _fake_entry_points(ep))
+    backends._DISCOVERED = False
+    assert available_backends()["absent"] is False
+    with pytest.raises(MissingBackendError, match="pip install no_such_framework_for_polygrad"):
+        get_backend("absent")

@@ -256,9 +256,25 @@ def canonical_name(name: str) -> str | None:
     return key if key in _REGISTRY else None
 
 
-def backend_entries() -> dict[str, BackendEntry]:
-    """Every registered and discovered backend, by name (entry points are not loaded)."""
+def backend_entries(load: bool = False) -> dict[str, BackendEntry]:
+    """Every registered and discovered backend, by name.
+
+    Parameters
+    ----------
+    load : bool
+        Import the modules that discovered entry points name (never a
+        framework), so that their ``module`` and ``installed`` are known.
+        Default: entry points are listed without being imported.
+
+    Returns
+    -------
+    dict of str to BackendEntry
+        In registration order: the built-in backends first.
+    """
     _discover()
+    if load:
+        for entry in list(_REGISTRY.values()):
+            _load(entry)
     return dict(_REGISTRY)
 
 
@@ -398,7 +414,7 @@ def select_backend(args: tuple[Any, ...], name: str | None = None) -> Backend:
 
 def available_backends() -> dict[str, bool]:
     """Which registered and discovered backends are installed (no framework is imported)."""
-    return {key: entry.installed for key, entry in backend_entries().items()}
+    return {key: entry.installed for key, entry in backend_entries(load=True).items()}
 
 
 def _register_builtins() -> None:
