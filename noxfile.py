@@ -22,6 +22,7 @@ nox.options.sessions = [
     "tests-jax",
     "tests-tensorflow",
     "tests-all",
+    "tests-example-backend",
     "minimal-versions",
     "lint",
     "types",
@@ -34,6 +35,7 @@ TESTING_TESTS = (
     "tests/test_strategies.py",
     "tests/test_init_nox.py",
     "tests/test_verdict_fuzz.py",
+    "tests/test_conformance.py",
 )
 NUMPY_TESTS = (
     "tests/test_reference.py",
@@ -41,6 +43,7 @@ NUMPY_TESTS = (
     "tests/test_check_numpy.py",
     "tests/test_errors.py",
     "tests/test_import.py",
+    "tests/test_backend_registry.py",
     *TESTING_TESTS,
 )
 
@@ -103,6 +106,21 @@ def tests_all(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 
+@nox.session(name="tests-example-backend")
+def tests_example_backend(session: nox.Session) -> None:
+    """The autograd backend of examples/polygrad-autograd, a package outside polygrad.
+
+    Installed beside polygrad, found through its ``polygrad.backends`` entry
+    point, listed by ``polygrad backends``, and run through the conformance suite.
+    """
+    session.install("-e", ".[test]", *CONSTRAINTS)
+    session.install("-e", "examples/polygrad-autograd", *CONSTRAINTS)
+    session.run("polygrad", "backends", "--no-devices")
+    session.run(
+        "python", "-m", "pytest", "-q", "examples/polygrad-autograd/tests", *session.posargs
+    )
+
+
 def _min_constraints(session: nox.Session) -> str:
     """constraints.txt with the runtime pins replaced by those of constraints-min.txt."""
 
@@ -139,8 +157,9 @@ def benchmarks(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff", *CONSTRAINTS)
-    session.run("ruff", "check", "polygrad", "tests", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "polygrad", "tests", "benchmarks", "noxfile.py")
+    paths = ("polygrad", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
 
 
 @nox.session

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputTypeError
+
 __all__ = [
     "FLOAT_DTYPES",
     "Call",
@@ -211,31 +213,15 @@ def _target_dtype(arr: np.ndarray, typed: bool, dtype: str | None, diff: bool) -
 
 
 def _to_backend(arr: np.ndarray, backend: str, dtype: str | None) -> Any:
-    """``arr`` (cast to ``dtype`` when given) as an array of ``backend``."""
-    if backend == "numpy":
-        if dtype == "bfloat16":
-            try:
-                import ml_dtypes
-            except ImportError:
-                raise UsageError("NumPy has no bfloat16 dtype (install ml_dtypes)") from None
-            return arr.astype(ml_dtypes.bfloat16)
-        return arr.astype(dtype) if dtype else arr
-    if backend == "torch":
-        import torch
+    """``arr`` (cast to ``dtype`` when given) as an array of ``backend`` (its ``asarray`` hook)."""
+    from .backends import get_backend
 
-        return torch.tensor(arr, dtype=getattr(torch, dtype) if dtype else None)
-    if backend == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        if (dtype or arr.dtype.name) == "float64":
-            jax.config.update("jax_enable_x64", True)
-        return jnp.asarray(arr, dtype=dtype)
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.constant(arr, dtype=getattr(tf, dtype) if dtype else None)
-    raise UsageError(f"unknown backend {backend!r}")
+    try:
+        return get_backend(backend).asarray(arr, dtype)
+    except ValueError as exc:  # unknown backend name
+        raise UsageError(str(exc)) from None
+    except InputTypeError as exc:  # the framework has no such dtype
+        raise UsageError(str(exc)) from None
 
 
 def convert_arguments(
@@ -247,7 +233,8 @@ def convert_arguments(
     ----------
     values : sequence
         What :func:`read_argument` returned, one per positional argument.
-    backend : {"numpy", "torch", "jax", "tensorflow"}
+    backend : str
+        A registered backend's name (``"numpy"``, ``"torch"``, ``"jax"``, ``"tensorflow"``...).
     dtype : str or None
         ``--dtype``; None keeps a NumPy array's dtype (values without one get float32).
     argnums : tuple of int

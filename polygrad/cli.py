@@ -47,9 +47,6 @@ from ._native_logs import quiet_native_logs
 
 __all__ = ["UsageError", "main", "load_function", "parse_point"]
 
-FRAMEWORKS = ("torch", "jax", "tensorflow")
-_DIST = {"numpy": "numpy", "torch": "torch", "jax": "jax", "tensorflow": "tensorflow"}
-
 
 def _load_module(path: str) -> ModuleType:
     p = Path(path)
@@ -97,19 +94,22 @@ def load_function(
 
 
 def _framework_of(mod: ModuleType) -> str:
-    """The framework a user module works with, from the modules it imported."""
+    """The backend a user module works with, from the framework modules it imported."""
+    from .backends import DEFAULT_BACKEND, backend_entries
+
+    by_module = {e.module: e.name for e in backend_entries().values() if e.module}
     found = []
     for value in vars(mod).values():
         if isinstance(value, ModuleType):
-            root = value.__name__.split(".")[0]
-            if root in FRAMEWORKS and root not in found:
-                found.append(root)
+            key = by_module.get(value.__name__.split(".")[0])
+            if key is not None and key not in found:
+                found.append(key)
     if len(found) > 1:
         raise UsageError(
             f"{mod.__file__} imports several frameworks ({', '.join(found)}); choose one with "
             "--backend"
         )
-    return found[0] if found else "numpy"
+    return found[0] if found else DEFAULT_BACKEND
 
 
 def _command_function(command: str) -> Callable[..., Any]:
@@ -125,16 +125,19 @@ def _command_function(command: str) -> Callable[..., Any]:
 
 def _backend_name(name: str, explicit: str | None) -> str:
     """The canonical backend name; a framework that is not installed is a usage error."""
-    from .backends import _ALIASES, BACKEND_MODULES
+    from .backends import backend_entries, canonical_name
 
-    backend = _ALIASES.get(name.lower(), name.lower())
-    if backend not in BACKEND_MODULES:
-        raise UsageError(f"unknown backend {explicit!r}; choose from {', '.join(BACKEND_MODULES)}")
-    _, extra, module = BACKEND_MODULES[backend]
-    if module and importlib.util.find_spec(module) is None:
+    backend = canonical_name(name)
+    if backend is None:
         raise UsageError(
-            f"the {backend} backend needs {module!r}, which is not installed; install it with: "
-            + pip_install(extra)
+            f"unknown backend {explicit!r}; choose from {', '.join(backend_entries())}"
+        )
+    entry = backend_entries()[backend]
+    if entry.module and importlib.util.find_spec(entry.module) is None:
+        how = pip_install(entry.extra) if entry.extra else f"pip install {entry.module}"
+        raise UsageError(
+            f"the {backend} backend needs {entry.module!r}, which is not installed; install "
+            f"it with: {how}"
         )
     return backend
 
@@ -161,7 +164,11 @@ def _supplied_derivatives(
         spec = getattr(args, key, None)
         if spec:
             out[key] = load_function(spec, mod)[0]
-    if backend != "numpy" or args.command not in ("check", "taylor") or out:
+    if backend is None or args.command not in ("check", "taylor") or out:
+        return out
+    from .backends import backend_class
+
+    if backend_class(backend).supports_autodiff:
         return out
     name = args.function.rpartition(":")[2]
     for key in ("grad", "jac"):
@@ -200,6 +207,7 @@ def _prepare_factory(args: argparse.Namespace) -> Call:
 
 
 def _prepare(args: argparse.Namespace) -> Call:
+    from .backends import DEFAULT_BACKEND
     from .check import normalize_argnums
 
     if args.factory is not None:
@@ -210,7 +218,7 @@ def _prepare(args: argparse.Namespace) -> Call:
         raise UsageError('give the point: --arg EXPR once per argument, or --at "1.0, 2.0"')
     f, mod = load_function(args.function)
     # a supplied gradient means a NumPy function, whatever else the file imports
-    guess = "numpy" if getattr(args, "grad", None) else _framework_of(mod)
+    guess = DEFAULT_BACKEND if getattr(args, "grad", None) else _framework_of(mod)
     backend = _backend_name(args.backend or guess, args.backend)
     values = [read_argument(kind, text) for kind, text in args.inputs]
     options: dict[str, Any] = {"backend": backend, **_flag_options(args)}
@@ -292,62 +300,54 @@ def _cmd_taylor(args: argparse.Namespace) -> int:
 
 
 def backend_info(import_frameworks: bool = True) -> list[dict[str, Any]]:
-    """Installed frameworks, versions, float64 support and devices.
+    """Registered and discovered backends: installed?, version, float64 support, devices.
 
     Frameworks that are not installed are never imported; installed ones are
     imported only when ``import_frameworks`` (to list their devices).
     """
-    from .backends import BACKEND_MODULES, _backend_class
+    from .backends import backend_entries
 
-    rows = []
-    for key, (_, extra, module) in BACKEND_MODULES.items():
-        installed = not module or importlib.util.find_spec(module) is not None
-        row: dict[str, Any] = {"backend": key, "installed": installed, "extra": extra}
-        if not installed:
-            rows.append(row)
-            continue
+    entries = backend_entries(load=True).values()
+    return [_backend_row(entry, import_frameworks) for entry in entries]
+
+
+def _backend_row(entry: Any, import_frameworks: bool) -> dict[str, Any]:
+    from .backends import backend_class, get_backend
+
+    row: dict[str, Any] = {
+        "backend": entry.name,
+        "installed": entry.installed,
+        "extra": entry.extra,
+        "origin": entry.origin,
+    }
+    if entry.error is not None:
+        row["error"] = entry.error
+    if not row["installed"]:
+        return row
+    try:
+        cls = backend_class(entry.name)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+        return {**row, "installed": False, "error": f"{type(exc).__name__}: {exc}"}
+    row["extra"] = entry.extra or cls.extra
+    try:
+        row["version"] = importlib.metadata.version(cls.distribution or cls.module)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        row["version"] = "?"
+    row["float64"] = bool(cls.supports_float64)
+    row["autodiff"] = bool(cls.supports_autodiff)
+    if import_frameworks:
         try:
-            row["version"] = importlib.metadata.version(_DIST[key])
-        except importlib.metadata.PackageNotFoundError:
-            row["version"] = "?"
-        cls = _backend_class(key)
-        row["float64"] = bool(cls.supports_float64)
-        row["autodiff"] = bool(cls.supports_autodiff)
-        if import_frameworks:
-            try:
-                row["devices"] = _devices(key)
-            except Exception as exc:  # noqa: BLE001 - a broken install is reported, not fatal
-                row["devices"] = []
-                row["error"] = f"{type(exc).__name__}: {exc}"
-        rows.append(row)
-    return rows
+            row["devices"] = get_backend(entry.name).devices()
+        except Exception as exc:  # noqa: BLE001 - a broken install is reported, not fatal
+            row["devices"] = []
+            row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
 
 
-def _devices(key: str) -> list[str]:
-    if key == "numpy":
-        return ["cpu"]
-    if key == "torch":
-        import torch
-
-        out = ["cpu"]
-        if torch.cuda.is_available():
-            out += [
-                f"cuda:{i} ({torch.cuda.get_device_name(i)})"
-                for i in range(torch.cuda.device_count())
-            ]
-        mps = getattr(torch.backends, "mps", None)
-        if mps is not None and mps.is_available():
-            out.append("mps (no float64)")
-        return out
-    if key == "jax":
-        import jax
-
-        return [f"{d.platform}:{d.id}" for d in jax.devices()]
-    if key == "tensorflow":
-        import tensorflow as tf
-
-        return [d.name.replace("/physical_device:", "") for d in tf.config.list_physical_devices()]
-    return []
+def _install_hint(row: dict[str, Any]) -> str:
+    if "error" in row:
+        return f"error: {row['error']}"
+    return pip_install(row["extra"]) if row["extra"] or row["origin"] == "polygrad" else "-"
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
@@ -358,15 +358,16 @@ def _cmd_backends(args: argparse.Namespace) -> int:
         p.write_text(json.dumps({"backends": rows}, indent=2))
     print(f"{'backend':<11} {'installed':<10} {'version':<14} {'float64':<8} devices")
     for r in rows:
+        source = "" if r["origin"] == "polygrad" else f"  [{r['origin']}]"
         if not r["installed"]:
-            print(f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} " + pip_install(r["extra"]))
+            print(f"{r['backend']:<11} {'no':<10} {'-':<14} {'-':<8} {_install_hint(r)}{source}")
             continue
         dev = ", ".join(r.get("devices", [])) or ("-" if args.no_devices else "none found")
         if "error" in r:
             dev += f"  (error: {r['error']})"
         print(
             f"{r['backend']:<11} {'yes':<10} {r['version']:<14} "
-            f"{'yes' if r['float64'] else 'no':<8} {dev}"
+            f"{'yes' if r['float64'] else 'no':<8} {dev}{source}"
         )
     return 0
 

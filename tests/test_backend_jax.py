@@ -511,3 +511,13 @@ def test_an_output_cut_off_by_stop_gradient_is_a_clear_error_a_constant_is_not()
     stationary = pg.check(lambda x: jnp.sum(jnp.cos(x)), jnp.zeros(2))
     assert stationary.verdict == pg.Verdict.PASS and stationary.ok
     assert np.all(stationary.entries.reference == 0.0)
+
+
+def test_to_backend_keeps_complex128_and_leaves_the_x64_flag_alone():
+    """A complex128 test input has float64 parts: made under enable_x64 like float64."""
+    from polygrad.testing import to_backend
+
+    flag = jax.config.jax_enable_x64
+    z = to_backend(np.array([0.1 + 0.2j, -1.0 + 1e-12j]), "jax", "complex128")
+    assert z.dtype == jnp.complex128 and jax.config.jax_enable_x64 == flag
+    assert complex(np.asarray(z)[1]) == -1.0 + 1e-12j  # not rounded to complex64

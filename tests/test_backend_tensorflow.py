@@ -11,6 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
+from conftest import keras_case2_cnn, keras_digit  # noqa: E402
 
 import polygrad as pg  # noqa: E402
 from polygrad.backends import select_backend  # noqa: E402
@@ -392,35 +393,8 @@ def test_known_tf_bug_xlogy_gradient_at_zero_is_a_mismatch():
     assert report.verdict == pg.Verdict.MISMATCH, str(report)
 
 
-def digit_image() -> np.ndarray:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    img = digits.images[0] / 16.0  # a real "0", values in [0, 1]
-    big = tf.image.resize(img[None, :, :, None], (28, 28), method="bilinear")
-    return np.clip(big.numpy(), 0.0, 1.0).astype(np.float32), int(digits.target[0])
-
-
-def users_cnn():
-    """The CNN of USERS.md case 2 with seeded random weights.
-
-    Biases are small random numbers, as after training: with Keras' default zero
-    biases every blank pixel sits exactly on a ReLU kink.
-    """
-    keras.utils.set_random_seed(1)
-    bias = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05)}
-    return keras.Sequential(
-        [
-            keras.Input((28, 28, 1)),
-            keras.layers.Conv2D(32, 3, activation="relu", **bias),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Conv2D(64, 3, activation="relu", **bias),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(0.5),
-            keras.layers.Dense(10, activation="softmax", **bias),
-        ]
-    )
+digit_image = keras_digit
+users_cnn = keras_case2_cnn
 
 
 def cnn_loss(training=False):

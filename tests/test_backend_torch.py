@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import torch_case2_cnn, torch_digit
 from torch import nn
 
 import polygrad as pg
@@ -440,24 +441,7 @@ def test_custom_autograd_function_rules(bug, setup_context, dtype):
 
 def digit_cnn() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     """The small MNIST-style CNN of USERS.md (seeded) and a real 28x28 digit in [0, 1]."""
-    from sklearn.datasets import load_digits
-
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Dropout(0.5),
-        nn.Linear(64 * 5 * 5, 10),
-    )
-    digits = load_digits()
-    img = torch.tensor(digits.images[0] / 16.0, dtype=torch.float32)[None, None]
-    img = F.interpolate(img, size=(28, 28), mode="bilinear", align_corners=False).clamp(0, 1)
-    return model, img, torch.tensor([int(digits.target[0])])
+    return (torch_case2_cnn(28), *torch_digit(28))
 
 
 def cross_entropy(model, x, label):

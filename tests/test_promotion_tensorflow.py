@@ -20,7 +20,8 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 import tf_keras  # noqa: E402
-from test_backend_tensorflow import digit_image, users_cnn  # noqa: E402
+from conftest import keras_case2_cnn as users_cnn  # noqa: E402
+from conftest import keras_digit as digit_image  # noqa: E402
 
 import polygrad as pg  # noqa: E402
 from polygrad.backends.base import Supplied  # noqa: E402

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import torch_case2_cnn, torch_digit
 from torch import nn
 
 import polygrad as pg
@@ -45,31 +46,8 @@ def target(f, *args, argnums=(0,)):
     return BE.make_target(f, args, argnums, Supplied(), 64)
 
 
-def digit(side: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A real 8x8 digit (scikit-learn) upsampled to ``side x side`` in [0, 1], and its label."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    img = torch.tensor(digits.images[0] / 16.0, dtype=torch.float32)[None, None]
-    img = F.interpolate(img, size=(side, side), mode="bilinear", align_corners=False)
-    return img.clamp(0, 1), torch.tensor([int(digits.target[0])])
-
-
-def case2_cnn(side: int) -> nn.Sequential:
-    """USERS.md case 2 in PyTorch (seeded, eval mode, float32) for ``side x side`` images."""
-    torch.manual_seed(0)
-    k = ((side - 2) // 2 - 2) // 2
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Dropout(0.5),
-        nn.Linear(64 * k * k, 10),
-    ).eval()
+digit = torch_digit
+case2_cnn = torch_case2_cnn
 
 
 def snapshot(module: nn.Module) -> dict:

@@ -472,7 +472,13 @@ class Backend(ABC):
     extra : str
         The pip extra that installs the framework (``polygrad-check[torch]``).
     supports_autodiff, supports_float64, supports_vmap, arbitrary_precision : bool
-        Capability flags the core branches on.
+        Capability flags the core branches on. ``supports_autodiff`` false means
+        the derivative to check is supplied by the user (``grad=``, ``jac=``,
+        ``vjp=`` or ``jvp=``).
+    complex_convention : str
+        How the framework's complex VJPs relate to polygrad's.
+    distribution : str
+        The installed distribution whose version is reported; default ``module``.
     """
 
     name: ClassVar[str]
@@ -627,6 +633,53 @@ class Backend(ABC):
         ``cotangent`` holds as many elements as the output, in any shape.
         """
         raise NotImplementedError(f"the {self.name} backend has no autodiff")
+
+    distribution: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    """The framework's name as people write it (``"NumPy"``), for messages."""
+
+    def asarray(self, array: Any, dtype: str | None = None) -> Any:
+        """This framework's array holding a copy of ``array``, in ``dtype``.
+
+        Parameters
+        ----------
+        array : array_like
+            Any shape; converted with ``np.asarray`` first.
+        dtype : str, optional
+            Dtype name (``"float32"``, ``"float64"``, ``"bfloat16"``...). Default:
+            the NumPy array's dtype.
+
+        Returns
+        -------
+        Any
+            The framework's array; the default makes it with :meth:`from_numpy`.
+
+        Raises
+        ------
+        InputTypeError
+            The framework has no such dtype.
+        """
+        x = np.array(array, copy=True)
+        if dtype is None:
+            return self.from_numpy(x)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            try:
+                import ml_dtypes
+
+                dt = np.dtype(getattr(ml_dtypes, dtype))
+            except (ImportError, AttributeError, TypeError):
+                raise InputTypeError(f"{self.label or self.name} has no dtype {dtype!r}") from None
+        return self.from_numpy(x.astype(dt))
+
+    def namespace(self) -> Any:
+        """The framework's NumPy-style math module (``sin``, ``exp``, ``sum``, ``where``...)."""
+        return np
+
+    def devices(self) -> list[str]:
+        """The devices the framework can run on, as short names (``"cpu"``, ``"cuda:0"``)."""
+        return ["cpu"]
 
     def version(self) -> str:
         """Version string of the framework."""

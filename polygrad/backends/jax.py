@@ -41,6 +41,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
+from ._common import as_float_output, output_layout
 from .base import (
     Backend,
     Layout,
@@ -51,7 +52,6 @@ from .base import (
     dtype_eps,
     validate_float_array,
 )
-from .numpy import as_float_output, output_layout
 
 __all__ = ["JaxBackend"]
 
@@ -503,6 +503,30 @@ class JaxBackend(Backend):
 
         with _x64():
             return jnp.asarray(a)
+
+    def asarray(self, array: Any, dtype: str | None = None) -> Any:
+        """A ``jax.Array``; float64 is made under ``jax.enable_x64`` (the flag is not changed)."""
+        import jax.numpy as jnp
+
+        x = np.array(array, copy=True)
+        try:
+            target = np.dtype(jnp.dtype(dtype)) if dtype is not None else x.dtype
+        except TypeError as exc:
+            raise InputTypeError(f"jax has no dtype {dtype!r}") from exc
+        if target.itemsize == (16 if target.kind == "c" else 8):  # 64-bit parts need x64
+            with _x64():
+                return jnp.asarray(x, dtype=target)
+        return jnp.asarray(x, dtype=target)
+
+    def namespace(self) -> Any:
+        import jax.numpy as jnp
+
+        return jnp
+
+    def devices(self) -> list[str]:
+        import jax
+
+        return [f"{d.platform}:{d.id}" for d in jax.devices()]
 
     def make_complex(self, re: Any, im: Any) -> Any:
         import jax

@@ -93,6 +93,7 @@ import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._common import PointFunction, check_not_mutated, output_layout
 from ._tf_promote import (
     Float64Graph,
     disconnection_cause,
@@ -112,7 +113,6 @@ from .base import (
     dtype_eps,
 )
 from .base import describe_exception as _describe
-from .numpy import PointFunction, check_not_mutated, output_layout
 
 __all__ = ["TensorflowBackend", "float64_model_copy", "is_keras_model"]
 
@@ -528,6 +528,23 @@ class TensorflowBackend(Backend):
 
     def from_numpy(self, a: np.ndarray) -> Any:
         return self.tf.constant(a)
+
+    def asarray(self, array: Any, dtype: str | None = None) -> Any:
+        x = np.array(array, copy=True)
+        attr = dtype if dtype is not None else x.dtype.name
+        try:
+            tf_dtype = self.tf.as_dtype(attr)
+        except TypeError as exc:
+            raise InputTypeError(f"tensorflow has no dtype {attr!r}") from exc
+        return self.tf.constant(x, dtype=tf_dtype)
+
+    def namespace(self) -> Any:
+        return self.tf.experimental.numpy  # NumPy-style functions on tf.Tensor, differentiable
+
+    def devices(self) -> list[str]:
+        return [
+            d.name.replace("/physical_device:", "") for d in self.tf.config.list_physical_devices()
+        ]
 
     def complex_parts(self, x: Any) -> tuple[Any, Any]:
         return self.tf.math.real(x), self.tf.math.imag(x)

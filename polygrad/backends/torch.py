@@ -72,6 +72,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, outer_mutations
 from .base import (
     SMALL_BATCH,
@@ -84,7 +85,6 @@ from .base import (
     chunked,
     validate_float_array,
 )
-from .numpy import check_not_mutated, output_layout
 
 __all__ = ["TorchBackend"]
 
@@ -598,6 +598,30 @@ class TorchBackend(Backend):
 
     def from_numpy(self, a: np.ndarray) -> Any:
         return self.torch.from_numpy(np.array(a, copy=True))
+
+    def asarray(self, array: Any, dtype: str | None = None) -> Any:
+        x = np.array(array, copy=True)
+        attr = dtype if dtype is not None else x.dtype.name
+        fw_dtype = getattr(self.torch, attr, None)
+        if not isinstance(fw_dtype, self.torch.dtype):
+            raise InputTypeError(f"torch has no dtype {attr!r}")
+        return self.torch.tensor(x).to(fw_dtype)
+
+    def namespace(self) -> Any:
+        return self.torch
+
+    def devices(self) -> list[str]:
+        torch = self.torch
+        out = ["cpu"]
+        if torch.cuda.is_available():
+            out += [
+                f"cuda:{i} ({torch.cuda.get_device_name(i)})"
+                for i in range(torch.cuda.device_count())
+            ]
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            out.append("mps (no float64)")
+        return out
 
     def make_complex(self, re: Any, im: Any) -> Any:
         return self.torch.complex(re, im)

@@ -6,7 +6,6 @@ framework is asked for.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -15,16 +14,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._install import pip_install
-from ..backends import _ALIASES, BACKEND_MODULES
-from ..errors import InputTypeError, MissingBackendError
+from ..backends import backend_class, backend_entries, get_backend
+from ..backends import canonical_name as _registered_name
+from ..errors import MissingBackendError
 
 if TYPE_CHECKING:
     from ..report import Report
 
 __all__ = ["BACKENDS", "BackendHandle", "extra_of", "framework_installed", "to_backend"]
 
-BACKENDS: tuple[str, ...] = tuple(BACKEND_MODULES)
-"""The backend names, in the order tests are parametrised: numpy, torch, jax, tensorflow."""
+BACKENDS: tuple[str, ...] = ("numpy", "torch", "jax", "tensorflow")
+"""The built-in backends, in the order tests are parametrised. Backends of other
+packages are found by name too (see :func:`polygrad.backends.register_backend`)."""
 
 _DERIVATIVE_OPTIONS = ("grad", "jac", "vjp", "jvp")
 
@@ -35,21 +36,26 @@ def canonical_name(name: str) -> str:
     Raises
     ------
     ValueError
-        The name is not one of :data:`BACKENDS` (or an alias of one).
+        The name is not a registered backend (built-in, registered or found
+        through the ``polygrad.backends`` entry points) or an alias of one.
     """
-    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
-    if key not in BACKEND_MODULES:
-        raise ValueError(f"unknown backend {name!r}; valid names: {', '.join(BACKENDS)}")
+    key = _registered_name(name)
+    if key is None:
+        valid = ", ".join(backend_entries())
+        raise ValueError(f"unknown backend {name!r}; valid names: {valid}")
     return key
 
 
 def extra_of(name: str) -> str:
     """The install command that provides backend ``name``.
 
-    E.g. ``pip install "polygrad-check[jax]"``; without an extra for NumPy.
+    E.g. ``pip install "polygrad-check[jax]"``; without an extra for NumPy; for
+    a backend of another package without a polygrad extra, ``pip install <its framework>``.
     """
-    extra = BACKEND_MODULES[canonical_name(name)][1]
-    return pip_install(extra, quote='"')
+    entry = backend_entries()[canonical_name(name)]
+    if entry.extra or not entry.module:
+        return pip_install(entry.extra, quote='"')
+    return f"pip install {entry.module}"
 
 
 def framework_installed(name: str) -> bool:
@@ -60,18 +66,15 @@ def framework_installed(name: str) -> bool:
     ValueError
         Unknown backend name.
     """
-    module = BACKEND_MODULES[canonical_name(name)][2]
-    return not module or importlib.util.find_spec(module) is not None
+    return backend_entries()[canonical_name(name)].installed
 
 
-def _import_framework(name: str) -> ModuleType:
-    module = BACKEND_MODULES[name][2] or "numpy"
+def _instance(name: str) -> Any:
     try:
-        return importlib.import_module(module)
+        return get_backend(name)
     except ImportError as exc:
         raise MissingBackendError(
-            f"backend {name!r} needs {module!r}, which is not installed; install it with: "
-            f"{extra_of(name)}"
+            f"backend {name!r} is not installed; install it with: {extra_of(name)}"
         ) from exc
 
 
@@ -88,19 +91,23 @@ def _dtype_name(dtype: Any) -> str:
 def to_backend(array: Any, name: str, dtype: Any = None) -> Any:
     """Convert a NumPy array (or anything ``np.asarray`` accepts) to backend ``name``'s array.
 
+    The conversion is the backend's own :meth:`~polygrad.backends.base.Backend.asarray`,
+    so it works for every registered backend.
+
     Parameters
     ----------
     array : array_like
         The test input, any shape.
-    name : {"numpy", "torch", "jax", "tensorflow"}
-        The target framework (aliases ``"tf"``, ``"pytorch"``, ``"np"`` are accepted).
+    name : str
+        The backend: ``"numpy"``, ``"torch"``, ``"jax"``, ``"tensorflow"`` (aliases
+        ``"tf"``, ``"pytorch"``, ``"np"`` are accepted) or a registered one.
     dtype : str or dtype, optional
         The dtype of the result, e.g. ``"float32"``, ``"float64"``, ``"bfloat16"``
         (for the frameworks that have it). Default: the input's NumPy dtype.
 
     Returns
     -------
-    numpy.ndarray, torch.Tensor, jax.Array or tf.Tensor
+    numpy.ndarray, torch.Tensor, jax.Array, tf.Tensor...
         A copy with the same shape and values (rounded to ``dtype``). A JAX
         float64 array is made under ``jax.enable_x64``, so it is float64 even
         when the global ``jax_enable_x64`` flag is off (the flag is not changed).
@@ -124,48 +131,12 @@ def to_backend(array: Any, name: str, dtype: Any = None) -> Any:
     >>> to_backend(np.arange(3.0), "numpy", "float32").dtype
     dtype('float32')
     """
-    key = canonical_name(name)
-    x = np.array(array, copy=True)
-    dt = None if dtype is None else _dtype_name(dtype)
-    if key == "numpy":
-        try:
-            return x.astype(np.dtype(dt)) if dt is not None else x
-        except TypeError as exc:
-            raise InputTypeError(f"NumPy has no dtype {dt!r}") from exc
-    fw = _import_framework(key)
-    if key == "jax":
-        import jax.numpy as jnp
-
-        try:
-            target = np.dtype(jnp.dtype(dt)) if dt is not None else x.dtype
-        except TypeError as exc:
-            raise InputTypeError(f"jax has no dtype {dt!r}") from exc
-        if target.itemsize == 8:
-            with fw.enable_x64(True):
-                return jnp.asarray(x, dtype=target)
-        return jnp.asarray(x, dtype=target)
-    attr = dt if dt is not None else x.dtype.name
-    if key == "torch":
-        fw_dtype = getattr(fw, attr, None)
-        if not isinstance(fw_dtype, fw.dtype):
-            raise InputTypeError(f"torch has no dtype {attr!r}")
-        return fw.tensor(x).to(fw_dtype)
-    try:
-        tf_dtype = fw.as_dtype(attr)
-    except TypeError as exc:
-        raise InputTypeError(f"tensorflow has no dtype {attr!r}") from exc
-    return fw.constant(x, dtype=tf_dtype)
+    backend = _instance(canonical_name(name))
+    return backend.asarray(array, None if dtype is None else _dtype_name(dtype))
 
 
 def _namespace(name: str) -> ModuleType:
-    fw = _import_framework(name)
-    if name == "jax":
-        import jax.numpy as jnp
-
-        return jnp
-    if name == "tensorflow":
-        return fw.experimental.numpy  # NumPy-style functions on tf.Tensor, differentiable
-    return fw
+    return _instance(name).namespace()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -183,7 +154,8 @@ class BackendHandle:
     Attributes
     ----------
     name : str
-        ``"numpy"``, ``"torch"``, ``"jax"`` or ``"tensorflow"``.
+        ``"numpy"``, ``"torch"``, ``"jax"``, ``"tensorflow"`` or another
+        registered backend.
     """
 
     name: str
@@ -202,11 +174,11 @@ class BackendHandle:
     @property
     def autodiff(self) -> bool:
         """Whether the framework differentiates functions itself (all but NumPy)."""
-        return self.name != "numpy"
+        return bool(backend_class(self.name).supports_autodiff)
 
     @property
     def namespace(self) -> ModuleType:
-        """The framework's NumPy-style math module.
+        """The framework's NumPy-style math module (the backend's ``namespace()``).
 
         ``numpy``, ``torch``, ``jax.numpy`` and ``tf.experimental.numpy`` (whose
         functions take and return ``tf.Tensor``). Functions such as ``sum``,

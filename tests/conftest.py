@@ -1,0 +1,95 @@
+"""Shared test helpers: the digit-recognition CNN of USERS.md case 2, in each framework.
+
+Nothing here imports a framework at import time (each per-framework nox
+session installs only its own); the builders import theirs when called.
+Test modules import the builders by name (``from conftest import ...``),
+because some tests keep the model in a module-level global, as users do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def digit_8x8() -> tuple[np.ndarray, int]:
+    """The first 8x8 digit of scikit-learn's digits data set, scaled to [0, 1], and its label."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    return digits.images[0] / 16.0, int(digits.target[0])
+
+
+def torch_digit(side: int = 28) -> tuple[Any, Any]:
+    """The digit upsampled (bilinear) to a ``(1, 1, side, side)`` float32 tensor in [0, 1].
+
+    Returns
+    -------
+    image : torch.Tensor, shape (1, 1, side, side), float32
+    label : torch.Tensor, shape (1,), int64
+    """
+    import torch
+    import torch.nn.functional as F
+
+    image, label = digit_8x8()
+    img = torch.tensor(image, dtype=torch.float32)[None, None]
+    img = F.interpolate(img, size=(side, side), mode="bilinear", align_corners=False)
+    return img.clamp(0, 1), torch.tensor([label])
+
+
+def torch_case2_cnn(side: int = 28) -> Any:
+    """USERS.md case 2 in PyTorch (seeded, eval mode, float32) for ``side x side`` images.
+
+    Conv2d(32, 3x3) -> ReLU -> MaxPool 2 -> Conv2d(64, 3x3) -> ReLU -> MaxPool 2 ->
+    Flatten -> Dropout(0.5) -> Linear(10); the loss supplies the softmax.
+    """
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    k = ((side - 2) // 2 - 2) // 2
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(64 * k * k, 10),
+    ).eval()
+
+
+def keras_digit() -> tuple[np.ndarray, int]:
+    """The digit resized by ``tf.image.resize`` (bilinear) to ``(1, 28, 28, 1)`` float32, label."""
+    import tensorflow as tf
+
+    image, label = digit_8x8()
+    big = tf.image.resize(image[None, :, :, None], (28, 28), method="bilinear")
+    return np.clip(big.numpy(), 0.0, 1.0).astype(np.float32), label
+
+
+def keras_case2_cnn() -> Any:
+    """The Keras CNN of USERS.md case 2 with seeded random weights.
+
+    Biases are small random numbers, as after training: with Keras' default zero
+    biases every blank pixel sits exactly on a ReLU kink.
+    """
+    import keras
+
+    keras.utils.set_random_seed(1)
+    bias = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05)}
+    return keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Conv2D(64, 3, activation="relu", **bias),
+            keras.layers.MaxPooling2D(2),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(10, activation="softmax", **bias),
+        ]
+    )
