@@ -200,7 +200,7 @@ def _prepare_factory(args: argparse.Namespace) -> Call:
 
 
 def _prepare(args: argparse.Namespace) -> Call:
-    from .check import normalize_argnums
+    from ._args import normalize_argnums
 
     if args.factory is not None:
         return _prepare_factory(args)
