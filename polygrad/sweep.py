@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
+from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from ._args import normalize_argnums
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise
 from .reference.curvature import derivative_coefficients, rounding_noise

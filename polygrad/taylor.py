@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from ._args import normalize_argnums
 from .reference import estimate_noise
 from .reference.steps import F64_EPS
 from .reference.steps import ecnoise_step as _ecnoise_step
