@@ -133,9 +133,11 @@ def benchmarks(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff", *CONSTRAINTS)
+    session.install("-e", ".[lint]", *CONSTRAINTS)
     session.run("ruff", "check", "polygrad", "tests", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "polygrad", "tests", "benchmarks", "noxfile.py")
+    # the import layers of pyproject.toml's [tool.importlinter]: no cycles, no upward imports
+    session.run("lint-imports")
 
 
 @nox.session
