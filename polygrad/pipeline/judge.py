@@ -179,7 +179,7 @@ class _Evidence:
 
 
 def judge(inp: JudgeInput) -> Entries:
-    """Apply the decision rule of :mod:`polygrad.pipeline` to every entry.
+    """Apply the decision rule (see :mod:`polygrad.pipeline.check`) to every entry.
 
     Parameters
     ----------
