@@ -156,10 +156,12 @@ def benchmarks(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff", *CONSTRAINTS)
+    session.install("-e", ".[lint]", *CONSTRAINTS)
     paths = ("polygrad", "tests", "benchmarks", "examples", "noxfile.py")
     session.run("ruff", "check", *paths)
     session.run("ruff", "format", "--check", *paths)
+    # the import layers of pyproject.toml's [tool.importlinter]: no cycles, no upward imports
+    session.run("lint-imports")
 
 
 @nox.session

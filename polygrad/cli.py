@@ -207,8 +207,8 @@ def _prepare_factory(args: argparse.Namespace) -> Call:
 
 
 def _prepare(args: argparse.Namespace) -> Call:
+    from ._args import normalize_argnums
     from .backends import DEFAULT_BACKEND
-    from .check import normalize_argnums
 
     if args.factory is not None:
         return _prepare_factory(args)

@@ -7,13 +7,14 @@
 2. evaluates every implementation at the same point and compares the
    **primal** values with the reference value: a forward mismatch is reported
    as such (column ``forward``), not as a gradient problem;
-3. computes one reference derivative, from the best source available: mp
-   re-execution of an implementation that supports it, else float64 central
-   differences with Richardson extrapolation of one implementation, chosen
-   among those whose primal values agree with the most others;
+3. computes one reference derivative by the stages of :func:`polygrad.check`
+   (:mod:`polygrad.pipeline`), from one implementation, chosen among those
+   whose primal values agree with the most others (preferring one that runs
+   on mpmath numbers);
 4. computes every implementation's VJPs/JVPs (or full Jacobian) on the same
    cotangents/tangents and judges them against that reference with the
-   decision rule of :func:`polygrad.check` (same verdicts, same tolerances).
+   stages of :func:`polygrad.check` (same verdicts, same tolerances, the same
+   round-off allowances and the same mp re-examination of entries in doubt).
 
 Complex inputs and outputs are checked through their realification in each
 framework (see :mod:`polygrad.complex`); the comparison names each
@@ -31,25 +32,33 @@ from typing import Any
 
 import numpy as np
 
+from ._args import normalize_argnums
 from ._pytree import flatten, tree_map
-from .backends import BACKEND_MODULES, _backend_class, get_backend, select_backend
-from .backends.base import Backend, Supplied, Target
-from .check import (
-    C_AD,
-    F64_EPS,
-    _compare_modes,
-    _concat_entries,
-    _overall,
-    check,
-    normalize_argnums,
+from .backends import (
+    DEFAULT_BACKEND,
+    backend_entries,
+    canonical_name,
+    get_backend,
+    owning_backend,
+    select_backend,
 )
+from .backends.base import Backend, Supplied, Target
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
+from .pipeline.assess import Assessment, assess
+from .pipeline.autodiff import Setting
+from .pipeline.check import make_report
+from .pipeline.judge import overall
+from .pipeline.plan import make_plan
+from .pipeline.prepare import Options, Prepared, prepare
+from .pipeline.reference import compute_reference
+from .policy import DEFAULT_POLICY, Policy
+from .reference.steps import F64_EPS
 from .report import SEVERITY, Report, Verdict, _jsonable
 
 __all__ = ["Comparison", "ComparisonEntry", "compare"]
 
-_ALIASES = {"tf": "tensorflow", "keras": "tensorflow", "pytorch": "torch", "np": "numpy"}
+C_AD = DEFAULT_POLICY.c_ad
 _DERIVATIVE_KEYS = ("grad", "jac", "vjp", "jvp")
 
 
@@ -309,21 +318,19 @@ def _backend_from_name(name: str) -> str | None:
     key = name.lower()
     for sep in ("-", "_", ":", " ", "."):
         key = key.split(sep)[0]
-    key = _ALIASES.get(key, key)
-    return key if key in BACKEND_MODULES else None
+    return canonical_name(key) if key else None
 
 
 def _owning_backend(out: Any) -> str | None:
     """The backend whose arrays ``out`` (a pytree) holds, or None."""
     leaves = flatten(out)[0]
-    for key in BACKEND_MODULES:
-        if key == "numpy":
-            continue
-        be_cls = _backend_class(key)
-        if be_cls.is_loaded() and leaves and all(be_cls.owns(leaf) for leaf in leaves):
-            return key
-    if leaves and all(isinstance(np.asarray(leaf), np.ndarray) for leaf in leaves):
-        return "numpy"
+    if not leaves:
+        return None
+    owners = {owning_backend(leaf) for leaf in leaves}
+    if len(owners) == 1 and None not in owners:
+        return owners.pop()
+    if owners == {None} and all(isinstance(np.asarray(leaf), np.ndarray) for leaf in leaves):
+        return DEFAULT_BACKEND
     return None
 
 
@@ -339,8 +346,8 @@ def _infer_backend(name: str, f: Callable[..., Any], args_np: tuple[Any, ...]) -
     """
     import sys
 
-    for key, (_, _, module) in BACKEND_MODULES.items():
-        if key == "numpy" or module not in sys.modules:
+    for key, entry in backend_entries(load=True).items():
+        if key == DEFAULT_BACKEND or entry.error is not None or entry.module not in sys.modules:
             continue
         be = get_backend(key)
         try:
@@ -377,13 +384,13 @@ def _resolve(
         backend = spec.get("backend")
         supplied = Supplied(**{k: spec[k] for k in _DERIVATIVE_KEYS if k in spec})
         if backend is None and supplied.given():
-            backend = "numpy"
+            backend = DEFAULT_BACKEND
     elif isinstance(spec, tuple):
         if len(spec) != 2 or not all(callable(s) for s in spec):
             raise TypeError(
                 f"implementation {name!r}: a tuple must be (f, grad) for a NumPy function"
             )
-        f, supplied, backend = spec[0], Supplied(grad=spec[1]), "numpy"
+        f, supplied, backend = spec[0], Supplied(grad=spec[1]), DEFAULT_BACKEND
     elif callable(spec):
         f = spec
     else:
@@ -394,7 +401,7 @@ def _resolve(
         backend = _backend_from_name(name)
     if backend is None:
         owner = select_backend((f,)).name  # a torch.nn.Module...
-        backend = owner if owner != "numpy" else None
+        backend = owner if owner != DEFAULT_BACKEND else None
     if backend is None:
         backend = _infer_backend(name, f, args_np)
     return get_backend(backend), f, supplied
@@ -438,6 +445,7 @@ class _Impl:
     args: tuple[Any, ...]
     target: Target
     complex_any: bool
+    realified: tuple[Callable[..., Any], tuple[Any, ...], Supplied]
 
 
 def compare(
@@ -454,6 +462,7 @@ def compare(
     batch_size: int = 4096,
     budget: float = 60.0,
     nonsmooth: str = "allow",
+    policy: Policy | None = None,
 ) -> Comparison:
     """Check one function implemented in several frameworks against one reference.
 
@@ -479,9 +488,13 @@ def compare(
         complex dtype of that precision) before converting them; by default
         the arguments keep their dtypes.
     mode, reference, strategy, projections, dps, seed, batch_size, budget, nonsmooth
-        As in :func:`polygrad.check`; ``reference="auto"`` uses mp when an
-        implementation whose primal values agree with the majority can run on
-        mpmath numbers and the problem is small.
+        As in :func:`polygrad.check`, applied to the implementation the
+        reference comes from (one whose primal values agree with the majority,
+        preferably one that runs on mpmath numbers): ``reference="auto"`` chooses
+        the reference by check's rule, so every implementation gets the verdict
+        check() would give it.
+    policy : Policy, optional
+        The tunables, as in :func:`polygrad.check`.
 
     Returns
     -------
@@ -505,13 +518,74 @@ def compare(
         raise ValueError("compare() needs at least one implementation")
     if not args:
         raise TypeError("compare(implementations, *args): pass the point of the comparison")
-    if reference not in ("auto", "mp", "float64", "working"):
-        raise ValueError(f"reference={reference!r}; choose one of auto, mp, float64, working")
-    if nonsmooth not in ("allow", "within", "fail"):
-        raise ValueError(f"nonsmooth={nonsmooth!r}; choose one of allow, within, fail")
+    p = policy or DEFAULT_POLICY
+    opts = Options(mode, reference, strategy, projections, "inputs", 1, dps, seed, batch_size,
+                   budget, nonsmooth, p)  # fmt: skip
     argnums_t = normalize_argnums(argnums, len(args))
-    args_np = _as_numpy_args(args, dtype)
+    impls = _implementations(implementations, _as_numpy_args(args, dtype), argnums_t, batch_size)
+    ref_impl = _choose_reference(impls, reference)
+    ref_prep, plan, ref = _reference_stages(ref_impl, argnums_t, opts)
+    setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
+                      ref.vouched)  # fmt: skip
+    ref_report = make_report(ref_prep, plan, ref, assess(ref_prep, setting, ref.method, opts),
+                             opts, t_start)  # fmt: skip
+    y_ref, y_ref_err = _reference_primal(ref_prep.target, ref.method, dps)
+    entries = {}
+    for impl in impls:  # the same stages judge every implementation
+        report = ref_report
+        if impl is not ref_impl:
+            judged = assess(_prepared(impl, ref_prep), setting, ref.method, opts, ref_prep.target)
+            report = _report(impl, judged, ref_report, ref_impl.name, nonsmooth)
+        fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
+        entries[impl.name] = _entry(impl, report, fwd, argnums_t)
+    reference_info = _reference_info(ref_impl, ref.method, dps, y_ref, y_ref_err, ref_report)
+    details = _details(impls, ref_impl, ref_report, ref_prep, dtype)
+    details["seconds"] = time.perf_counter() - t_start
+    return Comparison(entries=entries, reference=reference_info, details=details)
 
+
+def _reference_stages(
+    ref_impl: _Impl, argnums: tuple[int, ...], opts: Options
+) -> tuple[Prepared, Any, Any]:
+    """prepare, plan and reference for the implementation the reference comes from."""
+    try:
+        ref_prep = prepare(ref_impl.f, ref_impl.args, argnums, ref_impl.supplied,
+                           ref_impl.backend.name, opts)  # fmt: skip
+        plan = make_plan(ref_prep.target, opts)
+        return ref_prep, plan, compute_reference(ref_prep.target, plan, opts)
+    except Exception as exc:
+        exc.add_note(f"(in the reference run of implementation {ref_impl.name!r})")
+        raise
+
+
+def _reference_info(
+    ref_impl: _Impl, method: str, dps: int, y: np.ndarray, y_err: np.ndarray, report: Report
+) -> dict[str, Any]:
+    """The comparison's ``reference`` dict."""
+    return {
+        "source": ref_impl.name,
+        "backend": ref_impl.backend.name,
+        "method": method,
+        "dps": dps if method == "mp" else None,
+        "primal": y,
+        "primal_error": y_err,
+        "details": report.details.get("reference", {}),
+    }
+
+
+def _implementations(
+    implementations: Mapping[str, Any],
+    args_np: tuple[Any, ...],
+    argnums_t: tuple[int, ...],
+    batch_size: int,
+) -> list[_Impl]:
+    """Every implementation resolved, converted and flattened to a :class:`Target`.
+
+    Raises
+    ------
+    ShapeMismatchError
+        Implementations have different numbers of inputs or outputs.
+    """
     impls: list[_Impl] = []
     for name, spec in implementations.items():
         try:
@@ -523,94 +597,107 @@ def compare(
             exc.add_note(f"(in implementation {name!r} of polygrad.compare)")
             raise
         complex_out = any(leaf.pair for leaf in target.output_layout.leaves)
-        impls.append(_Impl(str(name), be, f, supplied, be_args, target, cinfo.any or complex_out))
+        impls.append(_Impl(str(name), be, f, supplied, be_args, target,
+                           cinfo.any or complex_out, (f_r, args_r, supplied_r)))  # fmt: skip
     sizes = {(i.target.n, i.target.m) for i in impls}
     if len(sizes) > 1:
         shown = ", ".join(f"{i.name}: {i.target.n} in / {i.target.m} out" for i in impls)
         raise ShapeMismatchError(f"the implementations differ in input/output sizes ({shown})")
+    return impls
 
-    ref_impl = _choose_reference(impls, reference)
-    n = ref_impl.target.n
-    ref_option = reference
-    if reference == "auto" and n * n <= 4096 and ref_impl.target.mp_mode():
-        ref_option = "mp"
-    cap: dict[str, Any] = {}
-    try:
-        ref_report = check(
-            ref_impl.f,
-            *ref_impl.args,
-            argnums=argnums_t,
-            backend=ref_impl.backend.name,
-            mode=mode,
-            reference=ref_option,
-            strategy=strategy,
-            projections=projections,
-            dps=dps,
-            seed=seed,
-            batch_size=batch_size,
-            budget=budget,
-            nonsmooth=nonsmooth,
-            _capture=cap,
-            **{k: getattr(ref_impl.supplied, k) for k in ref_impl.supplied.given()},
-        )
-    except Exception as exc:
-        exc.add_note(f"(in the reference run of implementation {ref_impl.name!r})")
-        raise
-    dd = cap["dd"]
-    y_ref, y_ref_err = _reference_primal(cap["target"], cap["ref_method"], dps)
 
-    entries: dict[str, ComparisonEntry] = {}
-    conventions: dict[str, str] = {}
-    for impl in impls:
-        if impl is ref_impl:
-            report = ref_report
-        else:
-            report = _judge(impl, cap, ref_report, nonsmooth, ref_impl.name)
-        t = impl.target
-        fwd, fwd_err, fwd_tol = _forward(t, y_ref, y_ref_err, dd, cap)
-        e = report.entries
-        with np.errstate(all="ignore"):
-            diff = np.abs(e.autodiff - e.reference)
-        at_kink = e.status == SEVERITY[Verdict.NONSMOOTH]
-        kinks = [
-            {
-                "name": e.names[j],
-                "autodiff": float(e.autodiff[j]),
-                "left": float(e.left[j]),
-                "right": float(e.right[j]),
-                "within": bool(e.within_one_sided[j]),
-            }
-            for j in np.flatnonzero(at_kink)
-        ]
-        if impl.complex_any:
-            conventions[impl.name] = impl.backend.complex_convention
-        entries[impl.name] = ComparisonEntry(
-            name=impl.name,
-            backend=impl.backend.name,
-            version=impl.backend.version(),
-            working_dtype=t.working_dtype,
-            forward=fwd,
-            forward_error=fwd_err,
-            forward_tolerance=fwd_tol,
-            gradient=report.verdict,
-            ok=bool(report.ok and fwd == Verdict.PASS),
-            max_error=float(np.nanmax(diff[~at_kink])) if np.any(~at_kink) else float("nan"),
-            error_bar=float(np.nanmax(e.reference_error)) if e.reference_error.size else 0.0,
-            report=report,
-            complex_convention=impl.backend.complex_convention if impl.complex_any else None,
-            complex_native=_native(impl, argnums_t) if impl.complex_any else None,
-            kinks=kinks,
-        )
-    ref_details = ref_report.details
-    reference_info = {
-        "source": ref_impl.name,
-        "backend": ref_impl.backend.name,
-        "method": cap["ref_method"],
-        "dps": dps if cap["ref_method"] == "mp" else None,
-        "primal": y_ref,
-        "primal_error": y_ref_err,
-        "details": ref_details.get("reference", {}),
+def _prepared(impl: _Impl, ref_prep: Prepared) -> Prepared:
+    """An implementation other than the reference's, ready for :func:`assess`.
+
+    Raises
+    ------
+    ValueError
+        It provides neither a VJP nor a JVP.
+    """
+    t = impl.target
+    modes = [md for md in ref_prep.modes if t.has_mode(md)] or [
+        md for md in ("rev", "fwd") if t.has_mode(md)
+    ]
+    if not modes:
+        raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
+    f_r, args_r, supplied_r = impl.realified
+    return Prepared(impl.backend, f_r, args_r, ref_prep.argnums, supplied_r, impl.complex_any,
+                    t, modes, list(t.notes))  # fmt: skip
+
+
+def _report(
+    impl: _Impl, judged: Assessment, ref_report: Report, ref_name: str, nonsmooth: str
+) -> Report:
+    """One implementation's judged entries as a :class:`Report` beside the reference's."""
+    verdict, ok = overall(judged.entries, nonsmooth)
+    t, modes = impl.target, _modes_of(impl, ref_report)
+    details = {
+        k: v
+        for k, v in ref_report.details.items()
+        if k not in ("naive_central_difference", "taylor", "notes", "escalation")
     }
+    rules = dict(details.get("rules", {}))
+    rules["has_float64_autodiff"] = bool(
+        (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
+    )
+    extra = {k: v for k, v in judged.details.items() if k != "notes"}
+    notes = list(t.notes) + judged.details["notes"]
+    notes.append(f"judged against the reference computed from {ref_name!r}")
+    details.update(backend=t.backend, working_dtype=t.working_dtype, eps=t.eps, modes=modes,
+                   rules=rules, notes=notes, **extra)  # fmt: skip
+    return replace(ref_report, verdict=verdict, ok=ok, entries=judged.entries, details=details)
+
+
+def _modes_of(impl: _Impl, ref_report: Report) -> list[str]:
+    t = impl.target
+    return [md for md in ref_report.details["modes"] if t.has_mode(md)] or [
+        md for md in ("rev", "fwd") if t.has_mode(md)
+    ]
+
+
+def _entry(
+    impl: _Impl, report: Report, fwd: tuple[Verdict, float, float], argnums: tuple[int, ...]
+) -> ComparisonEntry:
+    """One row of the comparison."""
+    e = report.entries
+    with np.errstate(all="ignore"):
+        diff = np.abs(e.autodiff - e.reference)
+    at_kink = e.status == SEVERITY[Verdict.NONSMOOTH]
+    kinks = [
+        {
+            "name": e.names[j],
+            "autodiff": float(e.autodiff[j]),
+            "left": float(e.left[j]),
+            "right": float(e.right[j]),
+            "within": bool(e.within_one_sided[j]),
+        }
+        for j in np.flatnonzero(at_kink)
+    ]
+    conv = impl.backend.complex_convention if impl.complex_any else None
+    return ComparisonEntry(
+        name=impl.name,
+        backend=impl.backend.name,
+        version=impl.backend.version(),
+        working_dtype=impl.target.working_dtype,
+        forward=fwd[0],
+        forward_error=fwd[1],
+        forward_tolerance=fwd[2],
+        gradient=report.verdict,
+        ok=bool(report.ok and fwd[0] == Verdict.PASS),
+        max_error=float(np.nanmax(diff[~at_kink])) if np.any(~at_kink) else float("nan"),
+        error_bar=float(np.nanmax(e.reference_error)) if e.reference_error.size else 0.0,
+        report=report,
+        complex_convention=conv,
+        complex_native=_native(impl, argnums) if impl.complex_any else None,
+        kinks=kinks,
+    )
+
+
+def _details(
+    impls: list[_Impl], ref_impl: _Impl, ref_report: Report, ref_prep: Prepared, dtype: Any
+) -> dict[str, Any]:
+    """The comparison's details: sizes, strategy, conventions, notes."""
+    ref_t = ref_prep.target
     notes = [
         f"{impl.name}: {note}"
         for impl in impls
@@ -618,23 +705,22 @@ def compare(
     ]
     notes += [
         f"{impl.name}: its inputs differ from those of the reference run (largest difference "
-        f"{np.max(np.abs(impl.target.x0 - cap['target'].x0)):.3g}); compare in one dtype"
+        f"{np.max(np.abs(impl.target.x0 - ref_t.x0)):.3g}); compare in one dtype"
         for impl in impls
-        if not np.array_equal(impl.target.x0, cap["target"].x0)
+        if not np.array_equal(impl.target.x0, ref_t.x0)
     ]
-    details = {
-        "inputs": n,
-        "outputs": ref_impl.target.m,
-        "input_names": ref_details.get("input_names", []),
+    conventions = {i.name: i.backend.complex_convention for i in impls if i.complex_any}
+    return {
+        "inputs": ref_t.n,
+        "outputs": ref_t.m,
+        "input_names": ref_report.details.get("input_names", []),
         "quantity": ref_report.quantity,
-        "strategy": ref_details.get("strategy"),
-        "modes": cap["modes"],
+        "strategy": ref_report.details.get("strategy"),
+        "modes": ref_prep.modes,
         "dtype": dtype,
         "complex_conventions": conventions,
         "notes": list(dict.fromkeys(notes)),
-        "seconds": time.perf_counter() - t_start,
     }
-    return Comparison(entries=entries, reference=reference_info, details=details)
 
 
 def _native(impl: _Impl, argnums: tuple[int, ...]) -> dict[str, Any] | None:
@@ -711,8 +797,8 @@ def _forward(
     target: Target,
     y_ref: np.ndarray,
     y_ref_err: np.ndarray,
-    dd: Any,
-    cap: dict[str, Any],
+    st: Setting,
+    c_ad: float = C_AD,
 ) -> tuple[Verdict, float, float]:
     """Forward verdict, largest error and its tolerance.
 
@@ -723,11 +809,11 @@ def _forward(
     """
     y = target.y0
     scale = np.abs(y_ref) + np.sqrt(np.mean(y_ref**2))
-    if cap["full"]:
-        J = np.where(np.isfinite(dd.central.value), dd.central.value, 0.0)  # (n, m), scaled
-        xs = np.abs(target.x0) / cap["s"]
+    if st.full:
+        J = np.where(np.isfinite(st.dd.central.value), st.dd.central.value, 0.0)  # (n, m), scaled
+        xs = np.abs(target.x0) / st.s
         scale = scale + np.sum(np.abs(J) * xs[:, None], axis=0)
-    tol = C_AD * target.eps * scale + 2 * y_ref_err
+    tol = c_ad * target.eps * scale + 2 * y_ref_err
     with np.errstate(all="ignore"):
         err = np.abs(y - y_ref)
     finite = np.isfinite(y)
@@ -737,39 +823,3 @@ def _forward(
     worst = int(np.argmax(err / np.maximum(tol, 1e-300)))
     verdict = Verdict.PASS if np.all(err <= tol) else Verdict.MISMATCH
     return verdict, float(err[worst]), float(tol[worst])
-
-
-def _judge(
-    impl: _Impl, cap: dict[str, Any], ref_report: Report, nonsmooth: str, ref_name: str
-) -> Report:
-    """One implementation's autodiff against the captured reference, as a :class:`Report`."""
-    t = impl.target
-    modes = [md for md in cap["modes"] if t.has_mode(md)] or [
-        md for md in ("rev", "fwd") if t.has_mode(md)
-    ]
-    if not modes:
-        raise ValueError(f"implementation {impl.name!r} provides neither a VJP nor a JVP")
-    blocks = _compare_modes(
-        t, cap["dd"], modes, cap["full"], cap["s"], cap["W_all"], cap["rng_state"],
-        cap["ref_eps"], cap["vouched"],
-    )  # fmt: skip
-    entries = _concat_entries(blocks, prefix=len(modes) > 1, modes=modes)
-    verdict, ok = _overall(entries, nonsmooth)
-    details = {
-        k: v
-        for k, v in ref_report.details.items()
-        if k not in ("naive_central_difference", "taylor", "notes")
-    }
-    rules = dict(details.get("rules", {}))
-    rules["has_float64_autodiff"] = bool(
-        (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
-    )
-    details.update(
-        backend=t.backend,
-        working_dtype=t.working_dtype,
-        eps=t.eps,
-        modes=modes,
-        rules=rules,
-        notes=list(t.notes) + [f"judged against the reference computed from {ref_name!r}"],
-    )
-    return replace(ref_report, verdict=verdict, ok=ok, entries=entries, details=details)

@@ -59,7 +59,7 @@ float32 inside a float64 function is not excused as round-off; the derivative's 
 change over a float64 move is taken out by pairing each move with its opposite."""
 
 
-def move_sizes(dtype: np.dtype) -> list[int]:
+def move_sizes(dtype: np.dtype, first: int = ULPS) -> list[int]:
     """The sizes (in ulps of the input) of the moves, smallest first.
 
     ``ULPS``, then ``GROWTH`` times more each time, while the relative move stays
@@ -73,6 +73,8 @@ def move_sizes(dtype: np.dtype) -> list[int]:
     ----------
     dtype : numpy.dtype
         The working dtype of the inputs.
+    first : int
+        The smallest size (``ULPS`` by default, ``Policy.dither_ulps`` in a check).
 
     Returns
     -------
@@ -80,7 +82,7 @@ def move_sizes(dtype: np.dtype) -> list[int]:
     """
     eps = float(np.finfo(dtype).eps)
     largest = LARGEST_MOVE.get(np.dtype(dtype), 2.0**-12)
-    sizes = [ULPS]
+    sizes = [first]
     while sizes[-1] * GROWTH * eps <= largest:
         sizes.append(sizes[-1] * GROWTH)
     return sizes
@@ -93,6 +95,7 @@ def dithered_args(
     rng: np.random.Generator,
     ulps: int = ULPS,
     paired: bool = False,
+    copies: int = DITHERS,
 ) -> list[tuple[Any, ...]] | None:
     """:data:`DITHERS` copies of ``args`` whose differentiated leaves moved a few ulps.
 
@@ -113,6 +116,8 @@ def dithered_args(
         Each move is followed by its opposite (``2 DITHERS`` copies): the even
         part of a pair, ``(a(x + d) + a(x - d)) / 2 - a(x)``, is free of the
         derivative's own linear change over the move.
+    copies : int
+        How many moved copies (``DITHERS`` by default, ``Policy.dithers`` in a check).
 
     Returns
     -------
@@ -121,7 +126,7 @@ def dithered_args(
         a float16, float32 or float64 array (bfloat16 has no NumPy ulp).
     """
     out = []
-    for _ in range(DITHERS):
+    for _ in range(copies):
         plus, minus = list(args), list(args)
         for i in argnums:
             leaves, _paths, treedef = flatten(args[i])

@@ -56,8 +56,6 @@ class GradientCheckError(AssertionError):
     """
 
     def __init__(self, report: object) -> None:
-        from .render import render_text
-
         # plain text: an exception message may end up in a log file or a CI page
-        super().__init__(render_text(report, color=False))  # type: ignore[arg-type]
+        super().__init__(report.to_text(color=False))  # type: ignore[attr-defined]
         self.report = report

@@ -176,6 +176,12 @@ class Report:
 
         return render_text(self)
 
+    def to_text(self, color: bool | None = None) -> str:
+        """The text report (``str(report)``); ``color=False`` for logs and exception messages."""
+        from .render import render_text
+
+        return render_text(self, color=color)
+
     def plot(self, path: Any = None, ax: Any = None) -> Any:
         """Heat map of ``|autodiff - reference| / tolerance`` per Jacobian entry.
 

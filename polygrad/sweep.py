@@ -45,13 +45,18 @@ from typing import Any
 
 import numpy as np
 
+from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from .check import F64_EPS, _ecnoise_step, _ladder, _pow2_scales, _rademacher, normalize_argnums
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise
 from .reference.curvature import derivative_coefficients, rounding_noise
 from .reference.differences import evaluate_ladder
+from .reference.steps import F64_EPS
+from .reference.steps import ecnoise_step as _ecnoise_step
+from .reference.steps import ladder as _ladder
+from .reference.steps import pow2_scales as _pow2_scales
+from .reference.steps import rademacher as _rademacher
 
 __all__ = ["Sweep", "sweep", "sweep_target"]
 

@@ -37,10 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from .check import F64_EPS, _ecnoise_step, _pow2_scales, normalize_argnums
 from .reference import estimate_noise
+from .reference.steps import F64_EPS
+from .reference.steps import ecnoise_step as _ecnoise_step
+from .reference.steps import pow2_scales as _pow2_scales
 
 __all__ = ["TaylorResult", "taylor_test", "taylor_target"]
 

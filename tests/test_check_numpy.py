@@ -9,6 +9,7 @@ import pytest
 
 import polygrad as pg
 from polygrad import Verdict
+from polygrad.policy import Policy
 
 
 def _case1(n: int, at: float, seed: int = 0):
@@ -304,7 +305,7 @@ def test_progress_bar_follows_the_reference_evaluations(monkeypatch):
     import contextlib
     import sys
 
-    check_module = sys.modules["polygrad.check"]
+    reference_stage = sys.modules["polygrad.pipeline.reference"]
     calls = []
 
     @contextlib.contextmanager
@@ -318,11 +319,13 @@ def test_progress_bar_follows_the_reference_evaluations(monkeypatch):
         yield Bar()
         calls.append((total, description, enabled, Bar.done))
 
-    monkeypatch.setattr(check_module, "progress", fake_progress)
+    monkeypatch.setattr(reference_stage, "progress", fake_progress)
     x = np.linspace(0.5, 1.5, 12)
     report = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos, reference="float64")
-    monkeypatch.setattr(check_module, "PROGRESS_AFTER_SECONDS", 0.0)
-    report_long = pg.check(lambda x: np.sum(np.sin(x)), x, grad=np.cos, reference="float64")
+    eager = Policy(progress_after_seconds=0.0)
+    report_long = pg.check(
+        lambda x: np.sum(np.sin(x)), x, grad=np.cos, reference="float64", policy=eager
+    )
     (total, desc, enabled, done), (_, _, enabled_long, done_long) = calls
     assert desc == "polygrad check" and not enabled and enabled_long
     assert done == report.details["reference"]["evaluations"]
@@ -330,20 +333,16 @@ def test_progress_bar_follows_the_reference_evaluations(monkeypatch):
     assert total >= x.size * 2 * 4
 
 
-def test_auto_reference_uses_mp_only_when_affordable(monkeypatch):
+def test_auto_reference_uses_mp_only_when_affordable():
     """reference="auto" times one mp evaluation and keeps mp only if the whole mp
-    reference is estimated to fit in MP_AUTO_SECONDS; otherwise the report says why."""
-    import sys
-
-    check_module = sys.modules["polygrad.check"]
+    reference is estimated to fit in Policy.mp_auto_seconds; otherwise the report says why."""
     x = np.linspace(0.5, 1.5, 4)
     f, g = (
         (lambda x: np.sum(np.exp(x) * np.sin(x))),
         (lambda x: np.exp(x) * (np.sin(x) + np.cos(x))),
     )
     assert pg.check(f, x, grad=g).details["reference"]["method"] == "mp"
-    monkeypatch.setattr(check_module, "MP_AUTO_SECONDS", 0.0)
-    report = pg.check(f, x, grad=g)
+    report = pg.check(f, x, grad=g, policy=Policy(mp_auto_seconds=0.0))
     assert report.verdict == Verdict.PASS
     assert report.details["reference"]["method"] == "float64"
     assert any("an mp reference would take about" in n for n in report.details["notes"])

@@ -68,7 +68,13 @@ def test_wrong_custom_gradient_in_tf_against_correct_jax(dtype):
     assert jax_e.max_error < 64 * np.finfo(dtype).eps
     x_w = X.astype(dtype).astype(np.float64)  # the point, rounded to the working dtype
     expected_jac = np.diag(sigmoid(x_w)).ravel()
-    np.testing.assert_allclose(jax_e.report.entries.reference, expected_jac, rtol=1e-12, atol=1e-15)
+    ref = jax_e.report.entries
+    # the reference is chosen by check's rule: mp for float64 implementations; float64
+    # differences aimed at float32's accuracy for float32 ones, whose error bars hold
+    if dtype == "float64":
+        np.testing.assert_allclose(ref.reference, expected_jac, rtol=1e-12, atol=1e-15)
+    else:
+        assert np.all(np.abs(ref.reference - expected_jac) <= ref.reference_error)
     text = str(c)
     assert re.search(r"^\s+tf\s+tensorflow .*MISMATCH", text, re.M)
     assert re.search(r"^\s+jax\s+jax .*PASS", text, re.M)

@@ -1,0 +1,123 @@
+"""Judge one implementation against a reference: autodiff, round-off allowance, escalation.
+
+The same :func:`assess` serves :func:`polygrad.check` (the implementation is
+the function the reference came from) and :func:`polygrad.compare` (every
+implementation against the one reference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import Target
+from ..report import SEVERITY, Entries, Verdict
+from .autodiff import Setting, autodiff_roundoff, gather
+from .judge import concat_entries, judge
+from .prepare import Options, Prepared
+from .reference import escalate, name_deciders
+
+__all__ = ["Assessment", "assess", "judge_modes"]
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The judged entries of one implementation.
+
+    Attributes
+    ----------
+    entries : Entries
+        Every mode's entries (names prefixed VJP/JVP when several).
+    setting : Setting
+        The reference they were judged against (after any mp escalation).
+    details : dict
+        ``notes`` and, after an escalation, ``escalation``.
+    """
+
+    entries: Entries
+    setting: Setting
+    details: dict[str, Any]
+
+
+def judge_modes(
+    target: Target,
+    st: Setting,
+    modes: list[str],
+    opts: Options,
+    allowances: list[tuple[np.ndarray, np.ndarray]] | None = None,
+) -> list[Entries]:
+    """One judged block per mode, each with cotangents from ``st.rng_state``."""
+    blocks = []
+    for j, md in enumerate(modes):
+        rng = np.random.default_rng()
+        rng.bit_generator.state = st.rng_state
+        allowance = None if allowances is None else allowances[j]
+        blocks.append(judge(gather(target, st, md, rng, allowance, opts.policy)))
+    return blocks
+
+
+def _dither_note(opts: Options) -> str:
+    p = opts.policy
+    return (
+        f"some entries failed: their autodiff values were evaluated again at "
+        f"{p.dithers} inputs moved by up to {p.dither_ulps} ulps (further where a value did not "
+        f"move), and each entry is allowed {p.dither_allowance:g} times the largest move "
+        "(the round-off of evaluating the rule; a wrong rule is wrong by the same amount there)"
+    )
+
+
+def _with_roundoff(
+    prep: Prepared, st: Setting, opts: Options, blocks: list[Entries], notes: list[str]
+) -> tuple[list[Entries], Any]:
+    """Blocks judged again with the measured autodiff round-off, where entries fail."""
+    bad = [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]]
+    failing = [np.isin(b.status, bad) for b in blocks]
+    if opts.wrt != "inputs" or opts.order != 1 or prep.complex_any:
+        return blocks, None
+    if not any(fl.any() for fl in failing):
+        return blocks, None
+    call = (*prep.batch_call, opts.batch_size)
+    allowances = autodiff_roundoff(
+        prep.backend, call, opts.seed, blocks, failing,  # type: ignore[arg-type]
+        lambda t: judge_modes(t, st, prep.modes, opts), prep.target, opts.policy,
+    )  # fmt: skip
+    if allowances is None:
+        return blocks, None
+    notes.append(_dither_note(opts))
+    return judge_modes(prep.target, st, prep.modes, opts, allowances), allowances
+
+
+def assess(
+    prep: Prepared, st: Setting, method: str, opts: Options, ref_target: Target | None = None
+) -> Assessment:
+    """Judge ``prep``'s autodiff against ``st``; allowance for round-off; mp for doubt.
+
+    Parameters
+    ----------
+    prep : Prepared
+        The implementation judged.
+    st : Setting
+        The reference and its directions.
+    method : str
+        The reference's source (``"mp"`` is never escalated).
+    opts : Options
+        ``reference="auto"`` re-examines entries in doubt with mp.
+    ref_target : Target, optional
+        The target the reference came from (default: ``prep.target``).
+    """
+    details: dict[str, Any] = {"notes": []}
+    blocks = judge_modes(prep.target, st, prep.modes, opts)
+    blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
+    if opts.reference == "auto" and method != "mp":
+        # no entry fails on a finite-difference reference while a stronger one can be had
+        W = np.diag(st.s) if st.full else st.W
+        assert W is not None
+        source = prep.target if ref_target is None else ref_target
+        merged = escalate(source, st.dd, blocks, W, opts, details)
+        if merged is not None:
+            st = replace(st, dd=merged)
+            blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
+            name_deciders(blocks, details, method)
+    return Assessment(concat_entries(blocks, prep.modes), st, details)

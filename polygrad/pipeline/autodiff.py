@@ -1,0 +1,319 @@
+"""Autodiff stage: the user's VJPs/JVPs beside the reference, ready for the verdict rule.
+
+:func:`gather` evaluates one mode's autodiff quantities (full Jacobian rows or
+random projections ``uᵀJw``), brings the reference to the same quantities and
+units, and sets each entry's scale: a :class:`~polygrad.pipeline.judge.JudgeInput`.
+:func:`autodiff_roundoff` measures the round-off of the autodiff values by
+evaluating them again at inputs moved by a few ulps (see :mod:`polygrad.dither`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import Backend, Supplied, Target
+from ..dither import dithered_args, move_sizes, spread
+from ..policy import DEFAULT_POLICY, Policy
+from ..reference.differences import DirectionalDerivatives
+from ..report import Entries
+from .judge import JudgeInput
+
+__all__ = ["Setting", "autodiff_roundoff", "function_scale", "gather", "jacobian_scale"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every target is judged against: one reference and its directions.
+
+    Attributes
+    ----------
+    dd : DirectionalDerivatives
+        The reference along every direction, ``(d, m)`` arrays.
+    full : bool
+        The directions are the scaled coordinate directions (full Jacobian).
+    s : ndarray, shape (n,)
+        Direction scales (powers of two).
+    W : ndarray, shape (d, n), or None
+        The projection directions (None for a full check).
+    rng_state : dict
+        Random state the cotangents of every mode are drawn from.
+    ref_eps : float
+        Machine epsilon of the reference's arithmetic.
+    vouched : float
+        Relative accuracy the reference vouches for (0 for mp).
+    """
+
+    dd: DirectionalDerivatives
+    full: bool
+    s: np.ndarray
+    W: np.ndarray | None
+    rng_state: Any
+    ref_eps: float
+    vouched: float
+
+
+def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256) -> Any:
+    assert fn is not None
+    return np.concatenate(
+        [np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)]
+    )
+
+
+def _exact_dot(A: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Row-wise dot products rounded once (``math.fsum``): ``(k, n), (k, n) -> (k, 1)``."""
+    return np.array([[math.fsum(a * w)] for a, w in zip(A, W, strict=True)])
+
+
+def jacobian_scale(J: np.ndarray) -> np.ndarray:
+    """``(n, m)`` scale of each entry of a Jacobian ``J`` (``(n, m)``, rows are inputs).
+
+    ``|J_ji|`` plus the RMS of output ``i``'s entries; an output whose entries are all
+    0 (at a stationary point) takes the RMS of the whole Jacobian: on its own scale, 0,
+    every error bar would be too coarse. Non-finite entries count as absent.
+    """
+    finite = np.where(np.isfinite(J), J, np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column
+        rms = np.sqrt(np.nanmean(finite**2, axis=0))
+        overall = float(np.sqrt(np.nanmean(finite**2))) if np.any(np.isfinite(J)) else 0.0
+    rms = np.where(np.isfinite(rms), rms, 0.0)
+    rms = np.where(rms > 0, rms, overall if np.isfinite(overall) else 0.0)
+    return np.abs(np.where(np.isfinite(J), J, 0.0)) + rms[None, :]
+
+
+def function_scale(y0: np.ndarray) -> np.ndarray:
+    """``(m,)`` size of each output: ``|f_i|``, or the RMS of ``f`` where ``f_i = 0``.
+
+    Divided by an input's scale ``s_j``, it is the size of a derivative that
+    changes ``f_i`` by its own size over a move of the input's size: the scale
+    of an entry whose Jacobian is exactly 0 (nothing else sets one), and of the
+    round-off that a rule inherits from intermediates of the size of ``f``.
+    """
+    a = np.abs(np.where(np.isfinite(y0), y0, 0.0))
+    rms = float(np.sqrt(np.mean(a**2))) if a.size else 0.0
+    return np.where(a > 0, a, rms)
+
+
+def _output_names(target: Target) -> list[str]:
+    return [target.output_layout.name_of(i) for i in range(target.m)]
+
+
+def _sides(dd: DirectionalDerivatives) -> dict[str, Any]:
+    return {
+        "ref": dd.central.value,
+        "ref_err": dd.central.error,
+        "right": dd.right.value,
+        "right_err": dd.right.error,
+        "left": dd.left.value,
+        "left_err": dd.left.error,
+    }
+
+
+def _full(target: Target, st: Setting, md: str) -> tuple[dict[str, Any], Any, Any]:
+    """Autodiff along the unit directions, the reference divided back by ``s_j``."""
+    n, m, s = target.n, target.m, st.s
+    # a scaled direction (s_j subnormal or huge) would underflow in the working dtype
+    I = np.eye(m if md == "rev" else n)
+    fn, fn64 = (target.vjp, target.vjp64) if md == "rev" else (target.jvp, target.jvp64)
+    ad = _rows(fn, I)
+    ad64 = _rows(fn64, I) if fn64 is not None else None
+    if md == "rev":
+        ad, ad64 = ad.T, (ad64.T if ad64 is not None else None)
+    with np.errstate(over="ignore"):
+        q = {k: v / s[:, None] for k, v in _sides(st.dd).items()}
+        fscale = function_scale(target.y0)[None, :] / s[:, None]
+    scale = jacobian_scale(q["ref"])
+    # a reference Jacobian that is exactly 0 takes its scale from autodiff's: a nonzero
+    # autodiff value within a wide error bar is then undecided, never agreement with 0
+    scale = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
+    out = _output_names(target)
+    q.update(scale=scale, fscale=fscale, jumps=st.dd.jump_left | st.dd.jump_right)
+    q["names"] = [
+        (f"{out[i]} / " if m > 1 else "") + target.input_layout.name_of(j)
+        for j in range(n)
+        for i in range(m)
+    ]
+    return q, ad, ad64
+
+
+def _projected_rev(
+    target: Target, st: Setting, rng: np.random.Generator
+) -> tuple[dict[str, Any], Any, Any]:
+    """``uᵀJw`` with random cotangents ``u``; the reference summed against ``u``."""
+    W, m = st.W, target.m
+    assert W is not None
+    k = W.shape[0]
+    U = np.ones((k, m)) if m == 1 else rng.choice([-1.0, 1.0], size=(k, m))
+    A = _rows(target.vjp, U)  # (k, n)
+    # w holds powers of two, so the products are exact; fsum rounds the sum once
+    ad, ad64, terms = _exact_dot(A, W), None, A * W
+    if target.vjp64 is not None:
+        A64 = _rows(target.vjp64, U)
+        ad64, terms = _exact_dot(A64, W), A64 * W
+    q: dict[str, Any] = {}
+    for key, v in _sides(st.dd).items():
+        q[key] = np.sum((np.abs(U) if key.endswith("_err") else U) * v, axis=1, keepdims=True)
+    q["jumps"] = np.any(st.dd.jump_left | st.dd.jump_right, axis=1, keepdims=True)
+    base = np.abs(ad64 if ad64 is not None else ad)
+    q["scale"] = base + np.sqrt(np.sum(terms**2, axis=1, keepdims=True))
+    fs = function_scale(target.y0)
+    q["fscale"] = np.sqrt(np.sum((U * fs) ** 2, axis=1, keepdims=True))
+    q["names"] = [f"uᵀJw[{i}]" for i in range(k)]
+    return q, ad, ad64
+
+
+def _projected_fwd(target: Target, st: Setting) -> tuple[dict[str, Any], Any, Any]:
+    """``Jw`` for the random directions ``w``."""
+    W, m = st.W, target.m
+    assert W is not None
+    ad = _rows(target.jvp, W)  # (k, m)
+    ad64 = _rows(target.jvp64, W) if target.jvp64 is not None else None
+    q: dict[str, Any] = dict(_sides(st.dd))
+    scale = jacobian_scale(q["ref"])
+    q["scale"] = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
+    q["fscale"] = np.broadcast_to(function_scale(target.y0), q["ref"].shape)
+    q["jumps"] = st.dd.jump_left | st.dd.jump_right
+    out = _output_names(target)
+    q["names"] = [
+        f"Jw[{i}]" + (f" {out[o]}" if m > 1 else "") for i in range(W.shape[0]) for o in range(m)
+    ]
+    return q, ad, ad64
+
+
+def gather(
+    target: Target,
+    st: Setting,
+    md: str,
+    rng: np.random.Generator,
+    allowance: tuple[np.ndarray, np.ndarray] | None = None,
+    policy: Policy = DEFAULT_POLICY,
+) -> JudgeInput:
+    """One mode's autodiff quantities beside the reference, as a :class:`JudgeInput`.
+
+    Parameters
+    ----------
+    target : Target
+        The implementation judged.
+    st : Setting
+        The reference and its directions.
+    md : {"rev", "fwd"}
+        VJP or JVP.
+    rng : numpy.random.Generator
+        Source of the cotangents (projections, reverse mode).
+    allowance : (ndarray, ndarray), optional
+        Measured (working, float64) autodiff round-off per entry.
+    policy : Policy
+        Tolerance constants.
+    """
+    if st.full:
+        q, ad, ad64 = _full(target, st, md)
+    elif md == "rev":
+        q, ad, ad64 = _projected_rev(target, st, rng)
+    else:
+        q, ad, ad64 = _projected_fwd(target, st)
+    ad = np.ravel(ad)
+    flat = {k: np.ravel(q[k]) for k in ("ref", "ref_err", "left", "left_err", "right")}
+    fscale = np.ravel(q["fscale"])
+    return JudgeInput(
+        names=q["names"],
+        ad=ad,
+        ad64=np.ravel(ad64) if ad64 is not None else np.full(ad.shape, np.nan),
+        have64=ad64 is not None,
+        right_err=np.ravel(q["right_err"]),
+        jumps=np.ravel(q["jumps"]),
+        scale=np.ravel(q["scale"]),
+        fscale=np.where(np.isfinite(fscale), fscale, 0.0),
+        eps_w=target.eps,
+        ref_eps=st.ref_eps,
+        vouched=st.vouched,
+        allowance_w=None if allowance is None else allowance[0],
+        allowance_64=None if allowance is None else allowance[1],
+        policy=policy,
+        **flat,
+    )
+
+
+def _moved_dtype(target: Target, blocks: list[Entries], wd64: bool) -> np.dtype | None:
+    """The dtype whose ulps the inputs move by, or None when no allowance can be measured."""
+    if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
+        return None
+    try:
+        dtype = np.dtype(target.working_dtype)
+    except TypeError:  # a dtype NumPy does not know (bfloat16 without ml_dtypes)
+        return None
+    if dtype not in (np.float16, np.float32, np.float64):  # bfloat16 (ml_dtypes): not moved
+        return None
+    return dtype
+
+
+def _allow(
+    allow: np.ndarray, b: Entries, others: list[Entries], wd64: bool, factor: float
+) -> np.ndarray:
+    """One block's allowance after one size of move (entries not yet moved get theirs)."""
+    moves = [o.autodiff - b.autodiff for o in others]
+    # per entry, the smallest size of move that moved its value at all
+    new = np.isnan(allow) & (spread(moves) > 0)
+    if wd64:  # the even part of each pair: the derivative's linear change cancels
+        moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
+    else:  # the derivative's own change, from the float64 rule, taken out
+        moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in zip(moves, others, strict=True)]
+    return np.where(new, factor * spread(moves), allow)
+
+
+def autodiff_roundoff(
+    be: Backend,
+    call: tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...], Supplied, int],
+    seed: int,
+    blocks: list[Entries],
+    failing: list[np.ndarray],
+    judge_target: Callable[[Target], list[Entries]],
+    target: Target,
+    policy: Policy = DEFAULT_POLICY,
+) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per block, the (working, float64) allowance for autodiff round-off, or None.
+
+    The autodiff values are evaluated again at inputs moved by a few ulps of
+    the working dtype (``call`` is ``(f, args, argnums, supplied, batch_size)``),
+    and, while some ``failing`` entry's value did not move at all, by larger
+    moves (:func:`polygrad.dither.move_sizes`); each entry gets
+    ``policy.dither_allowance`` times the largest move at the smallest size
+    that moved it. Part of each move is the true change of the derivative over
+    the move, which is not round-off: for a narrower working dtype it is
+    measured by the float64 evaluation of the rule at the same moved inputs and
+    taken out, and the float64 value gets no allowance. A float64 function's
+    moves come in pairs of opposites, and only the even part of each pair
+    counts. None without a float64 evaluation of a narrower rule, or when the
+    inputs cannot be moved (not float16, float32 or float64). Where the
+    function fails at moved inputs, the moves stop.
+    """
+    wd64 = target.working_dtype == "float64"
+    dtype = _moved_dtype(target, blocks, wd64)
+    if dtype is None:
+        return None
+    f, args, argnums, supplied, batch_size = call
+    allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
+    rng = np.random.default_rng([seed, 3])
+    for ulps in move_sizes(dtype, policy.dither_ulps):
+        moved = dithered_args(be, args, argnums, rng, ulps, paired=wd64, copies=policy.dithers)
+        if moved is None:
+            return None
+        try:
+            others = [judge_target(be.make_target(f, a, argnums, supplied, batch_size))
+                      for a in moved]  # fmt: skip
+        except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts
+            break
+        allow = [_allow(al, b, [o[j] for o in others], wd64, policy.dither_allowance)
+                 for j, (al, b) in enumerate(zip(allow, blocks, strict=True))]  # fmt: skip
+        if not any(np.any(fl & np.isnan(al)) for fl, al in zip(failing, allow, strict=True)):
+            break
+    out = []
+    for al in allow:
+        al = np.nan_to_num(al)
+        out.append((al, al) if wd64 else (al, np.zeros_like(al)))
+    return out

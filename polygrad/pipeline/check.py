@@ -1,0 +1,228 @@
+"""check(): autodiff against a reference derivative with a known error → verdicts.
+
+The check is a pipeline of stages passing frozen dataclasses:
+:mod:`~polygrad.pipeline.prepare` (options, target, modes) ->
+:mod:`~polygrad.pipeline.plan` (arithmetic, full or projections, mp, directions) ->
+:mod:`~polygrad.pipeline.reference` (the reference, with fallback and mp escalation) ->
+:mod:`~polygrad.pipeline.autodiff` (VJPs/JVPs beside the reference) ->
+:mod:`~polygrad.pipeline.judge` (the verdict rule) ->
+:mod:`~polygrad.pipeline.explain` (notes and details). Constants ``c_ad`` etc. are
+fields of :class:`polygrad.policy.Policy`.
+
+The decision rule (all quantities per compared entry):
+
+* the reference ``r ± e`` comes from :mod:`polygrad.reference` (mp, float64
+  or working-dtype differences, with Richardson extrapolation and an error
+  bar that is the larger of the truncation estimate and the propagated noise);
+* the autodiff value is allowed the round-off of its own dtype,
+  ``c_ad · eps · scale``, where ``scale`` is the size of the quantity (the
+  entry plus the RMS of its row for Jacobian entries; the entry plus the
+  2-norm of its terms for projections); where the reference's Jacobian is
+  exactly 0, autodiff's own sets the scale, and where both are exactly 0
+  (``floor`` away from its jumps, a stationary point), the function's size
+  per input scale, ``|f_i| / s_j`` (:func:`polygrad.pipeline.autodiff.function_scale`);
+* where a float64 evaluation of the rule decides MISMATCH, the working-dtype
+  value is also allowed ``c_ad · eps · |f_i| / s_j``: the round-off a right
+  rule inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2``
+  from a float32 ``tanh(x)`` one ulp below 1);
+* ``tolerance = 2 e + c_ad · eps · scale`` (``e`` at least the accuracy a
+  finite-difference reference was aimed at; where some entry fails, plus twice
+  the largest move of the autodiff value a few ulps away, see
+  :mod:`polygrad.dither`): MISMATCH when the float64
+  evaluation of the rule (or, without one, the working-dtype evaluation) is
+  further than that from the reference; UNSTABLE when only the working-dtype
+  value is; NONSMOOTH when the left and right derivatives differ beyond their
+  error bars (or a side jumps), also where autodiff returns NaN/Inf there (the
+  norm at 0); NONFINITE when only one side is finite (the values: a finite
+  reference with an infinite error bar is undecided); INCONCLUSIVE when the
+  reference error bar is wider than ``sqrt(eps)·scale`` of the working dtype
+  (where nothing sets a scale, only an infinite error bar is too wide).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..backends.base import Supplied
+from ..errors import GradientCheckError
+from ..policy import DEFAULT_POLICY, Policy
+from ..report import Report
+from .assess import Assessment, assess
+from .autodiff import Setting
+from .explain import explain
+from .judge import overall
+from .plan import Plan, make_plan
+from .prepare import Options, Prepared, prepare
+from .reference import Reference, compute_reference
+
+__all__ = ["assert_gradients", "check", "make_report", "without_gc_pauses"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def without_gc_pauses(fn: _F) -> _F:
+    """Run ``fn`` with the objects that exist before it hidden from the garbage collector.
+
+    A check allocates many short-lived objects, which triggers full
+    collections; each one traverses everything the program holds, and with
+    TensorFlow and Keras loaded that takes about 0.2 s. ``gc.freeze()`` moves
+    the objects that exist before the call to a permanent generation, so
+    collections during the call only traverse what the call allocates (and
+    still free its reference cycles); ``gc.unfreeze()`` returns them after.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled() or gc.get_freeze_count():
+            return fn(*args, **kwargs)
+        gc.freeze()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.unfreeze()
+
+    return wrapper  # type: ignore[return-value]
+
+
+@without_gc_pauses
+def check(
+    f: Callable[..., Any],
+    *args: Any,
+    argnums: int | tuple[int, ...] = 0,
+    backend: str | None = None,
+    grad: Callable[..., Any] | None = None,
+    jac: Callable[..., Any] | None = None,
+    vjp: Callable[..., Any] | None = None,
+    jvp: Callable[..., Any] | None = None,
+    mode: str = "auto",
+    reference: str = "auto",
+    strategy: str = "auto",
+    projections: int = 8,
+    wrt: str = "inputs",
+    order: int = 1,
+    dps: int = 50,
+    seed: int = 0,
+    batch_size: int = 4096,
+    budget: float = 60.0,
+    nonsmooth: str = "allow",
+    policy: Policy | None = None,
+) -> Report:
+    """Check the derivative of ``f`` at ``args`` against a reference with a known error.
+
+    Parameters
+    ----------
+    f : callable
+        The function (or model). Its output may be a scalar, an array, or a
+        tuple/list/dict of arrays.
+    *args
+        Arguments: arrays of one framework (NumPy, PyTorch, JAX, TensorFlow),
+        Python floats, or tuples/lists/dicts of them.
+    argnums : int or tuple of int
+        Which arguments to differentiate (as in ``jax.grad``).
+    backend : str, optional
+        ``"numpy"``, ``"torch"``, ``"jax"`` or ``"tensorflow"``; by default
+        chosen from the array types.
+    grad, jac, vjp, jvp : callable, optional
+        The derivative to check, for functions without autodiff (NumPy): see
+        :class:`polygrad.backends.base.Supplied` for the calling conventions.
+    mode : {"auto", "rev", "fwd", "both"}
+        Check reverse mode (VJP), forward mode (JVP) or both. ``"auto"``:
+        reverse when available.
+    reference : {"auto", "mp", "float64", "working"}
+        Source of the reference derivative. ``"auto"`` uses mp when the
+        function runs on mpmath numbers, the working dtype is float64 and the
+        problem is small; otherwise float64 differences; otherwise
+        working-dtype differences (with honestly wider error bars).
+    strategy : {"auto", "full", "projections"}
+        Compare every Jacobian entry, or random projections ``uᵀJw``.
+        ``"auto"``: full when its estimated cost is within ``budget`` seconds.
+    projections : int
+        Number of random directions in projection mode.
+    wrt : {"inputs", "parameters"}
+        Differentiate with respect to the arguments or the model's parameters.
+    order : {1, 2}
+        2 checks the gradient of the gradient (Hessian-vector products).
+    dps : int
+        Decimal digits for the mp reference.
+    seed : int
+        Seed of the random directions and cotangents.
+    batch_size : int
+        Largest number of points evaluated in one call.
+    budget : float
+        Seconds a full Jacobian check may take before projections are used.
+    nonsmooth : {"allow", "within", "fail"}
+        What ``report.ok`` makes of NONSMOOTH entries. ``"allow"`` (default):
+        a point of non-differentiability is not a gradient error. ``"within"``:
+        autodiff must lie between the left and right derivatives — right for
+        one elementary kink (relu, abs, max), too strict for compositions, where
+        autodiff may legitimately return other values (Bolte & Pauwels,
+        "A mathematical model for automatic differentiation in machine
+        learning", NeurIPS 2020). ``"fail"``: any NONSMOOTH entry fails.
+    policy : Policy, optional
+        The tunables (tolerances, ladder lengths, budgets): see
+        :class:`polygrad.policy.Policy`; :data:`~polygrad.policy.DEFAULT_POLICY` by default.
+
+    Returns
+    -------
+    Report
+        ``report.verdict``, ``report.ok``, ``print(report)``, ``report.to_dict()``.
+
+    Raises
+    ------
+    InputTypeError
+        Integer or bool inputs. (Complex inputs are checked through their
+        realification, in polygrad's convention: see :mod:`polygrad.complex`.)
+    InputValueError
+        NaN/Inf in the inputs, or a non-finite function value at the point.
+    ShapeMismatchError
+        A supplied derivative has the wrong shape.
+    NondeterministicFunctionError
+        Two evaluations at the same input differ (e.g. dropout in training mode).
+    InputMutationError
+        The function modifies its input in place.
+    MissingBackendError
+        The framework for these arrays is not installed.
+    """
+    t_start = time.perf_counter()
+    opts = Options(mode, reference, strategy, projections, wrt, order, dps, seed, batch_size,
+                   budget, nonsmooth, policy or DEFAULT_POLICY)  # fmt: skip
+    prep = prepare(f, args, argnums, Supplied(grad, jac, vjp, jvp), backend, opts)
+    plan = make_plan(prep.target, opts)
+    ref = compute_reference(prep.target, plan, opts)
+    setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
+                      ref.vouched)  # fmt: skip
+    judged = assess(prep, setting, ref.method, opts)
+    return make_report(prep, plan, ref, judged, opts, t_start)
+
+
+def make_report(
+    prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options, t_start: float
+) -> Report:
+    """The :class:`Report` of one implementation judged in full (verdict, details)."""
+    verdict, ok = overall(judged.entries, opts.nonsmooth)
+    details = explain(prep, plan, ref, judged, verdict, opts)
+    details["seconds"] = time.perf_counter() - t_start
+    quantity = "Jacobian entries" if plan.full else "projections uᵀJw"
+    return Report(verdict=verdict, ok=ok, entries=judged.entries, quantity=quantity,
+                  details=details)  # fmt: skip
+
+
+def assert_gradients(f: Callable[..., Any], *args: Any, **options: Any) -> Report:
+    """Run :func:`check` and raise :class:`GradientCheckError` unless ``report.ok``.
+
+    Takes the same arguments as :func:`check`. Returns the report when it
+    passes, so it can be inspected further.
+
+    Raises
+    ------
+    GradientCheckError
+        An ``AssertionError`` whose message is the full text report.
+    """
+    report = check(f, *args, **options)
+    if not report.ok:
+        raise GradientCheckError(report)
+    return report

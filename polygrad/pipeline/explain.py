@@ -1,0 +1,231 @@
+"""Explain stage: the notes and the ``details`` dict of a :class:`~polygrad.Report`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import Target, describe_exception
+from ..reference import estimate_noise
+from ..reference.curvature import derivative_coefficients, rounding_noise
+from ..reference.steps import F64_EPS, ecnoise_step
+from ..report import SEVERITY, Entries, Verdict
+from .assess import Assessment
+from .plan import Plan, raising_points_as_nan
+from .prepare import Options, Prepared
+from .reference import Reference
+
+__all__ = ["edge_notes", "explain", "naive_roundoff"]
+
+
+def edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:
+    """Notes on entries decided at the edges: NaN at a kink, an unbounded reference.
+
+    Parameters
+    ----------
+    entries : Entries
+        The judged entries (``(K,)`` arrays).
+    f0 : ndarray, shape (m,)
+        The function at the point, in the reference's arithmetic.
+
+    Returns
+    -------
+    list of str
+    """
+    notes = []
+    kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+    nan_at_kink = kink & ~np.isfinite(entries.autodiff)
+    if np.any(nan_at_kink):
+        k = int(np.sum(nan_at_kink))
+        notes.append(
+            f"autodiff returned NaN/Inf at {k} entr{'y' if k == 1 else 'ies'} where f is not "
+            "differentiable (left and right derivatives differ, or one is infinite): a kink, "
+            "not a NaN trap at a smooth point; a NaN lies within no one-sided derivative, so "
+            "nonsmooth='within' fails it"
+        )
+    unbounded = np.isfinite(entries.reference) & ~np.isfinite(entries.reference_error)
+    unbounded &= entries.status == SEVERITY[Verdict.INCONCLUSIVE]
+    if np.any(unbounded):
+        k = int(np.sum(unbounded))
+        size = float(np.max(np.abs(f0))) if f0.size else 0.0
+        notes.append(
+            f"{k} entr{'y is' if k == 1 else 'ies are'} INCONCLUSIVE with an unbounded reference "
+            f"error bar: f (of size {size:.3g}) does not change measurably under steps scaled "
+            "to those inputs (magnitudes too far from f's for differences to bound their "
+            "derivatives); both sides are finite, so this is not NONFINITE"
+        )
+    return notes
+
+
+def naive_roundoff(
+    target: Target, direction: np.ndarray, ref_fn: Callable[[np.ndarray], np.ndarray] | None
+) -> dict[str, Any] | None:
+    """Predict the error of a plain fixed-step central difference in the working dtype.
+
+    The same estimators as :func:`polygrad.sweep` (one random direction): the
+    working-dtype noise and, from float64 evaluations, the third derivative.
+    """
+    W = direction[None, :]
+    try:
+        sig = rounding_noise(
+            target.evaluate, target.x0, W, target.y0, target.eps, ecnoise_step(target.eps)
+        )[0]
+    except Exception:  # noqa: BLE001 - only an explanation; never fail the check on it
+        return None
+    i = int(np.argmax(sig))
+    sigma = float(sig[i])
+    out: dict[str, Any] = {
+        "noise": sigma,
+        "noise_ulps": sigma / max(target.eps * abs(target.y0[i]), 1e-300),
+    }
+    if ref_fn is not None:
+        f0 = ref_fn(target.x0[None, :])[0]
+        noise64 = estimate_noise(ref_fn, target.x0, W, f0, F64_EPS, ecnoise_step(F64_EPS))
+        _, _, g3, g3_err = derivative_coefficients(
+            ref_fn, target.x0, W, f0, noise64.sigma, F64_EPS, 4096
+        )
+        # a third derivative within its own error bar is no evidence of curvature
+        third = float(abs(g3[0, i])) if abs(g3[0, i]) > g3_err[0, i] else 0.0
+        out["third_derivative"] = third
+        if third > 0 and sigma > 0:
+            h_opt = (3 * sigma / third) ** (1 / 3)
+            out["optimal_step"] = h_opt
+            out["optimal_error"] = third * h_opt**2 / 6 + sigma / h_opt
+    out["example_step"] = 2.0**-13
+    out["example_error"] = sigma / 2.0**-13
+    return out
+
+
+def median_relative(value: np.ndarray, error: np.ndarray) -> float:
+    """Median of error / (|value| + RMS of the values): relative error bars robust to zeros."""
+    v = np.where(np.isfinite(value), value, 0.0)
+    with np.errstate(all="ignore"):
+        scale = np.abs(v) + np.sqrt(np.mean(v**2, axis=0, keepdims=True))
+        rel = error / scale
+    rel = rel[np.isfinite(rel)]
+    return float(np.median(rel)) if rel.size else float("nan")
+
+
+def detection_power(
+    entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray
+) -> dict[str, Any]:
+    """What size of gradient error the projections would have caught."""
+    tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
+    tau = float(np.nanmin(tol)) if tol.size else float("nan")
+    # one wrong entry j shifts every Rademacher projection by |delta_j| s_j
+    single = tau / s
+    # an error spread over many entries: delta·w is about N(0, |delta ⊙ s|²); all k
+    # projections miss with probability (sqrt(2/pi) tau / |delta ⊙ s|)^k
+    spread = float(np.sqrt(2 / np.pi) * tau / 0.01 ** (1.0 / k))
+    return {
+        "count": k,
+        "threshold": tau,
+        "single_entry_error_caught": float(np.median(single)),
+        "spread_error_norm_caught_99": spread,
+    }
+
+
+def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> dict[str, Any]:
+    p, info = opts.policy, ref.noise
+    size = max(np.max(np.abs(plan.f0)), 1e-300)
+    return {
+        "method": ref.method,
+        "dps": opts.dps if ref.method == "mp" else None,
+        "noise": float(np.median(dd.central.noise)),
+        "noise_max": float(np.max(dd.central.noise)),
+        "noise_detected_fraction": info["detected"] / max(info["total"], 1),
+        "noise_measured_along": (
+            "each direction"
+            if plan.shared_noise_dirs is None
+            else f"{p.shared_noise_directions} sampled directions "
+            f"({p.shared_noise_margin:g} x the smallest used for all)"
+        ),
+        "target_accuracy": plan.accuracy,
+        "noise_relative": float(np.median(np.max(dd.central.noise, axis=1) / size)),
+        "median_step": float(np.median(dd.central.step)),
+        "median_relative_error": median_relative(dd.central.value, dd.central.error),
+        "evaluations": int(dd.central.evaluations + info["evaluations"]),
+        "seconds": ref.seconds,
+    }
+
+
+def _resolution_note(target: Target, method: str, small: bool, resolution: float) -> str:
+    """Why a float64 rule can be wrong by less than a difference quotient resolves."""
+    why = target.mp_unavailable_reason or "the function cannot run on mpmath numbers"
+    if not small and "mp" in target.deferred:  # not worth capturing to say so
+        hint = "reference='mp' (if the function runs on mpmath numbers) resolves far smaller ones"
+    elif target.mp_mode():
+        hint = "reference='mp' resolves far smaller ones"
+    else:
+        hint = f"an mp reference would resolve far smaller ones, but it is unavailable ({why})"
+    return (
+        f"the reference is {method} central differences: this check cannot resolve "
+        f"gradient errors below about {resolution:.1g} relative; " + hint
+    )
+
+
+def _summary(prep: Prepared, plan: Plan, ref: Reference, a: Assessment, opts: Options) -> dict:
+    t, modes = prep.target, prep.modes
+    has64 = (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
+    return dict(
+        nonsmooth=opts.nonsmooth,  # the option, for the report's explanation of NONSMOOTH
+        backend=t.backend,
+        working_dtype=t.working_dtype,
+        eps=t.eps,
+        inputs=t.n,
+        outputs=t.m,
+        input_names=[leaf.name for leaf in t.input_layout.leaves],
+        modes=modes,
+        strategy="full" if plan.full else "projections",
+        reference=_reference_details(plan, ref, a.setting.dd, opts),
+        rules={
+            "tolerance": f"2 x reference error bar + {opts.policy.c_ad:g} x eps x scale",
+            "has_float64_autodiff": bool(has64),
+        },
+    )
+
+
+def _taylor(target: Target, mode: str, seed: int) -> dict[str, Any] | None:
+    try:  # supporting evidence only: never fails a check
+        from .. import taylor
+
+        return taylor.taylor_target(target, mode=mode, seed=seed).to_dict()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def explain(
+    prep: Prepared, plan: Plan, ref: Reference, a: Assessment, verdict: Verdict, opts: Options
+) -> dict[str, Any]:
+    """The report's ``details``: notes, the reference, the rules, supporting evidence."""
+    t = prep.target
+    details: dict[str, Any] = {
+        "notes": prep.notes + plan.notes + ref.notes + a.details["notes"],
+        **{k: v for k, v in a.details.items() if k != "notes"},
+    }
+    details["notes"] += edge_notes(a.entries, plan.f0)
+    details.update(_summary(prep, plan, ref, a, opts))
+    if not plan.full:
+        details["projections"] = detection_power(a.entries, opts.projections, plan.W, plan.s)
+    if ref.method != "mp" and t.working_dtype == "float64" and verdict == Verdict.PASS:
+        resolution = opts.policy.tolerance_factor * details["reference"]["median_relative_error"]
+        details["reference"]["resolution"] = resolution
+        details["notes"].append(_resolution_note(t, ref.method, plan.small, resolution))
+    if plan.raised:
+        details["notes"].append(
+            f"the function raised {describe_exception(plan.raised['first'])} at "
+            f"{plan.raised['count']} of the points near x that the reference needed; they "
+            "count as points where it is not finite"
+        )
+    if t.working_dtype != "float64":
+        g64 = None if t.evaluate64 is None else raising_points_as_nan(t.evaluate64, t.m, {})
+        rnd = naive_roundoff(t, plan.noise_dir, g64)
+        if rnd is not None:
+            details["naive_central_difference"] = rnd
+    details["notes"] = list(dict.fromkeys(details["notes"] + list(t.notes)))
+    taylor = _taylor(t, prep.modes[0], opts.seed)
+    if taylor is not None:
+        details["taylor"] = taylor
+    return details

@@ -1,0 +1,378 @@
+"""The verdict rule: one entry's evidence in, one verdict out.
+
+:func:`judge` takes a :class:`JudgeInput` (the autodiff values, the reference
+with its error bars and one-sided estimates, and the scales that set the
+round-off allowed), works out the :class:`Findings` of every entry
+(:func:`findings`), and applies the precedence table of :func:`verdict_rule`.
+The same function judges every implementation in :func:`polygrad.check` and
+:func:`polygrad.compare`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..policy import DEFAULT_POLICY, Policy
+from ..reference.steps import F64_EPS
+from ..report import SEVERITY, Entries, Verdict
+
+__all__ = [
+    "DOUBT",
+    "Findings",
+    "JudgeInput",
+    "concat_entries",
+    "findings",
+    "judge",
+    "overall",
+    "too_coarse",
+    "verdict_rule",
+]
+
+DOUBT = (Verdict.MISMATCH, Verdict.UNSTABLE, Verdict.INCONCLUSIVE)
+"""Verdicts that an entry gets only after the strongest available reference agrees."""
+
+
+@dataclass(frozen=True)
+class JudgeInput:
+    """Everything the verdict rule reads, per entry (all arrays ``(K,)``, float64).
+
+    Attributes
+    ----------
+    names : list of str
+        Entry names.
+    ad, ad64 : ndarray
+        Autodiff in the working dtype, and evaluated in float64 (NaN without one).
+    have64 : bool
+        Whether ``ad64`` holds a float64 evaluation of the rule.
+    ref, ref_err, left, left_err, right, right_err : ndarray
+        Central, left and right reference estimates and their error bars.
+    jumps : ndarray of bool
+        A one-sided difference table saw a jump.
+    scale : ndarray
+        Size of each entry (see :func:`polygrad.pipeline.autodiff.jacobian_scale`).
+    fscale : ndarray
+        The function's size per input scale (``|f_i| / s_j``).
+    eps_w, ref_eps : float
+        Machine epsilon of the working dtype and of the reference's arithmetic.
+    vouched : float
+        Relative accuracy the reference was aimed at (0 for mp).
+    allowance_w, allowance_64 : ndarray or None
+        Measured autodiff round-off (see :mod:`polygrad.dither`), or None.
+    policy : Policy
+        ``c_ad`` and ``tolerance_factor``.
+    """
+
+    names: list[str]
+    ad: np.ndarray
+    ad64: np.ndarray
+    have64: bool
+    ref: np.ndarray
+    ref_err: np.ndarray
+    left: np.ndarray
+    left_err: np.ndarray
+    right: np.ndarray
+    right_err: np.ndarray
+    jumps: np.ndarray
+    scale: np.ndarray
+    fscale: np.ndarray
+    eps_w: float
+    ref_eps: float
+    vouched: float = 0.0
+    allowance_w: np.ndarray | None = None
+    allowance_64: np.ndarray | None = None
+    policy: Policy = DEFAULT_POLICY
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the evidence says about each entry (boolean arrays ``(K,)``), before precedence.
+
+    Attributes
+    ----------
+    nonsmooth : left/right/central estimates disagree, or a side jumps.
+    ad_finite : the autodiff values (and the float64 ones, where present) are finite.
+    ref_finite : the reference value is finite.
+    bad_64 : the rule (float64 evaluation, else the working one) is outside tolerance.
+    bad_w : the working-dtype value is outside tolerance.
+    have64 : a float64 evaluation of the rule exists (one bool for all entries).
+    coarse : the reference error bar is too wide to decide.
+    """
+
+    nonsmooth: np.ndarray
+    ad_finite: np.ndarray
+    ref_finite: np.ndarray
+    bad_64: np.ndarray
+    bad_w: np.ndarray
+    have64: bool
+    coarse: np.ndarray
+
+
+def verdict_rule(fd: Findings) -> np.ndarray:
+    """Per entry, the severity code (:data:`polygrad.report.SEVERITY`) of its verdict.
+
+    The first row whose condition holds decides (rows in this order)::
+
+        row  condition                                      verdict
+        ---  ---------------------------------------------  ------------
+         1   nonsmooth and autodiff not finite              NONSMOOTH
+         2   reference and autodiff both not finite         INCONCLUSIVE
+         3   reference finite != autodiff finite            NONFINITE
+         4   nonsmooth                                      NONSMOOTH
+         5   the rule (float64, else working) is off        MISMATCH
+         6   only the working-dtype value is off (have64)   UNSTABLE
+         7   the reference error bar is too coarse          INCONCLUSIVE
+         8   otherwise                                      PASS
+
+    NaN/Inf from autodiff where ``f`` has a kink (the norm at 0) is a kink
+    first (row 1); at a smooth point it is NONFINITE (row 3).
+
+    Parameters
+    ----------
+    fd : Findings
+        Boolean arrays of one shape ``(K,)``.
+
+    Returns
+    -------
+    ndarray of int64, shape (K,)
+    """
+    rows = [
+        (fd.nonsmooth & ~fd.ad_finite, Verdict.NONSMOOTH),
+        (~fd.ref_finite & ~fd.ad_finite, Verdict.INCONCLUSIVE),
+        (fd.ref_finite != fd.ad_finite, Verdict.NONFINITE),
+        (fd.nonsmooth, Verdict.NONSMOOTH),
+        (fd.bad_64, Verdict.MISMATCH),
+        (fd.bad_w & fd.have64, Verdict.UNSTABLE),
+        (fd.coarse, Verdict.INCONCLUSIVE),
+    ]
+    shape = np.shape(fd.nonsmooth)
+    conditions = [np.broadcast_to(np.asarray(c, dtype=bool), shape) for c, _ in rows]
+    choices = [SEVERITY[v] for _, v in rows]
+    return np.select(conditions, choices, default=SEVERITY[Verdict.PASS]).astype(np.int64)
+
+
+def too_coarse(
+    ref_err: np.ndarray, scale: np.ndarray, eps_w: float, policy: Policy = DEFAULT_POLICY
+) -> np.ndarray:
+    """Where the reference's error bar is too wide to decide: ``2 e > sqrt(eps) scale``.
+
+    Where nothing sets a scale (``scale == 0``: ``f`` and its Jacobian are both
+    exactly 0, e.g. a squared residual at its zero), the error bar is its own
+    scale, and only an infinite one is too wide.
+    """
+    with np.errstate(all="ignore"):
+        relative = ~(policy.tolerance_factor * ref_err <= np.sqrt(eps_w) * scale)
+        return np.where(scale > 0, relative, ~np.isfinite(ref_err))
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """The reference chosen per entry, its tolerances, and the findings."""
+
+    ref: np.ndarray
+    ref_err: np.ndarray
+    tol_w: np.ndarray
+    tol_64: np.ndarray
+    within: np.ndarray
+    findings: Findings
+
+
+def judge(inp: JudgeInput) -> Entries:
+    """Apply the decision rule (see :mod:`polygrad.pipeline.check`) to every entry.
+
+    Parameters
+    ----------
+    inp : JudgeInput
+        The evidence, ``(K,)`` arrays.
+
+    Returns
+    -------
+    Entries
+        Per entry: values, the reference used, tolerances and the verdict code.
+    """
+    ev = findings(inp)
+    fd = ev.findings
+    status = verdict_rule(fd)
+    return Entries(
+        names=inp.names,
+        autodiff=inp.ad,
+        autodiff64=inp.ad64,
+        reference=ev.ref,
+        reference_error=ev.ref_err,
+        left=inp.left,
+        left_error=inp.left_err,
+        right=inp.right,
+        right_error=inp.right_err,
+        tolerance=ev.tol_w,
+        tolerance64=np.where(inp.have64, ev.tol_64, np.nan),
+        status=status,
+        within_one_sided=np.where(fd.nonsmooth, ev.within, True),
+    )
+
+
+class _Rule:
+    """The tolerances of one :class:`JudgeInput` (helpers of :func:`findings`)."""
+
+    def __init__(self, inp: JudgeInput, scale: np.ndarray, fscale: np.ndarray) -> None:
+        self.inp, self.scale, self.p = inp, scale, inp.policy
+        self.least = inp.vouched * scale
+        none = np.zeros_like(inp.ad)
+        self.extra_w = none if inp.allowance_w is None else np.nan_to_num(inp.allowance_w)
+        self.extra_64 = none if inp.allowance_64 is None else np.nan_to_num(inp.allowance_64)
+        # (a float64 working dtype has nothing narrower to excuse)
+        narrow = inp.have64 and inp.eps_w > F64_EPS
+        self.scale_w = np.maximum(scale, fscale) if narrow else scale
+
+    def vouch(self, e: np.ndarray) -> np.ndarray:
+        return np.where(e < self.least, self.least, e)  # NaN stays NaN
+
+    def tolerances(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(working dtype, float64) tolerances around a reference with error bar ``e``."""
+        two_e = self.p.tolerance_factor * self.vouch(e)
+        return (
+            two_e + self.p.c_ad * self.inp.eps_w * self.scale + self.extra_w,
+            two_e + self.p.c_ad * F64_EPS * self.scale + self.extra_64,
+        )
+
+    def agree(self, a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray) -> np.ndarray:
+        slack = self.p.c_ad * self.inp.ref_eps * self.scale
+        return np.abs(a - b) <= self.p.tolerance_factor * (self.vouch(ea) + self.vouch(eb)) + slack
+
+    def fits_a_side(self, a: np.ndarray, eps: float, coarse: np.ndarray) -> np.ndarray:
+        # a coarse central estimate is only as good as its error bar, which can be
+        # wrong where the steps are far beyond the function's length scale; where the
+        # left or right estimate (each with its own bar) still admits the value, the
+        # evidence of a wrong rule is not conclusive
+        inp, k = self.inp, self.p.tolerance_factor
+        room = self.p.c_ad * eps * self.scale
+        fit_l = np.abs(a - inp.left) <= k * self.vouch(inp.left_err) + room
+        fit_r = np.abs(a - inp.right) <= k * self.vouch(inp.right_err) + room
+        return coarse & (fit_l | fit_r)
+
+
+def _central_or_a_side(inp: JudgeInput) -> tuple[np.ndarray, np.ndarray]:
+    """The central reference, or where it is missing (``f`` not finite on one side) a side."""
+    central_ok = np.isfinite(inp.ref) & np.isfinite(inp.ref_err)
+    right_ok = np.isfinite(inp.right) & np.isfinite(inp.right_err)
+    use_r = ~central_ok & right_ok & ~inp.jumps
+    use_l = ~central_ok & ~use_r & np.isfinite(inp.left) & np.isfinite(inp.left_err) & ~inp.jumps
+    ref = np.where(use_r, inp.right, np.where(use_l, inp.left, inp.ref))
+    ref_err = np.where(use_r, inp.right_err, np.where(use_l, inp.left_err, inp.ref_err))
+    return ref, ref_err
+
+
+def _smoothness(
+    inp: JudgeInput, rule: _Rule, ref: np.ndarray, ref_err: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(nonsmooth, consistent): do the central, left and right estimates share one limit?"""
+    left, le, right, re = inp.left, inp.left_err, inp.right, inp.right_err
+    ref_finite = np.isfinite(ref) & np.isfinite(ref_err)
+    sides_finite = np.isfinite(left) & np.isfinite(right)
+    consistent = (
+        rule.agree(left, le, right, re)
+        & rule.agree(ref, ref_err, left, le)
+        & rule.agree(ref, ref_err, right, re)
+    )
+    kink = sides_finite & ref_finite & ~consistent
+    kink |= sides_finite & ~ref_finite & ~rule.agree(left, le, right, re)
+    return kink | inp.jumps, consistent & sides_finite
+
+
+def findings(inp: JudgeInput) -> _Evidence:
+    """The reference per entry, its tolerances and the :class:`Findings` of the rule.
+
+    ``vouched`` (the relative accuracy the reference was aimed at) is a floor on
+    the reference's error; ``allowance_*`` add measured autodiff round-off;
+    ``fscale`` sets the scale where the Jacobian is exactly 0 and, where a
+    float64 rule decides, the round-off a working-dtype rule inherits from
+    intermediates of the size of ``f`` (``1 - tanh(x)^2`` from a float32
+    ``tanh(x)`` one ulp below 1): UNSTABLE only beyond ``c_ad eps`` times it.
+    """
+    p = inp.policy
+    with np.errstate(all="ignore"):
+        ref, ref_err = _central_or_a_side(inp)
+        # a finite reference with an infinite error bar is undecided, not non-finite
+        ref_value_finite = np.isfinite(ref)
+        scale = np.where(np.isfinite(inp.scale), inp.scale, 0.0)
+        scale = np.where(scale > 0, scale, inp.fscale)  # an exactly-0 Jacobian: f's size
+        rule = _Rule(inp, scale, inp.fscale)
+        nonsmooth, candidate = _smoothness(inp, rule, ref, ref_err)
+        # only where the central estimate is too coarse does a consistent, more accurate
+        # one-sided estimate take its place (one-sided tableaus converge at first order)
+        candidate &= too_coarse(ref_err, scale, inp.eps_w, p)
+        pick_r = candidate & (inp.right_err < ref_err) & (inp.right_err <= inp.left_err)
+        pick_l = candidate & ~pick_r & (inp.left_err < ref_err)
+        ref = np.where(pick_r, inp.right, np.where(pick_l, inp.left, ref))
+        ref_err = np.where(pick_r, inp.right_err, np.where(pick_l, inp.left_err, ref_err))
+        tol_w, tol_64 = rule.tolerances(ref_err)
+        lo, hi = np.fmin(inp.left, inp.right), np.fmax(inp.left, inp.right)
+        within = (inp.ad >= lo - tol_w) & (inp.ad <= hi + tol_w)
+        ad_finite = np.isfinite(inp.ad) & (np.isfinite(inp.ad64) | ~inp.have64)
+        coarse = too_coarse(ref_err, scale, inp.eps_w, p)
+        bad_w = ~(np.abs(inp.ad - ref) <= tol_w) & ~rule.fits_a_side(inp.ad, inp.eps_w, coarse)
+        bad_64 = bad_w
+        if inp.have64:
+            bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
+                inp.ad64, F64_EPS, coarse
+            )
+        # a right rule (float64 agrees) is UNSTABLE only beyond the round-off it inherits
+        # from intermediates of the size of f; the entries it excuses show that tolerance
+        tol_f = tol_w + p.c_ad * inp.eps_w * np.maximum(rule.scale_w - scale, 0.0)
+        excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
+        fd = Findings(
+            nonsmooth=nonsmooth,
+            ad_finite=ad_finite,
+            ref_finite=ref_value_finite,
+            bad_64=bad_64,
+            bad_w=bad_w & ~excused,
+            have64=inp.have64,
+            coarse=coarse,
+        )
+    return _Evidence(ref, ref_err, np.where(excused, tol_f, tol_w), tol_64, within, fd)
+
+
+def overall(entries: Entries, nonsmooth: str) -> tuple[Verdict, bool]:
+    """The worst verdict of ``entries`` and whether the check passes under ``nonsmooth``.
+
+    ``nonsmooth`` is ``check``'s option: ``"allow"`` passes NONSMOOTH,
+    ``"within"`` passes it when every entry at a kink lies within its one-sided
+    derivatives, anything else passes PASS only.
+    """
+    worst = int(entries.status.max()) if entries.status.size else 0
+    verdict = {v: k for k, v in SEVERITY.items()}[worst]
+    if nonsmooth == "allow":
+        return verdict, verdict in (Verdict.PASS, Verdict.NONSMOOTH)
+    if nonsmooth == "within":
+        at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+        within = bool(np.all(entries.within_one_sided[at_kink]))
+        return verdict, verdict == Verdict.PASS or (verdict == Verdict.NONSMOOTH and within)
+    return verdict, verdict == Verdict.PASS
+
+
+_FIELDS = (
+    "autodiff",
+    "autodiff64",
+    "reference",
+    "reference_error",
+    "left",
+    "left_error",
+    "right",
+    "right_error",
+    "tolerance",
+    "tolerance64",
+    "status",
+    "within_one_sided",
+)
+
+
+def concat_entries(blocks: list[Entries], modes: list[str]) -> Entries:
+    """One :class:`Entries` from one block per mode (names prefixed VJP/JVP when several)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    names = []
+    for md, b in zip(modes, blocks, strict=True):
+        tag = "VJP" if md == "rev" else "JVP"
+        names += [f"{tag} {nm}" for nm in b.names]
+    fields = {name: np.concatenate([getattr(b, name) for b in blocks]) for name in _FIELDS}
+    return Entries(names=names, **fields)

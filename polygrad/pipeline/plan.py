@@ -1,0 +1,209 @@
+"""Plan stage: the reference's arithmetic, full Jacobian or projections, mp or not, directions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import Target
+from ..reference.steps import F64_EPS, ladder, pow2_scales, rademacher
+from .prepare import Options
+
+__all__ = ["Plan", "make_plan", "raising_points_as_nan"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the reference is computed.
+
+    Attributes
+    ----------
+    ref_fn : callable ``(B, n) -> (B, m)``
+        The evaluation the reference differentiates (raising points give NaN).
+    ref_eps : float
+        Its machine epsilon.
+    method : {"mp", "float64", "working"}
+        The reference's source.
+    f0 : ndarray, shape (m,)
+        ``ref_fn`` at ``x0``.
+    raised : dict
+        Filled while the reference runs: the first exception of ``f`` and how many
+        points raised (see :func:`raising_points_as_nan`).
+    s : ndarray, shape (n,)
+        Direction scales.
+    accuracy : float
+        Relative accuracy the finite-difference reference aims at.
+    ladder : (float, int)
+        Largest step and number of levels.
+    t_row : float
+        Seconds per evaluated point (timed).
+    full : bool
+        Compare every Jacobian entry (else random projections).
+    small : bool
+        Small enough for ``reference="auto"`` to consider mp.
+    W : ndarray, shape (projections, n), or None
+        Projection directions.
+    noise_dir : ndarray, shape (n,)
+        A random direction for the explanation of a naive difference.
+    shared_noise_dirs : ndarray or None
+        The sample of directions the noise is measured along, for large full checks.
+    rng_state : dict
+        Random state for the cotangents.
+    notes : list of str
+    """
+
+    ref_fn: Callable[[np.ndarray], np.ndarray]
+    ref_eps: float
+    method: str
+    f0: np.ndarray
+    raised: dict[str, Any]
+    s: np.ndarray
+    accuracy: float
+    ladder: tuple[float, int]
+    t_row: float
+    full: bool
+    small: bool
+    W: np.ndarray | None
+    noise_dir: np.ndarray
+    shared_noise_dirs: np.ndarray | None
+    rng_state: Any
+    notes: list[str]
+
+    @property
+    def d(self) -> int:
+        """Number of directions."""
+        return self.s.size if self.full else int(self.W.shape[0])  # type: ignore[union-attr]
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The directions ``(k, n)``, in chunks of bounded memory."""
+        if self.W is not None:
+            yield self.W
+            return
+        n, s = self.s.size, self.s
+        chunk = max(1, min(n, (1 << 22) // max(n, 1)))
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            W = np.zeros((b - a, n))
+            W[np.arange(b - a), np.arange(a, b)] = s[a:b]
+            yield W
+
+    def directions(self) -> np.ndarray:
+        """All directions ``(d, n)``."""
+        return np.diag(self.s) if self.W is None else self.W
+
+
+def raising_points_as_nan(
+    fn: Callable[[np.ndarray], np.ndarray], m: int, raised: dict[str, Any]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``fn`` with the rows at which it raises returned as NaN (``(B, n) -> (B, m)``).
+
+    A batch that raises is split in halves until the rows that raise are
+    found; ``raised`` records the first exception and how many rows raised.
+    """
+
+    def guarded(X: np.ndarray) -> np.ndarray:
+        try:
+            return fn(X)
+        except Exception as exc:  # noqa: BLE001 - the user's function, at a point away from x
+            if X.shape[0] <= 1:
+                raised.setdefault("first", exc)
+                raised["count"] = raised.get("count", 0) + X.shape[0]
+                return np.full((X.shape[0], m), np.nan)
+            half = X.shape[0] // 2
+            return np.concatenate([guarded(X[:half]), guarded(X[half:])])
+
+    return guarded
+
+
+def _arithmetic(target: Target, reference: str, notes: list[str]) -> tuple[Any, float, str]:
+    """(evaluation, eps, method) of the finite-difference reference."""
+    fn, eps, method = target.evaluate, target.eps, "working"
+    if target.evaluate64 is not None and reference != "working":
+        fn, eps, method = target.evaluate64, F64_EPS, "float64"
+    elif reference in ("float64", "mp") and target.evaluate64 is None:
+        notes.append("a float64 evaluation is not available; the reference uses the working dtype")
+    if target.working_dtype == "float64":
+        method = "float64"
+    return fn, eps, method
+
+
+def _use_mp(target: Target, opts: Options, small: bool, d: int, notes: list[str]) -> bool:
+    """Whether the reference is mp: asked for, or affordable under ``"auto"``."""
+    wd64 = target.working_dtype == "float64"
+    if not (opts.reference == "mp" or (opts.reference == "auto" and wd64 and small)):
+        return False
+    if not target.mp_mode():
+        if opts.reference == "mp":
+            why = target.mp_unavailable_reason or "the function cannot run on mpmath numbers"
+            notes.append(f"mp reference unavailable ({why}); a float64 reference was used instead")
+        return False
+    if opts.reference == "mp":
+        return True
+    # "auto": mp when its estimated cost is modest (one timed evaluation)
+    t0 = time.perf_counter()
+    assert target.evaluate_mp is not None  # mp_mode() said so
+    try:
+        target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
+        per_eval = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - mp evaluation failed: float64 it is
+        per_eval = np.inf
+        notes.append(
+            f"the mp reference failed ({type(exc).__name__}: {exc}); float64 differences used"
+        )
+    mp_seconds = per_eval * (2 * opts.policy.mp_levels * d + 1)
+    if np.isfinite(mp_seconds) and mp_seconds > opts.policy.mp_auto_seconds:
+        notes.append(
+            f"an mp reference would take about {mp_seconds:.0f} s here; float64 "
+            "differences were used (pass reference='mp' to use it anyway)"
+        )
+    return bool(mp_seconds <= opts.policy.mp_auto_seconds)
+
+
+def _shared_noise_dirs(n: int, s: np.ndarray, levels: int, opts: Options) -> np.ndarray | None:
+    """A full check of many entries against a loose target measures the noise along a
+    sample of the coordinate directions only (it costs more than the short ladder)."""
+    k = opts.policy.shared_noise_directions
+    if levels > 4 or n < 8 * k:
+        return None
+    pick = np.random.default_rng([opts.seed, 1]).choice(n, k, replace=False)
+    dirs = np.zeros((k, n))
+    dirs[np.arange(k), pick] = s[pick]
+    return dirs
+
+
+def make_plan(target: Target, opts: Options) -> Plan:
+    """Choose the reference's arithmetic, the strategy, mp or not, and the directions."""
+    notes: list[str] = []
+    n, p = target.n, opts.policy
+    ref_fn, ref_eps, method = _arithmetic(target, opts.reference, notes)
+    f0 = ref_fn(target.x0[None, :])[0]
+    # away from x, a point where f raises is a point where f is not finite
+    raised: dict[str, Any] = {}
+    ref_fn = raising_points_as_nan(ref_fn, target.m, raised)
+    rng = np.random.default_rng(opts.seed)
+    s = pow2_scales(target.x0)
+    # the reference need only be accurate to a fraction of the working dtype's round-off
+    accuracy = max(1e-12, 30 * ref_eps, target.eps)
+    h_max, levels = ladder(ref_eps, accuracy, p.condition_allowance)
+    probe = min(n, 64)
+    t0 = time.perf_counter()
+    ref_fn(np.repeat(target.x0[None, :], probe, axis=0))
+    t_row = (time.perf_counter() - t0) / probe
+    full_cost = n * 2 * levels * t_row * 1.5
+    if opts.strategy == "auto":
+        full = n <= p.full_auto_inputs or full_cost <= opts.budget
+    else:
+        full = opts.strategy == "full"
+    d = n if full else opts.projections
+    small = d * n <= p.mp_auto_size  # "auto" considers mp only then: the graph is captured
+    if _use_mp(target, opts, small, d, notes):
+        method = "mp"
+    noise_dir = (rademacher(rng, 1, n) * s[None, :])[0]
+    W = None if full else rademacher(rng, opts.projections, n) * s[None, :]
+    shared = _shared_noise_dirs(n, s, levels, opts) if full else None
+    return Plan(ref_fn, ref_eps, method, f0, raised, s, accuracy, (h_max, levels), t_row, full,
+                small, W, noise_dir, shared, rng.bit_generator.state, notes)  # fmt: skip

@@ -1,0 +1,208 @@
+"""Prepare stage: validate the options, build the target, choose the autodiff modes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._args import normalize_argnums
+from ..backends import reject_number_lists, select_backend
+from ..backends.base import Backend, Supplied, Target
+from ..errors import InputValueError, NondeterministicFunctionError
+from ..policy import DEFAULT_POLICY, Policy
+from ..reference.steps import F64_EPS
+
+__all__ = ["Options", "Prepared", "check_deterministic", "choose_modes", "prepare"]
+
+_ALLOWED = {
+    "mode": ("auto", "rev", "fwd", "both"),
+    "reference": ("auto", "mp", "float64", "working"),
+    "strategy": ("auto", "full", "projections"),
+    "wrt": ("inputs", "parameters"),
+    "nonsmooth": ("allow", "within", "fail"),
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    """The keyword options of :func:`polygrad.check`, validated on construction.
+
+    Raises
+    ------
+    ValueError
+        An option outside its allowed values, or ``order`` not 1 or 2.
+    """
+
+    mode: str = "auto"
+    reference: str = "auto"
+    strategy: str = "auto"
+    projections: int = 8
+    wrt: str = "inputs"
+    order: int = 1
+    dps: int = 50
+    seed: int = 0
+    batch_size: int = 4096
+    budget: float = 60.0
+    nonsmooth: str = "allow"
+    policy: Policy = DEFAULT_POLICY
+
+    def __post_init__(self) -> None:
+        for option, allowed in _ALLOWED.items():
+            value = getattr(self, option)
+            if value not in allowed:
+                raise ValueError(f"{option}={value!r}; choose one of {', '.join(allowed)}")
+        if self.order not in (1, 2):
+            raise ValueError(
+                f"order={self.order}; polygrad checks first (1) and second (2) derivatives"
+            )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The function as the core sees it, with how to call it again.
+
+    Attributes
+    ----------
+    backend : Backend
+        The framework of the arrays.
+    f, args, argnums, supplied
+        The (realified; for ``order=2`` the gradient) function and its arguments.
+    complex_any : bool
+        Some checked input or output is complex (checked through its realification).
+    target : Target
+        The flattened function, its evaluations and its VJP/JVP.
+    modes : list of str
+        ``"rev"`` and/or ``"fwd"``.
+    notes : list of str
+        Notes gathered so far.
+    """
+
+    backend: Backend
+    f: Callable[..., Any]
+    args: tuple[Any, ...]
+    argnums: tuple[int, ...]
+    supplied: Supplied
+    complex_any: bool
+    target: Target
+    modes: list[str]
+    notes: list[str]
+
+    @property
+    def batch_call(self) -> tuple[Any, ...]:
+        """``(f, args, argnums, supplied)``: how to build this target at other arguments."""
+        return (self.f, self.args, self.argnums, self.supplied)
+
+
+def check_deterministic(target: Target) -> list[str]:
+    """Evaluate twice more at x0; notes on round-off-sized differences.
+
+    Raises
+    ------
+    NondeterministicFunctionError
+        The evaluations differ beyond round-off.
+    """
+    notes = []
+    x = target.x0[None, :]
+    fns = [("working", target.evaluate, target.eps)]
+    if target.evaluate64 is not None and target.evaluate64 is not target.evaluate:
+        fns.append(("float64", target.evaluate64, F64_EPS))
+    for label, fn, eps in fns:
+        a = fn(np.repeat(x, 2, axis=0))
+        ref = target.y0 if label == "working" else a[0]
+        diffs = [np.max(np.abs(a[i] - ref)) if a[i].size else 0.0 for i in range(2)]
+        diffs.append(np.max(np.abs(a[0] - a[1])) if a[0].size else 0.0)
+        worst = float(max(diffs))
+        if worst > 0 or not np.array_equal(np.isnan(a[0]), np.isnan(a[1])):
+            size = float(np.max(np.abs(ref))) if ref.size else 0.0
+            if worst > 64 * eps * size:
+                raise NondeterministicFunctionError(
+                    f"the function is not deterministic: two evaluations at the same input "
+                    f"({label}) differ by {worst:.3g} (output size {size:.3g}). A gradient "
+                    "check needs a deterministic function: call the model in inference mode "
+                    "(dropout off, e.g. training=False / model.eval()) and fix random seeds."
+                )
+            notes.append(
+                f"the function is not bitwise deterministic ({label} results differ by "
+                f"{worst:.2g}, within round-off); the difference is treated as noise"
+            )
+    return notes
+
+
+def choose_modes(target: Target, mode: str, autodiff: bool) -> list[str]:
+    """The autodiff modes to check (``autodiff``: the backend differentiates by itself).
+
+    Raises
+    ------
+    ValueError
+        The requested mode is not available.
+    """
+    if mode == "auto":
+        modes = ["rev"] if target.has_mode("rev") else ["fwd"]
+    else:
+        modes = ["rev", "fwd"] if mode == "both" else [mode]
+    for md in modes:
+        if not target.has_mode(md):
+            word = "reverse" if md == "rev" else "forward"
+            why = [n for n in target.notes if word in n and ("failed" in n or "ignores" in n)]
+            why += [n for n in target.notes if ("VJP" if md == "rev" else "JVP") in n]
+            raise ValueError(
+                f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
+                "function does not provide"
+                + ("" if autodiff else " (pass vjp=/grad=/jac= or jvp=/jac=)")
+                + (": " + "; ".join(dict.fromkeys(why)) if why else "")
+            )
+    return modes
+
+
+def _check_target(target: Target) -> None:
+    n, m = target.n, target.m
+    if n == 0 or m == 0:
+        raise InputValueError(f"nothing to check: {n} inputs and {m} outputs")
+    if not np.all(np.isfinite(target.y0)):
+        raise InputValueError(
+            "the function value at the point is not finite "
+            f"({int(np.sum(~np.isfinite(target.y0)))} of {m} outputs); its derivative cannot "
+            "be checked there"
+        )
+
+
+def prepare(
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    argnums: int | tuple[int, ...],
+    supplied: Supplied,
+    backend: str | None,
+    opts: Options,
+) -> Prepared:
+    """Validate, choose the backend, realify complex values, build the target.
+
+    Raises
+    ------
+    TypeError, ValueError, InputTypeError, InputValueError, NondeterministicFunctionError
+        As documented for :func:`polygrad.check`.
+    """
+    if not args:
+        raise TypeError("check(f, *args): pass the point at which to check the derivative")
+    argnums_t = normalize_argnums(argnums, len(args))
+    reject_number_lists(f, args, argnums_t)
+    be = select_backend(args, backend)
+    from ..complex import ComplexInfo, name_pairs, realify
+
+    cinfo = ComplexInfo()
+    if opts.wrt == "inputs":  # complex values: check the real map (Re, Im) -> (Re f, Im f)
+        f, args, supplied, cinfo = realify(be, f, args, argnums_t, supplied)
+        if cinfo.any and opts.order == 2:
+            raise ValueError("order=2 is not supported for complex inputs or outputs")
+    if opts.order == 2:
+        f = be.gradient_function(f, args, argnums_t)
+    target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
+    name_pairs(target, cinfo)  # complex leaves named Re/Im, the convention noted
+    notes = list(target.notes) + (cinfo.notes if cinfo else [])
+    _check_target(target)
+    notes += check_deterministic(target)
+    modes = choose_modes(target, opts.mode, be.supports_autodiff)
+    return Prepared(be, f, args, argnums_t, supplied, bool(cinfo and cinfo.any), target, modes,
+                    notes)  # fmt: skip

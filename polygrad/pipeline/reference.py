@@ -1,0 +1,298 @@
+"""Reference stage: derivatives along every direction, with fallback and mp escalation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ..backends.base import Target, describe_exception
+from ..progress import progress
+from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
+from ..reference.differences import DirectionalDerivatives
+from ..reference.noise import output_resolution
+from ..reference.richardson import Estimate
+from ..reference.steps import ecnoise_step
+from ..report import SEVERITY, Entries
+from .judge import DOUBT
+from .plan import Plan
+from .prepare import Options
+
+__all__ = ["Reference", "compute_reference", "escalate", "name_deciders"]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The reference derivatives and how they were obtained.
+
+    Attributes
+    ----------
+    dd : DirectionalDerivatives
+        Central, left and right estimates along every direction, ``(d, m)``.
+    method : {"mp", "float64", "working"}
+        The source actually used (mp falls back to differences when it fails).
+    vouched : float
+        Relative accuracy the reference vouches for (0 for mp: its error bars).
+    noise : dict
+        ``evaluations``, ``detected`` and ``total`` of the noise estimates.
+    seconds : float
+        Time the reference took.
+    notes : list of str
+    """
+
+    dd: DirectionalDerivatives
+    method: str
+    vouched: float
+    noise: dict[str, int]
+    seconds: float
+    notes: list[str]
+
+
+def _count(noise_info: dict[str, Any], noise: Any) -> None:
+    noise_info["evaluations"] += noise.evaluations
+    noise_info["detected"] += int(np.sum(noise.inform == 1))
+    noise_info["total"] += int(noise.inform.size)
+
+
+def _shared_noise(
+    fn: Callable[..., Any], target: Target, plan: Plan, opts: Options, info: dict[str, Any]
+) -> np.ndarray:
+    """Per output, the noise measured along the sampled directions, for every direction.
+
+    ECnoise reads a kink as noise, and inputs at ties (a flat image background)
+    can be most of the sample; so the smallest noise detected, times
+    ``policy.shared_noise_margin``, serves all (directions along which ``f`` is
+    constant to the last bit, code 2, say nothing).
+    """
+    eps, res, dirs = plan.ref_eps, info["_resolution"], plan.shared_noise_dirs
+    assert dirs is not None
+    noise = estimate_noise(fn, target.x0, dirs, plan.f0, eps,
+                           ecnoise_step(eps), resolution=res)  # fmt: skip
+    _count(info, noise)
+    detected = np.where(noise.inform == 1, noise.sigma, np.inf)
+    low = np.min(detected, axis=0)
+    margin = opts.policy.shared_noise_margin
+    return margin * np.where(np.isfinite(low), low, noise.sigma.min(axis=0))
+
+
+def borrow_unseen_noise(
+    sigma: np.ndarray, inform: np.ndarray, floor: np.ndarray, share: float = 0.25
+) -> np.ndarray:
+    """``(d, m)`` noise, where a direction saw none, raised to the least seen elsewhere.
+
+    A direction can miss the rounding noise (its samples change ``f`` by a
+    near-whole number of ulps and the noise it reports is at the floor
+    ``eps |f|``). Such a direction gets, per output, the smallest noise detected
+    above the floor along the others, provided at least a ``share`` of the
+    directions (and two) detected some: ECnoise also reads a kink at ``x`` as
+    noise, and a single kinked coordinate must not lend its kink to the smooth
+    ones. A direction along which ``f`` does not change at all (code 2) keeps
+    its floor.
+    """
+    seen = (inform == 1) & (sigma > floor[None, :])
+    drift = (inform == 1) & ~seen
+    drift &= np.sum(seen, axis=0)[None, :] >= max(2, share * sigma.shape[0])
+    with np.errstate(invalid="ignore"):
+        least = np.min(np.where(seen, sigma, np.inf), axis=0)
+    least = np.where(np.isfinite(least), least, 0.0)
+    return np.where(drift, np.maximum(sigma, least[None, :]), sigma)
+
+
+def _differences(
+    fn: Callable[..., Any], target: Target, W: np.ndarray, plan: Plan, method: str,
+    opts: Options, info: dict[str, Any], shared: np.ndarray | None,
+) -> DirectionalDerivatives:  # fmt: skip
+    """Finite-difference reference along the rows of ``W`` (noise measured first)."""
+    eps, res, p = plan.ref_eps, info["_resolution"], opts.policy
+    if shared is not None:
+        sigma = np.broadcast_to(shared, (W.shape[0], plan.f0.size))
+    else:
+        noise = estimate_noise(fn, target.x0, W, plan.f0, eps, ecnoise_step(eps), resolution=res)
+        _count(info, noise)
+        sigma = borrow_unseen_noise(noise.sigma, noise.inform, noise.floor, p.borrow_share)
+    h_max, levels = plan.ladder
+    return directional_derivatives(
+        fn, target.x0, W, plan.f0, sigma, eps, method,
+        h_max, levels, max_rows=opts.batch_size, target_relative_error=plan.accuracy,
+        # a short ladder starts with its coarse pair; a long one is evaluated whole
+        first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
+    )  # fmt: skip
+
+
+def _concat(parts: list[DirectionalDerivatives]) -> DirectionalDerivatives:
+    if len(parts) == 1:
+        return parts[0]
+
+    def cat(name: str) -> Estimate:
+        es = [getattr(p, name) for p in parts]
+        return Estimate(
+            value=np.concatenate([e.value for e in es]),
+            error=np.concatenate([e.error for e in es]),
+            step=np.concatenate([e.step for e in es]),
+            noise=np.concatenate([e.noise for e in es]),
+            method=es[0].method,
+            evaluations=sum(e.evaluations for e in es),
+        )
+
+    return DirectionalDerivatives(
+        cat("central"), cat("right"), cat("left"),
+        np.concatenate([p.jump_right for p in parts]),
+        np.concatenate([p.jump_left for p in parts]),
+    )  # fmt: skip
+
+
+def _directional(
+    method: str, fn: Callable[..., Any], target: Target, plan: Plan, opts: Options,
+    info: dict[str, Any],
+) -> DirectionalDerivatives:  # fmt: skip
+    """The reference along every direction of ``plan`` by ``method``."""
+    shared = None
+    if method != "mp" and plan.shared_noise_dirs is not None:
+        shared = _shared_noise(fn, target, plan, opts, info)
+    parts = []
+    for W in plan.chunks():
+        if method == "mp":
+            assert target.evaluate_mp is not None
+            levels = opts.policy.mp_levels
+            dd = mp_directional_derivatives(
+                target.evaluate_mp, target.x0, W, dps=opts.dps, levels=levels
+            )
+            parts.append(dd)
+        else:
+            parts.append(_differences(fn, target, W, plan, method, opts, info, shared))
+    return _concat(parts)
+
+
+def compute_reference(target: Target, plan: Plan, opts: Options) -> Reference:
+    """The reference along every direction of ``plan``; mp falls back to differences."""
+    t0, notes = time.perf_counter(), []
+    info: dict[str, Any] = {"evaluations": 0, "detected": 0, "total": 0}
+    rows = plan.d * (2 * plan.ladder[1] + (9 if plan.shared_noise_dirs is None else 0))
+    show = rows * plan.t_row > opts.policy.progress_after_seconds
+    with progress(rows, "polygrad check", enabled=show) as bar:
+
+        def counted(X: np.ndarray) -> np.ndarray:
+            out = plan.ref_fn(X)
+            bar.update(X.shape[0])
+            return out
+
+        # the grid of f's values: a small result of cancelling terms rounds at their size
+        info["_resolution"], info["evaluations"] = output_resolution(
+            counted, target.x0, plan.f0, plan.s, ecnoise_step(plan.ref_eps),
+            np.random.default_rng([opts.seed, 2]),
+        )  # fmt: skip
+        method = plan.method
+        try:
+            dd = _directional(method, counted, target, plan, opts, info)
+        except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation: fall back
+            if method != "mp":
+                raise
+            notes.append(f"the mp reference failed ({type(exc).__name__}: {exc}); "
+                         "float64 differences used")  # fmt: skip
+            method = "float64" if target.evaluate64 is not None else "working"
+            dd = _directional(method, counted, target, plan, opts, info)
+    info.pop("_resolution")
+    # finite differences vouch for the accuracy they were aimed at; mp for its error bars
+    vouched = 0.0 if method == "mp" else plan.accuracy
+    return Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
+
+
+def _doubtful_directions(blocks: list[Entries], d: int) -> list[int]:
+    codes = [SEVERITY[v] for v in DOUBT]
+    return sorted({int(i) // (b.status.size // d) for b in blocks
+                   for i in np.flatnonzero(np.isin(b.status, codes))})  # fmt: skip
+
+
+def escalate(
+    target: Target, dd: DirectionalDerivatives, blocks: list[Entries], W: np.ndarray,
+    opts: Options, details: dict[str, Any],
+) -> DirectionalDerivatives | None:  # fmt: skip
+    """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
+
+    Only the directions (rows of ``W``, ``(d, n)``) that hold a MISMATCH, UNSTABLE
+    or INCONCLUSIVE entry are re-estimated, so a passing check costs nothing
+    more; None when there are none, when the function does not run on mpmath
+    numbers, or when mp along them would take more than
+    ``policy.mp_auto_seconds`` (a note says so). ``details["escalation"]``
+    records what was done; notes go to ``details["notes"]``.
+    """
+    dirs = _doubtful_directions(blocks, W.shape[0])
+    if not dirs:
+        return None
+    p = opts.policy
+    try:
+        if not target.mp_mode():
+            return None
+        assert target.evaluate_mp is not None
+        t0 = time.perf_counter()
+        target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
+        seconds = (time.perf_counter() - t0) * (2 * p.mp_levels * len(dirs) + 1)
+        if seconds > p.mp_auto_seconds:
+            details["notes"].append(
+                f"entries in doubt were not re-examined with mp: it would take about "
+                f"{seconds:.0f} s along their {len(dirs)} direction(s) (pass reference='mp')"
+            )
+            return None
+        sub = mp_directional_derivatives(target.evaluate_mp, target.x0, W[dirs], dps=opts.dps,
+                                         levels=p.mp_levels)  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the escalation is optional: keep the verdicts
+        details["notes"].append(
+            f"entries in doubt could not be re-examined with mp ({describe_exception(exc)})"
+        )
+        return None
+    details["escalation"] = {"reference": "mp", "dps": opts.dps, "directions": dirs,
+                             "d": W.shape[0]}  # fmt: skip
+    return merge_directions(dd, sub, np.asarray(dirs))
+
+
+def merge_directions(
+    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
+) -> DirectionalDerivatives:
+    """``dd`` (``(d, m)`` arrays) with its ``rows`` replaced by ``sub``'s (``(len(rows), m)``)."""
+
+    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.array(a, dtype=np.result_type(a, b), copy=True)
+        out[rows] = b
+        return out
+
+    def est(a: Any, b: Any) -> Any:
+        fields = ("value", "error", "step", "noise")
+        new = {f: put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64)) for f in fields}
+        return replace(a, evaluations=a.evaluations + b.evaluations, **new)
+
+    return DirectionalDerivatives(
+        est(dd.central, sub.central),
+        est(dd.right, sub.right),
+        est(dd.left, sub.left),
+        put(dd.jump_right, sub.jump_right),
+        put(dd.jump_left, sub.jump_left),
+    )
+
+
+def name_deciders(blocks: list[Entries], details: dict[str, Any], method: str) -> None:
+    """Record, and say in a note, which reference decided each entry still in doubt.
+
+    After :func:`escalate`: an entry along a re-examined direction was decided
+    by mp, any other by ``method`` (the first reference's arithmetic).
+    """
+    esc = details["escalation"]
+    redone = set(esc["directions"])
+    codes = [SEVERITY[v] for v in DOUBT]
+    by: dict[str, list[str]] = {"mp": [], method: []}
+    for b in blocks:
+        per = b.status.size // esc["d"]  # entries per direction
+        for i in np.flatnonzero(np.isin(b.status, codes)):
+            by["mp" if int(i) // per in redone else method].append(b.names[i])
+    esc["decided_by"] = by
+    text = (
+        f"entries in doubt on the {method} reference were re-examined with mp at "
+        f"{esc['dps']} digits along their {len(redone)} direction(s)"
+    )
+    for who, names in by.items():
+        if names:
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            text += f"; still in doubt, decided by {who}: {shown}"
+    details["notes"].append(text)

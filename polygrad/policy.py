@@ -1,0 +1,83 @@
+"""The tunables of a check, in one documented, frozen object.
+
+Every number that shapes how :func:`polygrad.check` and
+:func:`polygrad.compare` reach a verdict, and is not a property of the
+arithmetic itself, is a field of :class:`Policy`. Pass one to change them
+for one call (``pg.check(f, x, policy=Policy(mp_auto_seconds=0.0))``);
+:data:`DEFAULT_POLICY` is used otherwise. A policy is frozen: derive a new one
+with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_POLICY", "Policy"]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Tolerances, ladder lengths, budgets and sample sizes of a gradient check.
+
+    Attributes
+    ----------
+    c_ad : float
+        Round-off allowed to an autodiff value, in units of ``eps * scale``.
+    tolerance_factor : float
+        Multiple of the reference error bar allowed in the difference.
+    mp_levels : int
+        Steps per direction of the mp reference (see
+        :func:`polygrad.reference.mp_directional_derivatives`).
+    mp_auto_seconds : float
+        ``reference="auto"`` uses mp (first, or to re-examine entries in
+        doubt) only when its estimated time is below this many seconds.
+    mp_auto_size : int
+        ``reference="auto"`` considers mp first only when the number of
+        directions times the number of inputs is at most this (the function's
+        graph is captured only then).
+    full_auto_inputs : int
+        ``strategy="auto"`` always checks the full Jacobian up to this many inputs.
+    progress_after_seconds : float
+        A reference expected to take longer shows a progress bar (on a terminal only).
+    condition_allowance : float
+        ``|f| / |f' s|`` the short ladder's finest step allows; beyond it the
+        ladder moves up (see :func:`polygrad.reference.steps.ladder`).
+    first_levels : int
+        Steps of a short ladder evaluated first along every direction; the rest
+        only where needed.
+    shared_noise_directions : int
+        Directions sampled to measure the noise once for a large full check.
+    shared_noise_margin : float
+        The noise used for every direction: this many times the smallest
+        detected in the sample.
+    borrow_share : float
+        Share of the directions that must detect noise before the others borrow it.
+    dithers : int
+        Copies of the inputs moved by a few ulps to measure the autodiff
+        round-off of entries that fail (see :mod:`polygrad.dither`).
+    dither_ulps : int
+        Each input coordinate moves by a random whole number of ulps in
+        ``[-dither_ulps, dither_ulps]`` (the first move size).
+    dither_allowance : float
+        Each entry is allowed this many times the largest move of its value.
+    """
+
+    c_ad: float = 64.0
+    tolerance_factor: float = 2.0
+    mp_levels: int = 14
+    mp_auto_seconds: float = 5.0
+    mp_auto_size: int = 4096
+    full_auto_inputs: int = 16
+    progress_after_seconds: float = 2.0
+    condition_allowance: float = 1e4
+    first_levels: int = 2
+    shared_noise_directions: int = 32
+    shared_noise_margin: float = 10.0
+    borrow_share: float = 0.25
+    dithers: int = 5
+    dither_ulps: int = 2
+    dither_allowance: float = 2.0
+
+
+DEFAULT_POLICY = Policy()
+"""The policy of every check that is not given one."""

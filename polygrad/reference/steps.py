@@ -1,0 +1,74 @@
+"""Step sizes, direction scales and random directions for difference references.
+
+Pure NumPy helpers shared by :func:`polygrad.check`, :func:`polygrad.sweep`
+and :func:`polygrad.taylor_test`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["F64_EPS", "ecnoise_step", "ladder", "pow2_scales", "rademacher"]
+
+F64_EPS = float(np.finfo(np.float64).eps)
+"""Machine epsilon of float64."""
+
+
+def pow2_scales(x0: np.ndarray) -> np.ndarray:
+    """Per-coordinate direction scales: powers of two near ``|x_i|``.
+
+    Zeros get the scale of the typical nonzero entry (or 1), so a step
+    ``h s_i`` is relative to the input's own size and exact in binary.
+
+    Parameters
+    ----------
+    x0 : ndarray, shape (n,)
+        The point.
+
+    Returns
+    -------
+    ndarray, shape (n,), float64
+    """
+    ax = np.abs(x0)
+    nz = ax[ax > 0]
+    big = float(np.max(nz)) if nz.size else 1.0
+    typical = big * float(np.sqrt(np.mean((nz / big) ** 2))) if nz.size else 1.0
+    base = np.where(ax > 0, ax, typical)
+    return 2.0 ** np.round(np.log2(base))
+
+
+def ecnoise_step(eps: float) -> float:
+    """The step of the ECnoise difference table in arithmetic with machine epsilon ``eps``."""
+    return float(2.0 ** (np.round(np.log2(eps ** (1.0 / 3.0))) - 2))
+
+
+def ladder(
+    eps: float, accuracy: float | None = None, condition_allowance: float = 1e4
+) -> tuple[float, int]:
+    """(largest step, number of levels) for differences in arithmetic with ``eps``.
+
+    With a target relative ``accuracy`` far looser than ``eps`` allows (a
+    float32 gradient judged on float64 differences), a short ladder of small
+    steps suffices: its finest step keeps the round-off of a central
+    difference (about ``eps |f| / (h |f'|)``) below the target for functions
+    up to ``condition_allowance`` times larger than their derivative (in units
+    of the input's scale), and three coarser steps give the Richardson tableau
+    and the one-sided jump test.
+    Directions that the short ladder does not resolve are refined as usual
+    (see :func:`polygrad.reference.directional_derivatives`). Small steps also
+    cross fewer nearby kinks, which are then not mistaken for kinks at ``x``.
+    """
+    if accuracy is not None:
+        h_lo = float(2.0 ** np.ceil(np.log2(condition_allowance * eps / accuracy)))
+        h_lo = max(2.0**-14, h_lo)
+        if h_lo * 8 <= 2.0**-5:
+            return h_lo * 8, 4
+    h_min = max(2.0**-11, 2.0 ** (np.floor(np.log2(eps ** (1.0 / 3.0))) - 1))
+    h_max = 2.0**-2
+    levels = int(round(np.log2(h_max / h_min))) + 1
+    return h_max, max(levels, 4)
+
+
+def rademacher(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
+    """``(k, n)`` random signs ±1 (float64) drawn from ``rng``."""
+    return rng.choice(np.array([-1.0, 1.0]), size=(k, n))
