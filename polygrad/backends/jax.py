@@ -620,12 +620,10 @@ class JaxBackend(Backend):
         if not is64:
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
 
-        def build_mp(target: Target) -> None:
-            # deferred until a check asks for mp; cached like the compiled callables
-            target.evaluate_mp, target.mp_unavailable_reason = CAPTURES.get(
-                "jax.mp", flat.capture_key(), flat.frozen(), lambda: _mp_evaluator(flat)
-            )
-
+        # the jaxpr behind the mp evaluator, cached like the compiled callables
+        evaluate_mp, mp_reason = CAPTURES.get(
+            "jax.mp", flat.capture_key(), flat.frozen(), lambda: _mp_evaluator(flat)
+        )
         return Target(
             x0=flat.x0,
             y0=y0,
@@ -637,11 +635,12 @@ class JaxBackend(Backend):
             vjp64=vjp64,
             jvp=_forward_mode(work.jvp),
             jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
+            evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
             output_layout=output_layout(out_leaves, flat.out_paths, flat.complex_outputs),
             backend=self.name,
             notes=notes,
-            deferred={"mp": build_mp},
+            mp_unavailable_reason=mp_reason,
         )
 
     def _promote(
