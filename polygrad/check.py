@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ._lazy import LazyDetails
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target, describe_exception
 from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, move_sizes, spread
@@ -893,23 +894,50 @@ def check(
             "of the points near x that the reference needed; they count as points where it "
             "is not finite"
         )
-    if target.working_dtype != "float64":
-        guarded64 = None
-        if target.evaluate64 is not None:
-            guarded64 = _raising_points_as_nan(target.evaluate64, target.m, {})
-        rnd = _naive_roundoff(target, noise_dirs[0], guarded64)
-        if rnd is not None:
-            details["naive_central_difference"] = rnd
     details["notes"] = list(dict.fromkeys(details["notes"] + list(target.notes)))
-    try:  # supporting evidence only: never fails a check
-        from .taylor import taylor_target
-
-        details["taylor"] = taylor_target(target, mode=modes[0], seed=seed).to_dict()
-    except Exception:  # noqa: BLE001
-        pass
+    details = _explanations(target, details, noise_dirs[0], modes[0], seed, verdict)
     details["seconds"] = time.perf_counter() - t_start
     quantity = "Jacobian entries" if full else "projections uᵀJw"
     return Report(verdict=verdict, ok=ok, entries=entries, quantity=quantity, details=details)
+
+
+def _explanations(
+    target: Target,
+    details: dict[str, Any],
+    direction: np.ndarray,
+    mode: str,
+    seed: int,
+    verdict: Verdict,
+) -> LazyDetails:
+    """``details`` with the supporting explanations: the naive central difference's
+    predicted error (working dtypes narrower than float64) and the Taylor-remainder test.
+
+    Neither decides a verdict. For a PASS they are computed when the report is first
+    read (printed, serialised, indexed); for any other verdict, now.
+    """
+    lazy = LazyDetails(details)
+    if target.working_dtype != "float64":
+
+        def naive() -> dict[str, Any] | None:
+            guarded64 = None
+            if target.evaluate64 is not None:
+                guarded64 = _raising_points_as_nan(target.evaluate64, target.m, {})
+            return _naive_roundoff(target, direction, guarded64)
+
+        lazy.defer("naive_central_difference", naive)
+
+    def taylor() -> dict[str, Any] | None:
+        try:  # supporting evidence only: never fails a check
+            from .taylor import taylor_target
+
+            return taylor_target(target, mode=mode, seed=seed).to_dict()
+        except Exception:  # noqa: BLE001
+            return None
+
+    lazy.defer("taylor", taylor)
+    if verdict is not Verdict.PASS:
+        lazy.force()
+    return lazy
 
 
 def _compare_modes(

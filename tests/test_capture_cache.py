@@ -220,3 +220,36 @@ def test_tensorflow_parametrized_checks_share_captures_per_shape(n):
     compiled = builds("tf.compiled")
     pg.check(f, x + 0.5)
     assert builds("tf.compiled") == compiled
+
+
+# -- explanations computed on first read --------------------------------------------------------
+def test_lazy_details_compute_once_on_first_read_and_pickle_as_a_dict():
+    import json
+    import pickle
+
+    from polygrad._lazy import LazyDetails
+
+    calls = []
+    d = LazyDetails({"notes": []})
+    d.defer("taylor", lambda: calls.append(1) or {"slope": 2.0})
+    d.defer("absent", lambda: None)
+    assert calls == []
+    assert d["taylor"] == {"slope": 2.0} and d.get("taylor") == {"slope": 2.0}
+    assert "absent" not in d and calls == [1]
+    assert json.loads(json.dumps(d)) == {"notes": [], "taylor": {"slope": 2.0}}
+    assert pickle.loads(pickle.dumps(d)) == {"notes": [], "taylor": {"slope": 2.0}}
+
+
+def test_a_passing_report_explains_round_off_when_read():
+    w = np.array([0.5, 1.5, -1.0], dtype=np.float32)
+    x = np.array([0.3, -1.1, 2.0], dtype=np.float32)
+
+    def f(x):
+        return np.sum(w * np.sin(x))
+
+    report = pg.check(f, x, grad=lambda x: w * np.cos(x))
+    assert report.verdict is pg.Verdict.PASS and report.ok
+    naive = report.details["naive_central_difference"]
+    assert naive["noise"] > 0
+    assert report.details["taylor"]
+    assert "taylor" in report.to_dict()["details"]
