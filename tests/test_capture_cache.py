@@ -39,6 +39,26 @@ def test_signature_follows_in_place_changes_of_what_a_closure_reads():
     assert state_signature(f)[0] != second
 
 
+def test_signature_follows_tensors_a_tf_module_keeps_privately_and_torch_data_swaps():
+    import tensorflow as tf
+    import torch
+
+    class Scaled(tf.Module):  # keeps its tensor as _scale, as tfp distributions do
+        def __init__(self) -> None:
+            super().__init__()
+            self._scale = tf.constant(2.0)
+
+    m = Scaled()
+    p = torch.nn.Parameter(torch.ones(2))
+    f = lambda x: m._scale * x * float(p.sum())  # noqa: E731
+    first, _ = state_signature(f)
+    m._scale = tf.constant(3.0)
+    second, _ = state_signature(f)
+    assert second != first
+    p.data = torch.zeros(2)  # swaps the storage without an in-place operation
+    assert state_signature(f)[0] != second
+
+
 def test_an_unchanged_entry_is_reused_and_a_changed_one_rebuilt():
     cache = CaptureCache(maxsize=2)
     w = np.ones(3)

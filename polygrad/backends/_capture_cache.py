@@ -49,7 +49,7 @@ T = TypeVar("T")
 MAX_DEPTH = 16
 """Deepest nesting of containers, attributes and closures followed."""
 
-MAX_ITEMS = 4096
+MAX_ITEMS = 20000
 """Most objects visited for one signature; a larger state is not cached."""
 
 
@@ -86,6 +86,19 @@ def _framework_leaf(v: Any) -> tuple[Any, ...] | None:
     if tf is not None and isinstance(v, tf.Tensor) and hasattr(v, "numpy"):
         return ("tftensor", id(v))
     return None
+
+
+def _framework_leaf_kind(v: Any) -> bool:
+    """Whether ``v`` is an array, a tensor or a variable of a loaded framework."""
+    if isinstance(v, np.ndarray):
+        return True
+    kinds = [
+        getattr(sys.modules.get("torch"), "Tensor", None),
+        getattr(sys.modules.get("jax"), "Array", None),
+        getattr(sys.modules.get("tensorflow"), "Tensor", None),
+        getattr(sys.modules.get("tensorflow"), "Variable", None),
+    ]
+    return any(isinstance(k, type) and isinstance(v, k) for k in kinds)
 
 
 def _variables_of(v: Any) -> list[Any] | None:
@@ -167,17 +180,15 @@ def _sig(v: Any, walk: _Walk, depth: int) -> Any:  # noqa: C901, PLR0911 - one c
         return ("wrapped", id(v), type(v).__qualname__, _sig(wrapped, walk, depth + 1))
     variables = _variables_of(v)
     if variables is not None:
-        own = {
-            k: x
+        # its variables, the tensors and arrays it holds (private ones too: a tfp
+        # distribution keeps loc and scale as _loc, _scale), and its public settings
+        own = tuple(
+            (k, _sig(x, walk, depth + 1))
             for k, x in vars(v).items()
-            if not k.startswith("_") and isinstance(x, (bool, int, float, str))
-        }
-        return (
-            "layer",
-            id(v),
-            tuple(_sig(x, walk, depth + 1) for x in variables),
-            tuple(sorted(own.items())),
+            if _framework_leaf_kind(x)
+            or (not k.startswith("_") and isinstance(x, (bool, int, float, str)))
         )
+        return ("layer", id(v), tuple(_sig(x, walk, depth + 1) for x in variables), own)
     return _object(v, walk, depth)
 
 
