@@ -41,6 +41,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
+from ._capture_cache import CAPTURES, frozen_state
 from ._common import as_float_output, output_layout
 from .base import (
     Backend,
@@ -297,6 +298,19 @@ class _FlatFunction:
             for o, c in zip(outs, self.complex_outputs, strict=True)
         ]
 
+    def capture_key(self) -> tuple[Any, ...]:
+        """What selects a capture besides the frozen state: argnums, structure, shapes, dtypes."""
+        return (
+            tuple(self.argnums),
+            tuple(str(self.treedefs[i]) for i in self.argnums),
+            tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in self.leaves),
+            str(self.device),
+        )
+
+    def frozen(self) -> tuple[Any, ...]:
+        """``f`` and the arguments that are not checked: what a capture freezes."""
+        return frozen_state(self.f, self.args, self.argnums)
+
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
         import jax
@@ -392,17 +406,18 @@ class _Derivatives:
         ctx: Callable[[], contextlib.AbstractContextManager[Any]],
         notes: list[str],
         label: str,
+        route: str = "",
     ):
-        import jax
-
         self.g, self.flat, self.dtypes = g, flat, list(dtypes)
         with ctx():
             self.primals = [p[0] for p in flat.to_leaves(flat.x0[None], self.dtypes)]
             # a concrete call, not eval_shape: f may be untraceable (then vmap falls back)
             self.cot_specs = [(o.shape, o.dtype) for o in self._float_g(*self.primals)]
-        self._eval_jit = jax.jit(jax.vmap(g))
-        self._vjp_jit = jax.jit(self._vjp_batch)
-        self._jvp_jit = jax.jit(self._jvp_batch)
+        # jitted once per function, argument signature and frozen state: a later check of
+        # the same function (another point, a parametrized test) reuses the compilation
+        self._eval_jit, self._vjp_jit, self._jvp_jit = CAPTURES.get(
+            "jax.jit", (label, route, flat.capture_key()), flat.frozen(), self._jits
+        )
 
         def make(batch: Callable, row: Callable, what: str) -> _Batched:
             return _Batched(batch, row, batch_size, ctx, notes, f"{what} ({label})")
@@ -412,6 +427,12 @@ class _Derivatives:
         self.jvp = make(self._jvp, self._jvp_row, "JVP")
 
     # -- helpers -----------------------------------------------------------------
+    def _jits(self) -> tuple[Any, Any, Any]:
+        """Batched evaluation, VJP and JVP, each under ``jax.jit`` (compiled on first call)."""
+        import jax
+
+        return jax.jit(jax.vmap(self.g)), jax.jit(self._vjp_batch), jax.jit(self._jvp_batch)
+
     def _float_g(self, *leaves: Any) -> list[Any]:
         """``g`` with integer outputs cast to float, so every output has a cotangent."""
         import jax.numpy as jnp
@@ -622,7 +643,11 @@ class JaxBackend(Backend):
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
         if not is64:
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
-        evaluate_mp, mp_reason = _mp_evaluator(flat)
+
+        # the jaxpr behind the mp evaluator, cached like the compiled callables
+        evaluate_mp, mp_reason = CAPTURES.get(
+            "jax.mp", flat.capture_key(), flat.frozen(), lambda: _mp_evaluator(flat)
+        )
         return Target(
             x0=flat.x0,
             y0=y0,
@@ -655,8 +680,14 @@ class JaxBackend(Backend):
             def direct(*leaves: Any) -> list[Any]:
                 return flat(*leaves, args=args64)
 
-            if _all_float64(direct, flat) and not _narrow_intermediates(direct, flat):
-                d = _Derivatives(direct, flat, dtypes64, batch_size, _x64, notes, "float64")
+            def computes_in_float64() -> bool:
+                return _all_float64(direct, flat) and not _narrow_intermediates(direct, flat)
+
+            key = flat.capture_key()
+            if CAPTURES.get("jax.float64", key, flat.frozen(), computes_in_float64):
+                d = _Derivatives(
+                    direct, flat, dtypes64, batch_size, _x64, notes, "float64", "direct"
+                )
                 return d.evaluate, d.vjp, d.jvp
         # f keeps a narrow dtype for float64 input: promote its jaxpr instead.
         promoter = _Promoter()
@@ -679,7 +710,7 @@ class JaxBackend(Backend):
                 f"promoted{where} ({why}); the reference is computed in the working dtype"
             )
             return None, None, None
-        d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64")
+        d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64", "jaxpr")
         notes.append(
             "f does not compute in float64 for float64 input (it casts, or mixes in float32 "
             "constants); its jaxpr was re-executed with every floating constant and dtype "
@@ -833,12 +864,16 @@ def _check_gradient_flows(
     def push(primals: list[Any], tangents: list[Any]) -> Any:
         return jax.jvp(lambda *p: flat(*p), primals, tangents)[1]
 
-    try:
-        leaves = list(flat.leaves)
-        closed = jax.make_jaxpr(push)(leaves, [np.zeros_like(a) for a in leaves])
-    except Exception:  # noqa: BLE001 - the checks that follow report what fails
-        return
-    if not _tangent_free(closed):
+    leaves = list(flat.leaves)
+
+    def tangent_free() -> bool:
+        try:
+            closed = jax.make_jaxpr(push)(leaves, [np.zeros_like(a) for a in leaves])
+        except Exception:  # noqa: BLE001 - the checks that follow report what fails
+            return False
+        return _tangent_free(closed)
+
+    if not CAPTURES.get("jax.flow", flat.capture_key(), flat.frozen(), tangent_free):
         return
     # a rule that ignores its tangents but returns something else is a wrong rule, for
     # the comparison to find; a cut-off output has a tangent of exactly zero

@@ -93,6 +93,7 @@ import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._capture_cache import CAPTURES, frozen_state
 from ._common import PointFunction, check_not_mutated, output_layout
 from ._tf_promote import (
     Float64Graph,
@@ -244,6 +245,23 @@ NAMES = {"evaluate": "function", "vjp": "reverse-mode rule", "jvp": "forward-mod
 """How the notes name what ``_Program`` vectorizes."""
 
 
+class _Compiled:
+    """What a :class:`_Program` learns by tracing, shared by the checks of one function.
+
+    The ``tf.function`` of each kind (traced once for any batch size), the ways
+    still to try, whether vectorization was given up, and the notes that say so
+    (repeated in every check that shares them). Cached per function, argument
+    signature and frozen state (see :mod:`._capture_cache`).
+    """
+
+    def __init__(self, narrow: bool) -> None:
+        ways = _NARROW_WAYS if narrow else _WAYS
+        self.compiled: dict[str, Any] = {}
+        self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
+        self.ways = {kind: list(ways) for kind in ("evaluate", "vjp", "jvp")}
+        self.notes: list[str] = []
+
+
 class _Program:
     """The function as batched NumPy callables, in one set of dtypes.
 
@@ -261,6 +279,8 @@ class _Program:
         Largest number of rows per batched call.
     notes : list of str, optional
         Where to say that the vectorized evaluation was given up (the target's notes).
+    shared : _Compiled, optional
+        The traced functions of an earlier program of the same function; new by default.
     """
 
     def __init__(
@@ -272,6 +292,7 @@ class _Program:
         out_sizes: list[int],
         batch_size: int,
         notes: list[str] | None = None,
+        shared: _Compiled | None = None,
     ) -> None:
         self.tf = tf
         self.call = call
@@ -282,10 +303,11 @@ class _Program:
         self.np_dtypes = [np.dtype(leaf.dtype.as_numpy_dtype) for leaf in leaves]
         self.eps = max(dtype_eps(dt) for dt in self.np_dtypes)
         self.notes = notes if notes is not None else []
-        self.vectorized = {"evaluate": True, "vjp": True, "jvp": True}
-        ways = _NARROW_WAYS if self.eps > dtype_eps(np.float64) else _WAYS
-        self.ways = {kind: list(ways) for kind in ("evaluate", "vjp", "jvp")}
-        self._compiled: dict[str, Any] = {}
+        self.shared = shared or _Compiled(self.eps > dtype_eps(np.float64))
+        self.vectorized = self.shared.vectorized
+        self.ways = self.shared.ways
+        self._compiled = self.shared.compiled
+        self.notes.extend(n for n in self.shared.notes if n not in self.notes)
         self._verified = False
         self._sizer = ChunkSizer(self.batch_size)
 
@@ -352,7 +374,7 @@ class _Program:
                         self.ways[kind].pop(0)
                         if not self.ways[kind]:
                             self.vectorized[kind] = False
-                            self.notes.append(
+                            self._note(
                                 f"tf.vectorized_map cannot vectorize the {NAMES[kind]} "
                                 f"({_describe(exc)}); its points are evaluated one call at a "
                                 "time, which is slower (Python control flow on tensor values, "
@@ -379,10 +401,15 @@ class _Program:
             np.max(np.abs(plain - batched), initial=0.0) <= np.sqrt(self.eps) * scale
         ):
             self.vectorized["evaluate"] = False
-            self.notes.append(
+            self._note(
                 "tf.vectorized_map changed the function's values; points are evaluated one "
                 "call at a time"
             )
+
+    def _note(self, note: str) -> None:
+        """A note for this check and for every later check sharing the traced functions."""
+        self.notes.append(note)
+        self.shared.notes.append(note)
 
     def _compile(self, kind: str, fn: Callable[..., Any]) -> Any:
         """``fn`` as a ``tf.function`` traced once for any batch size."""
@@ -749,14 +776,16 @@ class TensorflowBackend(Backend):
             )
         self._check_gradient_flows(call, leaves, y1, eps)
         out_sizes = [leaf.size for leaf in out_layout.leaves]
-        program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes)
+        cached = _cache_for(f, args, argnums, wrt, layout, originals, is_var)
+        shared = cached("tf.compiled", lambda: _Compiled(eps > dtype_eps(np.float64)))
+        program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes, shared)
         y0 = y1
 
         programs: dict[str, _Program | None] = {"": program, "64": program}
         rules64 = True  # whether the float64 program's VJP/JVP are the user's rules
         if wd != np.float64:
             programs["64"], rules64 = self._float64_program(
-                call, raw64_factory, originals, layout, out_sizes, batch_size, notes
+                call, raw64_factory, originals, layout, out_sizes, batch_size, notes, cached
             )
         fns: dict[str, BatchFn | None] = {}
         rng = np.random.default_rng(0)
@@ -765,17 +794,20 @@ class TensorflowBackend(Backend):
             fns["vjp" + suffix] = fns["jvp" + suffix] = None
             if prog is None or (suffix == "64" and not rules64):
                 continue
-            try:
-                prog.vjp_one(rng.standard_normal(y0.size))
+            failed = cached(
+                "tf.vjp" + suffix,
+                partial(_probe_reverse, prog, rng.standard_normal(y0.size), suffix),
+            )
+            if failed is None:
                 fns["vjp" + suffix] = prog.vjp
-            except Exception as exc:  # noqa: BLE001 - reported in the notes
-                notes.append(_mode_failed("reverse", suffix, exc))
+            else:
+                notes.append(failed)
             fns["jvp" + suffix] = prog.jvp
 
         def probe_forward(target: Target) -> None:
             # deferred until a check asks for forward mode: TensorFlow builds the forward
             # rules of a model's ops on first use, which costs more than a whole reverse check
-            if self._has_custom_gradient(call, leaves):
+            if cached("tf.custom_gradient", lambda: self._has_custom_gradient(call, leaves)):
                 target.jvp = target.jvp64 = None
                 target.notes.append(
                     "the function uses tf.custom_gradient, which TensorFlow's forward mode "
@@ -793,7 +825,9 @@ class TensorflowBackend(Backend):
 
         def build_mp(target: Target) -> None:
             # deferred: capturing the graph again costs more than a float32 check
-            target.evaluate_mp, target.mp_unavailable_reason = self._mp_evaluator(call, originals)
+            target.evaluate_mp, target.mp_unavailable_reason = cached(
+                "tf.mp", lambda: self._mp_evaluator(call, originals, cached)
+            )
 
         return Target(
             x0=x0,
@@ -814,7 +848,7 @@ class TensorflowBackend(Backend):
         )
 
     def _mp_evaluator(
-        self, call: _FlatCall, originals: list[np.ndarray]
+        self, call: _FlatCall, originals: list[np.ndarray], cached: _Cached
     ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
         """``(evaluate_mp, None)`` running the captured float64 graph on mpmath numbers
         (:mod:`polygrad.mpexec.tf_graph`), or ``(None, reason)`` naming what blocks it."""
@@ -823,7 +857,7 @@ class TensorflowBackend(Backend):
 
         tf = self.tf
         specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
-        captured = promote_to_float64(tf, call, specs)
+        captured = cached("tf.float64", lambda: promote_to_float64(tf, call, specs))
         function: Any = captured.function  # a concrete function: its graph is the program
         if function is None:
             return None, f"{_MP_UNAVAILABLE}: {captured.blocked}"
@@ -904,6 +938,7 @@ class TensorflowBackend(Backend):
         out_sizes: list[int],
         batch_size: int,
         notes: list[str],
+        cached: _Cached,
     ) -> tuple[_Program | None, bool]:
         """The float64 program and whether its rules (VJP, JVP) are the user's.
 
@@ -918,17 +953,18 @@ class TensorflowBackend(Backend):
         tf = self.tf
         leaves64 = [tf.constant(a.astype(np.float64)) for a in originals]
         specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
-        captured = promote_to_float64(tf, call, specs)
+        captured = cached("tf.float64", lambda: promote_to_float64(tf, call, specs))
 
-        def program(call64: _FlatCall) -> _Program:
-            return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes)
+        def program(call64: _FlatCall, route: str) -> _Program:
+            shared = cached("tf.compiled64" + route, partial(_Compiled, False))
+            return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes, shared)
 
         call64, reason = self._captured_call(captured, leaves64, out_sizes)
         if call64 is not None and not captured.custom_gradient:
-            return program(call64), True
+            return program(call64, "graph"), True
         by_arguments, arg_reason = self._argument_call(raw64_factory, leaves64, out_sizes)
         if by_arguments is not None:
-            return program(by_arguments), True
+            return program(by_arguments, "arguments"), True
         if call64 is not None:
             notes.append(
                 "the function uses tf.custom_gradient: its float64 graph gives the reference "
@@ -936,7 +972,7 @@ class TensorflowBackend(Backend):
                 "gradient function belongs to the original trace), so a wrong rule cannot be "
                 "told from round-off in the working dtype (no UNSTABLE verdict)"
             )
-            return program(call64), False
+            return program(call64, "graph"), False
         notes.append(
             f"the function cannot be promoted to float64: {reason or arg_reason}; the "
             "reference is computed in the working dtype, with error bars to match"
@@ -1029,6 +1065,44 @@ class TensorflowBackend(Backend):
             return result[0] if len(result) == 1 else tuple(result)
 
         return grad_f
+
+
+_Cached = Callable[[str, Callable[[], Any]], Any]
+"""``cached(kind, build)``: the capture of one kind for the function being checked."""
+
+
+def _cache_for(
+    f: Any,
+    args: tuple[Any, ...],
+    argnums: tuple[int, ...],
+    wrt: str,
+    layout: Layout,
+    originals: list[np.ndarray],
+    is_var: list[bool],
+) -> _Cached:
+    """Captures of ``f`` keyed by its argument signature and frozen state (``CAPTURES``)."""
+    key = (
+        wrt,
+        tuple(argnums),
+        tuple(leaf.name for leaf in layout.leaves),
+        tuple((a.shape, a.dtype.str) for a in originals),
+        tuple(is_var),
+    )
+    state = frozen_state(f, args, argnums if wrt == "inputs" else None)
+
+    def cached(kind: str, build: Callable[[], Any]) -> Any:
+        return CAPTURES.get(kind, key, state, build)
+
+    return cached
+
+
+def _probe_reverse(prog: _Program, u: np.ndarray, suffix: str) -> str | None:
+    """None when one VJP runs eagerly, else the note saying why reverse mode is unavailable."""
+    try:
+        prog.vjp_one(u)
+    except Exception as exc:  # noqa: BLE001 - reported in the notes
+        return _mode_failed("reverse", suffix, exc)
+    return None
 
 
 def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:

@@ -72,6 +72,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, outer_mutations
 from .base import (
@@ -131,6 +132,11 @@ def _flat_output(torch: Any, out: Any) -> Any:
         raise InputTypeError("the function returned no tensor")
     dtype = functools.reduce(torch.promote_types, [t.dtype for t in tensors])
     return torch.cat([t.reshape(-1).to(dtype) for t in tensors])
+
+
+def _signature(tensors: Sequence[Any]) -> tuple[tuple[Any, ...], ...]:
+    """Shapes, dtypes and devices of the checked tensors: what a capture depends on."""
+    return tuple((tuple(t.shape), str(t.dtype), str(t.device)) for t in tensors)
 
 
 def _to_float64_numpy(torch: Any, t: Any) -> np.ndarray:
@@ -745,8 +751,13 @@ class TorchBackend(Backend):
                 target.jvp64 = wide.jvp_or_none(rng, " in float64")
 
         def build_mp(target: Target) -> None:
-            # deferred: capturing the ATen graph costs more than a float32 check
-            target.evaluate_mp, target.mp_unavailable_reason = self._mp_evaluator(work, primals)
+            # deferred: capturing the ATen graph costs more than a float32 check; cached per
+            # function, argument signature and frozen state (see _capture_cache)
+            key = (wrt, tuple(argnums), tuple(names), _signature(primals))
+            state = frozen_state(f, args, argnums if wrt == "inputs" else None)
+            target.evaluate_mp, target.mp_unavailable_reason = CAPTURES.get(
+                "torch.mp", key, state, lambda: self._mp_evaluator(work, primals)
+            )
 
         return Target(
             x0=x0,

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .._lazy import LazyDetails
 from ..backends.base import Target, describe_exception
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
@@ -219,13 +220,29 @@ def explain(
             f"{plan.raised['count']} of the points near x that the reference needed; they "
             "count as points where it is not finite"
         )
-    if t.working_dtype != "float64":
-        g64 = None if t.evaluate64 is None else raising_points_as_nan(t.evaluate64, t.m, {})
-        rnd = naive_roundoff(t, plan.noise_dir, g64)
-        if rnd is not None:
-            details["naive_central_difference"] = rnd
     details["notes"] = list(dict.fromkeys(details["notes"] + list(t.notes)))
-    taylor = _taylor(t, prep.modes[0], opts.seed)
-    if taylor is not None:
-        details["taylor"] = taylor
-    return details
+    return _supporting_evidence(details, prep, plan, verdict, opts)
+
+
+def _supporting_evidence(
+    details: dict[str, Any], prep: Prepared, plan: Plan, verdict: Verdict, opts: Options
+) -> LazyDetails:
+    """``details`` with the naive central difference's predicted error (working dtypes
+    narrower than float64) and the Taylor-remainder test.
+
+    Neither decides a verdict. For a PASS they are computed when the report is first
+    read (printed, serialised, indexed); for any other verdict, now.
+    """
+    t = prep.target
+    lazy = LazyDetails(details)
+    if t.working_dtype != "float64":
+
+        def naive() -> dict[str, Any] | None:
+            g64 = None if t.evaluate64 is None else raising_points_as_nan(t.evaluate64, t.m, {})
+            return naive_roundoff(t, plan.noise_dir, g64)
+
+        lazy.defer("naive_central_difference", naive)
+    lazy.defer("taylor", lambda: _taylor(t, prep.modes[0], opts.seed))
+    if verdict is not Verdict.PASS:
+        lazy.force()
+    return lazy
