@@ -51,6 +51,7 @@ from .reference.curvature import derivative_coefficients, rounding_noise
 from .reference.differences import DirectionalDerivatives
 from .reference.noise import output_resolution
 from .report import SEVERITY, Entries, Report, Verdict
+from .your_terms import resolve_tool, your_terms_details
 
 __all__ = ["check", "assert_gradients", "C_AD", "TOLERANCE_FACTOR"]
 
@@ -498,6 +499,8 @@ def check(
     batch_size: int = 4096,
     budget: float = 60.0,
     nonsmooth: str = "allow",
+    compare_with: str | None = None,
+    compare_step: float | None = None,
     _capture: dict[str, Any] | None = None,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
@@ -551,6 +554,17 @@ def check(
         autodiff may legitimately return other values (Bolte & Pauwels,
         "A mathematical model for automatic differentiation in machine
         learning", NeurIPS 2020). ``"fail"``: any NONSMOOTH entry fails.
+    compare_with : str, optional
+        Your own finite-difference check: ``"gradcheck"``,
+        ``"tf.test.compute_gradient"``, ``"jax check_grads"`` or ``"fd"`` (a plain
+        central difference judged by ``max |a - b| / max(1e-8, |a| + |b|)``).
+        The report then states what that check reads here, how much of it is
+        round-off, truncation or kinks, and its best step (see
+        :mod:`polygrad.your_terms`).
+    compare_step : float, optional
+        The step of that check, absolute, in the input's units (``eps`` of
+        ``gradcheck`` and ``check_grads``, ``delta`` of ``compute_gradient``);
+        default: the tool's own default.
 
     Returns
     -------
@@ -588,6 +602,7 @@ def check(
             raise ValueError(f"{option}={value!r}; choose one of {', '.join(allowed)}")
     if order not in (1, 2):
         raise ValueError(f"order={order}; polygrad checks first (1) and second (2) derivatives")
+    tool = resolve_tool(compare_with, compare_step)
 
     reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
@@ -907,6 +922,8 @@ def check(
         details["taylor"] = taylor_target(target, mode=modes[0], seed=seed).to_dict()
     except Exception:  # noqa: BLE001
         pass
+    if tool is not None:
+        details["your_terms"] = your_terms_details(target, tool, compare_step, entries, full, seed)
     details["seconds"] = time.perf_counter() - t_start
     quantity = "Jacobian entries" if full else "projections uᵀJw"
     return Report(verdict=verdict, ok=ok, entries=entries, quantity=quantity, details=details)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .render_terms import your_terms_lines
+
 if TYPE_CHECKING:
     from .report import Report
 
@@ -204,6 +206,8 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         elif naive.get("third_derivative") is not None:
             txt += "; no curvature was measured along the sampled direction, but f has kinks"
         lines.append(txt)
+    if d.get("your_terms"):
+        lines.extend(your_terms_lines(d["your_terms"]))
     taylor = d.get("taylor")
     if taylor and taylor.get("explanation"):
         txt = f"  Taylor test (supporting evidence): {taylor['explanation']}"
