@@ -102,7 +102,8 @@ def your_terms_lines(t: dict[str, Any]) -> list[str]:
     if t["best_step"] is not None:
         lines.append(
             f"    best {t['step_name']} for {t['tool']} here: {step_text(t['best_step'])} "
-            f"(absolute; from the round-off and truncation measured at your step); measured there, it "
+            f"(absolute; from the round-off and truncation measured at your step); "
+            f"measured there, it "
             f"reads {_g(t['best_value'])}"
         )
     return lines
