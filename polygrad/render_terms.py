@@ -81,14 +81,15 @@ def _relative_note(t: dict[str, Any]) -> str | None:
     """For the relative metric: say when a near-zero entry rules the max."""
     if not t["metric"].startswith("max |a - b| /"):
         return None
-    worst = abs(t["worst_autodiff"])
-    if t["typical"] > 0 and worst < 0.01 * t["typical"]:
-        return (
-            f"    the worst relative error sits at an entry of size {_g(worst)}, against a median "
-            f"of {_g(t['typical'])}: a max of relative errors is ruled by near-zero entries, "
-            "where round-off is large beside the entry"
-        )
-    return None
+    k = t.get("swamped")
+    if not k:
+        return None
+    return (
+        f"    {k} of {t['entries']} entries are at most twice the round-off of this step (the "
+        f"worst is {_g(abs(t['worst_autodiff']))}, the median entry {_g(t['typical'])}): their "
+        "relative error is of order 1 whatever the gradient, so a max of relative errors is ruled "
+        "by them; the absolute errors above are the ones that tell"
+    )
 
 
 def your_terms_lines(t: dict[str, Any]) -> list[str]:

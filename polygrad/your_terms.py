@@ -160,6 +160,9 @@ class YourTerms:
     typical : float
         Median ``|autodiff|`` over the entries (beside the worst entry's, it
         shows when a relative metric is ruled by near-zero entries).
+    swamped : int or None
+        Entries whose round-off at the step is at least half the entry (their
+        relative error is of order 1 whatever the gradient).
     """
 
     tool: str
@@ -184,6 +187,7 @@ class YourTerms:
     best_step: float | None
     best_value: float | None
     typical: float
+    swamped: int | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -348,6 +352,7 @@ def in_your_terms(
                             np.where(st.kink, 0.0, parts["truncation"])),
         kinks=int(np.sum(st.kink)), entries=int(diff.size), sampled=st.sampled,
         best_step=best[0], best_value=best[1], typical=float(np.median(np.abs(st.autodiff))),
+        swamped=None if not parts else int(np.sum(2 * parts["roundoff"] >= np.abs(st.autodiff))),
     )  # fmt: skip
 
 
@@ -397,7 +402,8 @@ def _best_and_measure(
     # bar) is not measured: it is only known to be smaller
     floor = 4 * F64_EPS * float(np.max(np.abs(target.y0))) / h
     if reference_error is not None:
-        floor = max(floor, float(np.max(np.abs(st.V) @ np.abs(reference_error).T)))
+        err = np.abs(st.V) @ np.abs(reference_error).T
+        floor = max(floor, float(np.max(err[smooth], initial=0.0)))
     nz = np.abs(target.x0[target.x0 != 0])
     scale = float(2.0 ** np.round(np.log2(np.median(nz)))) if nz.size else 1.0
     best = _best_step(h, R, T, floor, scale / 4)

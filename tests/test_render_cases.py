@@ -1,0 +1,201 @@
+"""The reports of the two cases of the users' guide and of a planted error, as printed.
+
+Each test renders the report of code written the way its user wrote it, and
+checks the first line, the ok marker, the NONSMOOTH explanation and the
+"your check" section against numbers computed here independently: the
+user's own tool run by hand (``tf.test.compute_gradient``, a loop of central
+differences, ``torch.autograd.gradcheck``'s formula) and hand derivatives.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tensorflow_probability as tfp  # noqa: E402
+import torch  # noqa: E402
+
+import polygrad as pg  # noqa: E402
+from polygrad.render import render_text  # noqa: E402
+
+KINKS_DOC = "docs/why-fd-fails.md"
+
+
+def _text(report: pg.Report) -> str:
+    return render_text(report, color=False)
+
+
+@pytest.fixture(scope="module")
+def case1():
+    """Case 1: the TFP log-density summed over n = 1000 dimensions at x = 100, float32."""
+    n = 1000
+    loc = tf.constant(0.0)
+    scale = tf.constant(np.random.default_rng(0).uniform(0.5, 1.5, n).astype(np.float32))
+    dist = tfp.distributions.Normal(loc, scale)
+
+    def f(x):  # closes over the distribution, as the user wrote it
+        return tf.reduce_sum(dist.log_prob(x))
+
+    x = tf.fill([n], 100.0)
+    delta = 2.0**-13
+    report = pg.check(f, x, compare_with="tf.test.compute_gradient", compare_step=delta)
+    return f, x, delta, report
+
+
+def _compute_gradient_error(f, x, delta):
+    theoretical, numerical = tf.test.compute_gradient(f, [x], delta=delta)
+    return float(np.max(np.abs(numerical[0] - theoretical[0])))
+
+
+def test_case_1_first_line_and_your_terms(case1):
+    f, x, delta, report = case1
+    text = _text(report)
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert text.splitlines()[0].startswith("polygrad: PASS [ok] — autodiff agrees")
+    t = report.details["your_terms"]
+    assert (t["tool"], t["step_name"], t["step"]) == ("tf.test.compute_gradient", "delta", delta)
+    # the exact gradient is -x / scale^2, so autodiff's part is float32 rounding only
+    assert t["autodiff_error"] < 1e-3
+    # f''' = 0: the reading is round-off; compute_gradient run by hand reads one of the same
+    # size (not the same digits: round-off depends on the order in which f sums its terms)
+    theirs = _compute_gradient_error(f, x, delta)
+    assert theirs > 1e3 * t["autodiff_error"]
+    assert 0.1 < t["value"] / theirs < 10
+    assert t["roundoff"] > 0.99 * t["value"]
+    assert "round-off dominates: not a gradient error" in text
+    assert f"tf.test.compute_gradient with delta = {delta:.3g} (2^-13)" in text
+
+
+def test_case_1_best_delta_helps_the_users_own_tool(case1):
+    f, x, delta, report = case1
+    t = report.details["your_terms"]
+    best = t["best_step"]
+    assert best > delta and np.log2(best) == round(np.log2(best))
+    theirs_at_best = _compute_gradient_error(f, x, best)
+    # round-off falls like 1 / delta: the user's own reading drops with the step the report gives
+    assert theirs_at_best < _compute_gradient_error(f, x, delta) * 50 * delta / best
+    assert t["best_value"] < t["value"] * 50 * delta / best
+    assert f"best delta for tf.test.compute_gradient here: {best:.3g}" in _text(report)
+
+
+@pytest.fixture(scope="module")
+def case2():
+    """Case 2 in small: a Keras CNN on an 8x8 digit, model and loss object closed over."""
+    from sklearn.datasets import load_digits
+
+    tf.keras.utils.set_random_seed(0)
+    X, Y = load_digits(return_X_y=True)
+    X = (X / 16.0).astype(np.float32).reshape(-1, 8, 8, 1)
+    onehot = tf.keras.utils.to_categorical(Y, 10)
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((8, 8, 1)),
+            tf.keras.layers.Conv2D(8, 3, activation="relu", padding="same", use_bias=False),
+            tf.keras.layers.MaxPooling2D(2),
+            tf.keras.layers.Conv2D(16, 3, activation="relu", padding="same"),
+            tf.keras.layers.MaxPooling2D(2),
+            tf.keras.layers.Flatten(),
+            tf.keras.layers.Dropout(0.5),
+            tf.keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+    model.compile("adam", "categorical_crossentropy")
+    model.fit(X[:256], onehot[:256], epochs=1, batch_size=32, verbose=0)
+    y = onehot[:1]
+    cce = tf.keras.losses.CategoricalCrossentropy()
+
+    def loss_of_image(x):  # model, y, cce: closure
+        return cce(y, model(tf.reshape(x, (1, 8, 8, 1))))
+
+    x = tf.constant(X[0].reshape(-1))
+    report = pg.check(loss_of_image, x, compare_with="fd", compare_step=1e-4)
+    return loss_of_image, x, report
+
+
+def test_case_2_nonsmooth_explained_in_the_report(case2):
+    _, _, report = case2
+    text = _text(report)
+    assert report.verdict == pg.Verdict.NONSMOOTH and report.ok
+    first = text.splitlines()[0]
+    assert first.startswith("polygrad: NONSMOOTH [ok] — ")
+    assert "NONSMOOTH passes by default" in first
+    assert "Bolte & Pauwels" in text and KINKS_DOC in text
+    # no worst row says "outside" without the reason on the same line
+    for line in text.splitlines():
+        if "lies outside them" in line:
+            assert "composite kink" in line
+
+
+def test_case_2_relative_metric_in_your_terms(case2):
+    f, x, report = case2
+    t = report.details["your_terms"]
+    assert t["metric"] == "max |a - b| / max(1e-8, |a| + |b|)" and t["step"] == 1e-4
+    # the user's loop: one model call per perturbed pixel, GradientTape for autodiff
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        loss = f(x)
+    a = tape.gradient(loss, x).numpy().astype(float)
+    xs = x.numpy()
+    b = np.empty_like(a)
+    for i in range(xs.size):
+        e = np.zeros_like(xs)
+        e[i] = 1e-4
+        b[i] = (float(f(tf.constant(xs + e))) - float(f(tf.constant(xs - e)))) / 2e-4
+    theirs = float(np.max(np.abs(a - b) / np.maximum(1e-8, np.abs(a) + np.abs(b))))
+    # round-off of h = 1e-4 swamps the small entries: both read a relative error of order 1
+    assert theirs > 0.1 and t["value"] > 0.1
+    i = int(t["worst"].strip("x[]"))
+    np.testing.assert_allclose(t["worst_autodiff"], a[i], rtol=1e-5)
+    assert t["autodiff_error"] < 1e-6
+    assert t["swamped"] >= 1 and t["kinks"] == report.counts()["NONSMOOTH"]
+    assert f"{t['swamped']} of 64 entries are at most twice the round-off" in _text(report)
+
+
+class _PlantedSinTimesX(torch.autograd.Function):
+    """f(x) = x sin x elementwise, whose backward forgets the sin x of the product rule."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x * torch.cos(x)
+
+
+def test_mismatch_in_gradcheck_terms():
+    x = torch.linspace(0.5, 2.0, 6, dtype=torch.float64)
+    report = pg.check(_PlantedSinTimesX.apply, x, compare_with="gradcheck")
+    text = _text(report)
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok
+    assert text.splitlines()[0].startswith("polygrad: MISMATCH [NOT OK] — the gradient rule is wrong")
+    t = report.details["your_terms"]
+    assert (t["tool"], t["step"]) == ("torch.autograd.gradcheck", 1e-6)
+    assert t["passes"] is False and "FAILS" in text
+    assert not torch.autograd.gradcheck(_PlantedSinTimesX.apply, (x.clone().requires_grad_(),),
+                                        raise_exception=False)  # fmt: skip
+    # gradcheck's numbers by hand: central differences with eps = 1e-6, the planted error
+    # is sin x on the diagonal
+    xs = x.numpy()
+    eps = 1e-6
+    numeric = np.diag(((xs + eps) * np.sin(xs + eps) - (xs - eps) * np.sin(xs - eps)) / (2 * eps))
+    analytic = np.diag(xs * np.cos(xs))
+    theirs = float(np.max(np.abs(analytic - numeric)))
+    np.testing.assert_allclose(t["value"], theirs, rtol=1e-6)
+    i = int(t["worst"].rsplit("output ", 1)[1])
+    np.testing.assert_allclose(t["autodiff_error"], abs(np.sin(xs[i])), rtol=1e-6)
+    assert "autodiff's own error dominates" in text
+
+
+def test_unknown_tool_is_a_clear_error():
+    with pytest.raises(ValueError, match="compare_with='numdiff'; choose one of"):
+        pg.check(lambda x: np.sum(x**2), np.ones(3), grad=lambda x: 2 * x, compare_with="numdiff")
+    with pytest.raises(ValueError, match="the step must be a positive"):
+        pg.check(lambda x: np.sum(x**2), np.ones(3), grad=lambda x: 2 * x, compare_with="fd",
+                 compare_step=-1.0)  # fmt: skip
