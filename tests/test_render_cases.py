@@ -174,7 +174,9 @@ def test_mismatch_in_gradcheck_terms():
     report = pg.check(_PlantedSinTimesX.apply, x, compare_with="gradcheck")
     text = _text(report)
     assert report.verdict == pg.Verdict.MISMATCH and not report.ok
-    assert text.splitlines()[0].startswith("polygrad: MISMATCH [NOT OK] — the gradient rule is wrong")
+    assert text.splitlines()[0].startswith(
+        "polygrad: MISMATCH [NOT OK] — the gradient rule is wrong"
+    )
     t = report.details["your_terms"]
     assert (t["tool"], t["step"]) == ("torch.autograd.gradcheck", 1e-6)
     assert t["passes"] is False and "FAILS" in text
