@@ -872,6 +872,8 @@ def check(
                 np.median(np.max(dd.central.noise, axis=1) / max(np.max(np.abs(f0_ref)), 1e-300))
             ),
             "median_step": float(np.median(dd.central.step)),
+            "median_scale": float(np.median(s)),  # steps are relative to these powers of two
+            "f_abs": float(np.max(np.abs(f0_ref))),
             "median_relative_error": _median_relative(dd.central.value, dd.central.error),
             "evaluations": int(dd.central.evaluations + noise_info["evaluations"]),
             "seconds": t_ref,

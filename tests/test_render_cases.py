@@ -201,3 +201,43 @@ def test_unknown_tool_is_a_clear_error():
     with pytest.raises(ValueError, match="the step must be a positive"):
         pg.check(lambda x: np.sum(x**2), np.ones(3), grad=lambda x: 2 * x, compare_with="fd",
                  compare_step=-1.0)  # fmt: skip
+
+
+def test_noise_figures_are_named_and_worded_by_what_was_measured():
+    """f = x + 1 computed as (1e4 + x) - 1e4 + 1: f is not near 0, but its noise is far
+    more than rounding |f| explains; the report says that, with |f|, and names each noise."""
+    report = pg.check(
+        lambda x: (1e4 + x) - 1e4 + 1,
+        np.array([0.5]),
+        grad=lambda x: np.ones(1),
+        reference="float64",
+    )
+    text = _text(report)
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert "near 0" not in text
+    noise = [line for line in text.splitlines() if line.startswith("  noise of f in float64")]
+    assert len(noise) == 1
+    assert "|f| = 1.5" in noise[0] and "more than rounding f's value explains" in noise[0]
+
+
+def test_entries_judged_on_their_row_scale_are_counted():
+    """Row 0 holds 2e20 and 1e-3: the float64 reference's error bar at the small entry is far
+    larger than the entry, so it is judged on the row's scale; the report counts it."""
+
+    def g(x):
+        return np.array([1e20 * x[0] ** 2 + 1e-3 * x[1], x[1] ** 3])
+
+    def jac(x):
+        return np.array([[2e20 * x[0], 1e-3], [0.0, 3 * x[1] ** 2]])
+
+    report = pg.check(g, np.array([1.0, 2.0]), jac=jac, reference="float64")
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    e = report.entries
+    wide = np.abs(e.reference_error) > np.abs(e.reference)
+    assert "f[0] / x[1]" in [e.names[i] for i in np.flatnonzero(wide)]
+    line = [s for s in _text(report).splitlines() if s.startswith("  resolution:")][0]
+    assert line.startswith(
+        f"  resolution: {int(wide.sum())} of 4 entries have a reference error bar larger than"
+    )
+    assert f"an error up to {float(np.max(e.tolerance[wide])):.2g} in them" in line
+    assert "an mp reference" in line
