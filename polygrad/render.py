@@ -246,11 +246,11 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
             f"sees, unlike the reference's noise above) {_g(naive['noise'], 2)} "
             f"({_noise_vs_f(naive['noise'], f_abs, d.get('eps'))}); a plain central difference "
             f"with step h is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
-            f"{_times_scale(ref)}"
+            f"{_times_scale(ref)}{_absolute(2.0**-13, ref)}"
         )
         if "optimal_step" in naive:
             txt += (
-                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)}{_times_scale(ref)}"
+                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} × s"
                 f"{_absolute(naive['optimal_step'], ref)} (error ~{_g(naive['optimal_error'], 2)})"
             )
         elif naive.get("third_derivative") is not None and "NONSMOOTH" not in report.counts():

@@ -241,3 +241,45 @@ def test_entries_judged_on_their_row_scale_are_counted():
     )
     assert f"an error up to {float(np.max(e.tolerance[wide])):.2g} in them" in line
     assert "an mp reference" in line
+
+
+def test_heat_map_shows_kinks_as_kinks(case2, tmp_path):
+    """The case-2 CNN's kink entries: off the red error scale, in their own legend entry."""
+    _, _, report = case2
+    fig = report.plot(tmp_path / "entries.png")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["kink (NONSMOOTH: not an error)"]  # no failure outline: none fails
+    kink = (report.entries.status == 1).reshape(1, 64)  # outputs x inputs
+    scale = ax.get_images()[0].get_array()
+    assert np.all(np.ma.getmaskarray(scale) == kink)  # kinks are not on the error scale
+    assert (tmp_path / "entries.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_gives_absolute_steps_and_a_legend_of_drawn_lines(tmp_path):
+    """Case 1 in NumPy: f''' = 0, so no truncation line is drawn and none is in the legend;
+    steps are given in the input's units (h × 128 at x = 100), with the best delta."""
+    n = 1000
+    scale = np.random.default_rng(0).uniform(0.5, 1.5, n).astype(np.float32)
+    s = pg.sweep(lambda x: np.sum(-(x**2) / (2 * scale**2)), np.full(n, 100.0, np.float32))
+    text = str(s)
+    assert np.all(s.scales == 128.0) and not s.coordinate_directions
+    assert "moves every input x_j at once by h × s_j" in text and "s = 128 for all" in text
+    row = [line for line in text.splitlines() if line.strip().startswith("2^-13 ")][0]
+    assert row.split()[1] == f"{2.0**-13 * 128:.3g}"
+    delta, err = s.tool_step()
+    assert f"check_grads (one input moved at a time, in your units): {delta:.3g}" in text
+    # a coordinate-wise central difference with that delta: noise / (sqrt 2 delta) at most
+    np.testing.assert_allclose(err, np.max(s.noise) / (np.sqrt(2) * delta), rtol=0.05)
+    fig = s.plot(tmp_path / "sweep.png")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    lo, hi = ax.get_ylim()
+    for line in ax.get_lines():
+        y = np.asarray(line.get_ydata(), float)
+        if line.get_label() in labels:
+            assert np.any((y >= lo) & (y <= hi))
+    assert not any("truncation" in label for label in labels)
+    best = [t.get_text() for t in ax.texts][0]
+    assert f"predicted error of {s.optimal_error:.2g}" in best.replace("\n", " with a ")
+    assert f"predicted error of {s.optimal_error:.2g}" in text
