@@ -91,13 +91,16 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
     from .sweep import _one_scale, best_step_label
 
     ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
+    # the label sits on the side of the best step with more room, on a white box
+    right = np.log(s.optimal_step / h.min()) < np.log(h.max() / s.optimal_step)
     ax.annotate(
         "best " + best_step_label(s).replace(" with a ", "\n"),
         (s.optimal_step, s.optimal_error),
         textcoords="offset points",
-        xytext=(-8, 12),
-        ha="right",
+        xytext=(8 if right else -8, 14),
+        ha="left" if right else "right",
         fontsize=8,
+        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9},
     )
     pos = np.concatenate([ce[ce > 0], pr[pr > 0]])
     if pos.size:
