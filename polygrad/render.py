@@ -266,8 +266,9 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         if taylor.get("verdict") == "wrong" and "NONSMOOTH" in report.counts():
             txt = (
                 "  Taylor test (supporting evidence): the Taylor remainder falls like "
-                f"h^{float(taylor['slope']):.2f}, as it must where the steps cross a kink (a "
-                "kink leaves a first-order remainder): no evidence against the gradient"
+                f"h^{float(taylor['slope']):.2f}, slower than h^2, as it must where the steps "
+                "cross a kink (the remainder there is of first order at best, slower still at "
+                "an infinite slope): no evidence against the gradient"
             )
         elif taylor.get("verdict") == "consistent" and "MISMATCH" in report.counts():
             txt += (
@@ -348,8 +349,8 @@ def _why(report: Report) -> str:
     v = str(report.verdict)
     k = c.get(v, 0)
     if v == "PASS":
-        return (
-            f"autodiff agrees with the reference within the combined error bars on all {n} entries."
+        return "autodiff agrees with the reference within the combined error bars on " + (
+            f"all {n} entries." if n > 1 else "its only entry."
         )
     if v == "MISMATCH":
         i = int(e.worst(1)[0])

@@ -9,6 +9,7 @@ differences, ``torch.autograd.gradcheck``'s formula) and hand derivatives.
 
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -67,6 +68,7 @@ def test_case_1_first_line_and_your_terms(case1):
     assert 0.1 < t["value"] / theirs < 10
     assert t["roundoff"] > 0.99 * t["value"]
     assert "round-off dominates: not a gradient error" in text
+    assert json.loads(report.to_json())["details"]["your_terms"] == t
     assert f"tf.test.compute_gradient with delta = {delta:.3g} (2^-13)" in text
 
 
@@ -283,3 +285,46 @@ def test_sweep_gives_absolute_steps_and_a_legend_of_drawn_lines(tmp_path):
     best = [t.get_text() for t in ax.texts][0]
     assert f"predicted error of {s.optimal_error:.2g}" in best.replace("\n", " with a ")
     assert f"predicted error of {s.optimal_error:.2g}" in text
+
+
+def _planted_sin(scale):
+    """sin with a custom JVP that returns ``scale`` times the right one."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_jvp
+    def f(x):
+        return jnp.sin(x)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return jnp.sin(x), scale * jnp.cos(x) * t
+
+    return f
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.5])
+def test_jax_check_grads_in_its_terms(scale):
+    """check_grads' JVP test along its random direction: the report's verdict on it is the one
+    jax.test_util.check_grads gives, and its JVP the one jax.jvp gives along that direction."""
+    import jax
+    import jax.numpy as jnp
+    from jax.test_util import check_grads
+
+    f = _planted_sin(scale)
+    x = jnp.linspace(0.1, 1.0, 5, dtype=jnp.float32)
+    report = pg.check(f, x, compare_with="jax check_grads", mode="fwd")
+    t = report.details["your_terms"]
+    assert (t["tool"], t["step"], t["entries"]) == ("jax.test_util.check_grads", 1e-4, 5)
+    try:
+        check_grads(f, (x,), order=1, modes=("fwd",))
+        theirs = True
+    except AssertionError:
+        theirs = False
+    assert t["passes"] is theirs is (scale == 1.0)
+    v = np.random.RandomState(0).randn(5).astype(np.float32)
+    _, jvp = jax.jvp(f, (x,), (jnp.asarray(v),))
+    i = int(t["worst"].rsplit("output ", 1)[1])
+    np.testing.assert_allclose(t["worst_autodiff"], float(jvp[i]), rtol=1e-6)
+    assert report.ok is (scale == 1.0)
