@@ -88,7 +88,7 @@ def _relative_note(t: dict[str, Any]) -> str | None:
         f"    {k} of {t['entries']} entries are at most twice the round-off of this step (the "
         f"worst is {_g(abs(t['worst_autodiff']))}, the median entry {_g(t['typical'])}): their "
         "relative error is of order 1 whatever the gradient, so a max of relative errors is ruled "
-        "by them; the absolute errors above are the ones that tell"
+        "by them; the absolute |numeric - autodiff| and its parts are what tell"
     )
 
 
@@ -103,8 +103,15 @@ def your_terms_lines(t: dict[str, Any]) -> list[str]:
     if t["best_step"] is not None:
         lines.append(
             f"    best {t['step_name']} for {t['tool']} here: {step_text(t['best_step'])} "
-            f"(absolute; from the round-off and truncation measured at your step); "
+            f"(absolute; the best measured on powers of two from your step to the one that its "
+            "round-off and truncation predict); "
             f"measured there, it "
             f"reads {_g(t['best_value'])}"
+            + (
+                f" ({_g(t['best_value_smooth'])} over the entries where f is smooth: a "
+                "difference across a kink is no derivative at any step)"
+                if t.get("best_value_smooth") is not None
+                else ""
+            )
         )
     return lines

@@ -157,6 +157,8 @@ class YourTerms:
         Entries the tool compared; ``sampled`` True when coordinates were sampled.
     best_step, best_value : float or None
         The best step for the tool and its number measured at that step.
+    best_value_smooth : float or None
+        That number over the entries where f is smooth (None without kinks).
     typical : float
         Median ``|autodiff|`` over the entries (beside the worst entry's, it
         shows when a relative metric is ruled by near-zero entries).
@@ -186,6 +188,7 @@ class YourTerms:
     sampled: bool
     best_step: float | None
     best_value: float | None
+    best_value_smooth: float | None
     typical: float
     swamped: int | None
 
@@ -351,7 +354,8 @@ def in_your_terms(
         max_truncation=_max(None if "truncation" not in parts else
                             np.where(st.kink, 0.0, parts["truncation"])),
         kinks=int(np.sum(st.kink)), entries=int(diff.size), sampled=st.sampled,
-        best_step=best[0], best_value=best[1], typical=float(np.median(np.abs(st.autodiff))),
+        best_step=best[0], best_value=best[1], best_value_smooth=best[2],
+        typical=float(np.median(np.abs(st.autodiff))),
         swamped=None if not parts else int(np.sum(2 * parts["roundoff"] >= np.abs(st.autodiff))),
     )  # fmt: skip
 
@@ -390,11 +394,13 @@ def _best_and_measure(
     h: float,
     parts: dict[str, np.ndarray],
     reference_error: np.ndarray | None,
-) -> tuple[float | None, float | None]:
-    """The best step for the tool (from the largest round-off and truncation at ``h``) and the
-    tool's number measured there; ``(None, None)`` without a float64 evaluation."""
+) -> tuple[float | None, float | None, float | None]:
+    """The best step for the tool (predicted from the largest round-off and truncation at
+    ``h``, then the best measured between ``h`` and that prediction), the tool's number
+    there, and the same over the entries where f is smooth (None
+    without kinks); all None without a float64 evaluation."""
     if not parts:
-        return None, None
+        return None, None, None
     smooth = ~st.kink
     R = float(np.max(parts["roundoff"][smooth], initial=0.0))
     T = float(np.max(parts["truncation"][smooth], initial=0.0))
@@ -406,12 +412,39 @@ def _best_and_measure(
         floor = max(floor, float(np.max(err[smooth], initial=0.0)))
     nz = np.abs(target.x0[target.x0 != 0])
     scale = float(2.0 ** np.round(np.log2(np.median(nz)))) if nz.size else 1.0
-    best = _best_step(h, R, T, floor, scale / 4)
-    num = _central(target.evaluate, target.x0, st.V, best)
+    predicted = _best_step(h, R, T, floor, scale / 4)
+    # the prediction extrapolates from one step (kinks near x bend it): measure the tool on
+    # the powers of two between the user's step and the predicted one, and keep the best
+    scores = [_measure(target, tool, st, step) for step in _candidates(h, predicted)]
+    best = min(scores, key=lambda r: (r[1], 0.0 if r[2] is None else r[2], r[3]))
+    return best[0], best[1], best[2]
+
+
+def _candidates(h: float, predicted: float) -> list[float]:
+    """Powers of two from near ``h`` to ``predicted`` (at most ``CANDIDATES``, ends included)."""
+    a, b = int(np.round(np.log2(h))), int(np.round(np.log2(predicted)))
+    ks = np.arange(min(a, b), max(a, b) + 1)
+    if ks.size > CANDIDATES:
+        ks = np.unique(np.round(np.linspace(ks[0], ks[-1], CANDIDATES)).astype(int))
+    return [float(2.0**k) for k in ks]
+
+
+def _measure(
+    target: Target, tool: Tool, st: _Setup, step: float
+) -> tuple[float, float, float | None, float]:
+    """(step, the tool's number, the same over smooth entries or None, max |numeric - autodiff|)."""
+    num = _central(target.evaluate, target.x0, st.V, step)
+    diff = np.abs(num - st.autodiff)
     badness, _ = _metric(tool, target.working_dtype, num, st.autodiff)
-    return best, _value(tool, np.abs(num - st.autodiff), badness)
+    smooth = ~st.kink
+    on_smooth = None
+    if np.any(st.kink) and np.any(smooth):
+        on_smooth = _value(tool, diff[smooth], badness[smooth])
+    return step, _value(tool, diff, badness), on_smooth, float(np.nanmax(diff))
 
 
+CANDIDATES = 8
+"""Steps at most on which the tool is measured to find its best one."""
 F64_EPS = float(np.finfo(np.float64).eps)
 
 
