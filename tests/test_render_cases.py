@@ -328,3 +328,26 @@ def test_jax_check_grads_in_its_terms(scale):
     i = int(t["worst"].rsplit("output ", 1)[1])
     np.testing.assert_allclose(t["worst_autodiff"], float(jvp[i]), rtol=1e-6)
     assert report.ok is (scale == 1.0)
+
+
+def test_your_terms_from_the_command_line(tmp_path):
+    """``polygrad check --compare-with fd --compare-step 2^-10``: the section, in its terms."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "model.py"
+    src.write_text(
+        "import numpy as np\n\n\ndef f(x):\n    return np.sum(np.sin(x) * x)\n\n\n"
+        "def f_grad(x):\n    return np.sin(x) + x * np.cos(x)\n"
+    )
+    args = [sys.executable, "-m", "polygrad", "check", f"{src}:f", "--at", "0.5, 1.5"]
+    r = subprocess.run(
+        [*args, "--dtype", "float32", "--compare-with", "fd", "--compare-step", "2^-10"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("polygrad: PASS [ok]")
+    assert "your check: central differences with h = 0.000977 (2^-10)" in r.stdout
+    bad = subprocess.run([*args, "--compare-with", "numdiff"], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert bad.returncode == 2 and "compare_with='numdiff'; choose one of" in bad.stderr
