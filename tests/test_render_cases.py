@@ -351,3 +351,27 @@ def test_your_terms_from_the_command_line(tmp_path):
     bad = subprocess.run([*args, "--compare-with", "numdiff"], capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "compare_with='numdiff'; choose one of" in bad.stderr
+
+
+@pytest.mark.parametrize("strategy", ["full", "projections"])
+def test_truncation_part_is_the_textbook_one(strategy):
+    """x sin x with eps = 1e-2 in float64: gradcheck's error is truncation, g''' eps² / 6 with
+    g''' = -3 sin x - x cos x, whether the check lends its reference (full) or not."""
+    x = np.linspace(0.2, 2.0, 20)
+    eps = 1e-2
+    report = pg.check(
+        lambda x: np.sum(np.sin(x) * x),
+        x,
+        grad=lambda x: np.sin(x) + x * np.cos(x),
+        compare_with="torch.autograd.gradcheck",
+        compare_step=eps,
+        strategy=strategy,
+    )
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    t = report.details["your_terms"]
+    third = np.abs(-3 * np.sin(x) - x * np.cos(x))
+    np.testing.assert_allclose(t["value"], np.max(third) * eps**2 / 6, rtol=1e-3)
+    i = int(t["worst"].strip("x[]"))
+    np.testing.assert_allclose(t["truncation"], third[i] * eps**2 / 6, rtol=1e-3)
+    assert t["roundoff"] < 1e-3 * t["truncation"] and t["autodiff_error"] < 1e-9
+    assert "truncation (f's curvature x eps²) dominates" in _text(report)
