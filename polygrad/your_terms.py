@@ -372,19 +372,61 @@ def _max(a: np.ndarray | None) -> float | None:
 def _parts(
     target: Target, st: _Setup, h: float, num: np.ndarray, reference_error: Any
 ) -> dict[str, np.ndarray]:
-    """Round-off, truncation (or kink) and autodiff error of every entry, (k, m) each."""
-    if target.evaluate64 is None:
-        return {}
-    num64 = _central(target.evaluate64, target.x0, st.V, h)
-    ref = st.reference
-    if ref is None:  # Richardson: the error of a central difference falls like h²
-        half = _central(target.evaluate64, target.x0, st.V, h / 2)
-        ref = half + (half - num64) / 3.0
+    """Round-off, truncation (or kink) and autodiff error of every entry, (k, m) each.
+
+    A dtype narrower than float64 is differenced again in float64 at the same
+    step: the difference of the two is the round-off, the float64 one minus the
+    reference the truncation. In float64 itself (or without a float64
+    evaluation) the truncation is the reference's curvature times ``h²`` and the
+    round-off what remains.
+    """
+    if target.evaluate64 is not None and target.working_dtype != "float64":
+        num64 = _central(target.evaluate64, target.x0, st.V, h)
+        ref = st.reference
+        if ref is None:  # Richardson: the error of a central difference falls like h²
+            half = _central(target.evaluate64, target.x0, st.V, h / 2)
+            ref = half + (half - num64) / 3.0
+        return {
+            "roundoff": np.abs(num - num64),
+            "truncation": np.abs(num64 - ref),
+            "autodiff": np.abs(st.autodiff - ref),
+            "floor": np.array(_roundoff_bound(target, F64_EPS, h)),
+        }
+    trunc, ref, H = _curvature(target, st, h)
+    eps = F64_EPS if target.evaluate64 is not None else target.eps
     return {
-        "roundoff": np.abs(num - num64),
-        "truncation": np.abs(num64 - ref),
+        "roundoff": np.abs(num - ref - trunc),
+        "truncation": np.abs(trunc),
         "autodiff": np.abs(st.autodiff - ref),
+        "floor": np.array(_roundoff_bound(target, eps, H) * (h / H) ** 2),
     }
+
+
+def _roundoff_bound(target: Target, eps: float, h: float) -> float:
+    """Round-off of a central difference at step ``h`` in arithmetic ``eps``: what a
+    truncation measured with it can be told apart from (``4 eps |f| / h``)."""
+    return 4 * eps * float(np.max(np.abs(target.y0))) / h
+
+
+def _curvature(target: Target, st: _Setup, h: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """(signed truncation error at ``h``, reference), both (k, m), and the step ``H`` used.
+
+    The truncation of a central difference is ``g''' h² / 6``; ``g'''`` is read
+    from a difference at a step ``H >= h`` large enough that its own round-off is
+    small (``eps^(1/3)`` of the input's scale, times 16), against the check's
+    reference or a Richardson extrapolation at ``H``.
+    """
+    fn = target.evaluate64 if target.evaluate64 is not None else target.evaluate
+    eps = F64_EPS if target.evaluate64 is not None else target.eps
+    nz = np.abs(target.x0[target.x0 != 0])
+    scale = float(np.median(nz)) if nz.size else 1.0
+    H = max(h, float(2.0 ** np.round(np.log2(16 * eps ** (1 / 3) * scale))))
+    big = _central(fn, target.x0, st.V, H)
+    ref = st.reference
+    if ref is None:
+        half = _central(fn, target.x0, st.V, H / 2)
+        ref = half + (half - big) / 3.0
+    return (big - ref) * (h / H) ** 2, ref, H
 
 
 def _best_and_measure(
@@ -404,9 +446,9 @@ def _best_and_measure(
     smooth = ~st.kink
     R = float(np.max(parts["roundoff"][smooth], initial=0.0))
     T = float(np.max(parts["truncation"][smooth], initial=0.0))
-    # truncation below the float64 round-off of the difference (or the reference's error
+    # truncation below the round-off of its own measurement (or the reference's error
     # bar) is not measured: it is only known to be smaller
-    floor = 4 * F64_EPS * float(np.max(np.abs(target.y0))) / h
+    floor = float(parts["floor"])
     if reference_error is not None:
         err = np.abs(st.V) @ np.abs(reference_error).T
         floor = max(floor, float(np.max(err[smooth], initial=0.0)))

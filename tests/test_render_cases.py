@@ -375,3 +375,34 @@ def test_truncation_part_is_the_textbook_one(strategy):
     np.testing.assert_allclose(t["truncation"], third[i] * eps**2 / 6, rtol=1e-3)
     assert t["roundoff"] < 1e-3 * t["truncation"] and t["autodiff_error"] < 1e-9
     assert "truncation (f's curvature x eps²) dominates" in _text(report)
+
+
+def test_gradcheck_round_off_in_float64_and_its_best_eps():
+    """A right torch gradient in float64 with gradcheck's eps = 1e-6: its error is round-off
+    (the parts add up to it), and gradcheck's own formula, run by hand at the report's best
+    eps, reads less than at 1e-6."""
+
+    def f(x):
+        return torch.sum(x * torch.sin(x))
+
+    x = torch.linspace(0.5, 2.0, 6, dtype=torch.float64)
+    report = pg.check(f, x, compare_with="gradcheck")
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    t = report.details["your_terms"]
+    assert t["passes"] is True and t["roundoff"] > 10 * t["truncation"]
+    diff = abs(t["worst_numeric"] - t["worst_autodiff"])
+    assert diff <= (t["roundoff"] + t["truncation"] + t["autodiff_error"]) * (1 + 1e-9)
+    assert "round-off dominates: not a gradient error" in _text(report)
+
+    def by_hand(eps):
+        xs = x.numpy()
+        grad = np.sin(xs) + xs * np.cos(xs)
+        out = []
+        for j in range(xs.size):
+            e = np.zeros_like(xs)
+            e[j] = eps
+            up, down = f(torch.tensor(xs + e)), f(torch.tensor(xs - e))
+            out.append(float(up - down) / (2 * eps))
+        return float(np.max(np.abs(np.array(out) - grad)))
+
+    assert t["best_step"] > 1e-6 and by_hand(t["best_step"]) < by_hand(1e-6)
