@@ -148,10 +148,15 @@ def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
     argnums = parse_argnums(getattr(args, "argnums", None))
     if argnums is not None:
         out["argnums"] = argnums
-    for key in ("mode", "reference", "strategy"):
+    for key in ("mode", "reference", "strategy", "compare_with"):
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
+    step = _parse_steps(getattr(args, "compare_step", None))
+    if step is not None:
+        if step.size != 1:
+            raise UsageError("--compare-step takes one step, e.g. 2^-13 or 1e-4")
+        out["compare_step"] = float(step[0])
     return out
 
 
@@ -472,6 +477,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["auto", "rev", "fwd", "both"], help="default auto")
     p.add_argument("--reference", choices=["auto", "mp", "float64", "working"], help="default auto")
     p.add_argument("--strategy", choices=["auto", "full", "projections"], help="default auto")
+    p.add_argument(
+        "--compare-with",
+        metavar="TOOL",
+        help='your own check, stated in its terms: "gradcheck", "tf.test.compute_gradient", '
+        '"jax check_grads" or "fd"',
+    )
+    p.add_argument(
+        "--compare-step", metavar="STEP", help="its step (eps/delta/h), absolute, e.g. 2^-13"
+    )
     p.add_argument("--plot", metavar="FILE", help="heat map of per-entry errors (PNG/SVG)")
     p.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
     p.set_defaults(run=_cmd_check)

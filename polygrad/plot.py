@@ -88,25 +88,47 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
             grid, np.maximum(gt, tiny), "--", color="C2", label="predicted truncation  |f'''| h²/6"
         )
     ax.loglog(grid, gt + gr, "-", color="0.5", lw=0.8, label="predicted total")
+    from .sweep import _one_scale, best_step_label
+
     ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
+    # the label sits on the side of the best step with more room, on a white box
+    right = np.log(s.optimal_step / h.min()) < np.log(h.max() / s.optimal_step)
     ax.annotate(
-        f"best h ≈ {s.optimal_step:.3g}\nerror ≈ {s.optimal_error:.2g}",
+        "best " + best_step_label(s).replace(" with a ", "\n"),
         (s.optimal_step, s.optimal_error),
         textcoords="offset points",
-        xytext=(-8, 12),
-        ha="right",
+        xytext=(8 if right else -8, 14),
+        ha="left" if right else "right",
         fontsize=8,
+        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9},
     )
     pos = np.concatenate([ce[ce > 0], pr[pr > 0]])
     if pos.size:
         ax.set_ylim(max(pos.min() / 30, tiny), max(pos.max(), float(np.max(pt))) * 10)
-    ax.set_xlabel("step h (relative to |x|)")
+    ax.set_xlabel("step h (× s, a power of two near |x|)")
+    one = _one_scale(s)
+    if one:
+        top = ax.secondary_xaxis("top", functions=(lambda h: h * one, lambda d: d / one))
+        top.set_xlabel(f"absolute step (your delta / eps; s = {one:.3g})", fontsize=8)
     ax.set_ylabel("|difference quotient − reference|")
     ax.set_title(f"Finite-difference error in {s.working_dtype} ({s.backend})", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
+    _legend_of_drawn(ax)
     ax.grid(True, which="major", alpha=0.3)
     _save(fig, path)
     return fig
+
+
+def _legend_of_drawn(ax: Any) -> None:
+    """A legend of the lines that show inside the axes' limits (none that lie outside)."""
+    lo, hi = ax.get_ylim()
+    drawn = []
+    for line in ax.get_lines():
+        label = line.get_label()
+        y = np.asarray(line.get_ydata(), dtype=float)
+        if label.startswith("_") or not np.any(np.isfinite(y) & (y >= lo) & (y <= hi)):
+            continue
+        drawn.append(line)
+    ax.legend(handles=drawn, fontsize=7, loc="best")
 
 
 def plot_taylor(t: TaylorResult, path: str | Path | None = None, ax: Any = None) -> Any:
@@ -187,6 +209,34 @@ def _arrange(report: Report) -> tuple[Any, str, str]:
     return (lambda a: np.asarray(a)[None, :]), "", "compared quantity"
 
 
+KINK_CODE = 1
+"""Status code of NONSMOOTH entries (:data:`polygrad.report.SEVERITY`)."""
+KINK_COLOR = "#e8a33d"
+
+
+def _kinks_layer(ax: Any, kink: np.ndarray) -> list[Any]:
+    """Kink entries in their own colour, hatched, off the error scale; their legend handle."""
+    if not np.any(kink):
+        return []
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    ax.imshow(
+        np.ma.masked_array(np.ones(kink.shape), ~kink), cmap=ListedColormap([KINK_COLOR]),
+        aspect="auto", interpolation="nearest",
+    )  # fmt: skip
+    ys, xs = np.nonzero(kink)
+    for y, x in zip(ys, xs, strict=True):
+        ax.add_patch(_hatch(float(x), float(y)))
+    return [Patch(facecolor=KINK_COLOR, hatch="///", label="kink (NONSMOOTH: not an error)")]
+
+
+def _hatch(x: float, y: float) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, hatch="///", lw=0, ec="0.3")
+
+
 def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) -> Any:
     """Heat map of per-entry errors against their tolerances (error bars + round-off).
 
@@ -194,7 +244,9 @@ def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) 
     entry agrees within the error bars, above 0 (red) it does not. Full
     Jacobians are drawn as an outputs × inputs matrix; the gradient of a
     scalar function of one 2-D input (an image) in the input's shape;
-    projections as a strip. Non-PASS entries are outlined.
+    projections as a strip. Entries at a kink (NONSMOOTH) are no errors: they
+    are drawn off that scale, in amber and hatched, with their own legend
+    entry; failing or undecided entries are outlined.
 
     Parameters
     ----------
@@ -216,19 +268,28 @@ def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) 
     fig, ax = _figure(ax, (6.4, 5.2))
     arrange, ylabel, xlabel = _arrange(report)
     e = report.entries
+    kink = arrange(e.status == KINK_CODE)
     with np.errstate(all="ignore"):
         ratio = np.abs(e.autodiff - e.reference) / np.where(e.tolerance > 0, e.tolerance, np.nan)
         z = np.log10(np.maximum(arrange(ratio), 1e-12))
     z = np.where(np.isfinite(z), z, 3.0)
-    lim = min(8.0, max(1.0, float(np.max(np.abs(z))) if z.size else 1.0))
-    im = ax.imshow(z, cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto", interpolation="nearest")
+    smooth = z[~kink]
+    lim = min(8.0, max(1.0, float(np.max(np.abs(smooth))) if smooth.size else 1.0))
+    im = ax.imshow(
+        np.ma.masked_array(z, kink), cmap="RdBu_r", vmin=-lim, vmax=lim, aspect="auto",
+        interpolation="nearest",
+    )  # fmt: skip
     cb = fig.colorbar(im, ax=ax)
     cb.set_label("log10(|autodiff − reference| / tolerance)")
-    bad = arrange(e.status)
-    if np.any(bad > 0):
-        ys, xs = np.nonzero(bad > 0)
-        ax.plot(xs, ys, "s", mfc="none", mec="k", ms=5, mew=0.8, label="not PASS")
-        ax.legend(fontsize=7, loc="upper right")
+    handles = _kinks_layer(ax, kink)
+    bad = arrange(e.status) > KINK_CODE
+    if np.any(bad):
+        ys, xs = np.nonzero(bad)
+        handles += ax.plot(
+            xs, ys, "s", mfc="none", mec="k", ms=5, mew=0.8, label="fails or undecided"
+        )
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="upper right")
     ax.set_xlabel(xlabel)
     if ylabel:
         ax.set_ylabel(ylabel)

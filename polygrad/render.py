@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .render_terms import your_terms_lines
+
 if TYPE_CHECKING:
     from .report import Report
 
@@ -60,20 +62,69 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
 
-_NEAR_ZERO = "f is near 0 here: the noise comes from the terms that cancel"
+def _noise_vs_f(noise: float | None, f_abs: float | None, eps: float | None) -> str:
+    """The noise against what rounding f's own value explains, worded by what was measured.
+
+    A noise of a few ulps of ``|f|`` is the rounding of f's value; a far larger
+    one (f computed as a difference of larger terms, or through a ``where``
+    whose branches differ) is said to be larger, with ``|f|``, never that f
+    is near 0 unless it is.
+    """
+    if noise is None or f_abs is None or not np.isfinite(noise):
+        return "not measured"
+    if f_abs == 0:
+        return "f = 0 here, so the noise comes from the terms that cancel to 0"
+    ulps = noise / (eps * f_abs) if eps else np.inf
+    if ulps <= ULPS_EXPLAINED:
+        return f"~{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}"
+    return (
+        f"{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}: more than rounding f's value explains, "
+        "so f is computed from larger terms that cancel (or branches that differ) here"
+    )
 
 
-def _relative(r: float | None) -> str:
-    """A noise relative to |f|, or a plain statement when f is near 0 (cancellation)."""
-    if r is None or not np.isfinite(r) or r > 1e-3:
-        return _NEAR_ZERO
-    return f"{_g(r, 2)} relative"
+ULPS_EXPLAINED = 1e3
+"""Noise up to this many ulps of ``|f|`` is the rounding of f's value; beyond, cancellation."""
 
 
-def _ulps(u: float) -> str:
-    if not np.isfinite(u) or u > 1e4:
-        return _NEAR_ZERO
-    return f"~{_g(u, 2)} ulp of f"
+def _f_abs(noise: float | None, ratio: float | None) -> float | None:
+    """``|f|`` from a noise and the noise's ratio to ``|f|`` (both measured by the check)."""
+    if noise is None or ratio is None or not np.isfinite(ratio):
+        return None
+    return float(noise) / float(ratio) if ratio > 0 else None
+
+
+def _step(ref: dict[str, Any]) -> str:
+    """The reference's median step: relative, and absolute where the scale is known."""
+    h = ref.get("median_step")
+    return f"{_g(h, 3)}{_times_scale(ref)}{_absolute(h, ref)}"
+
+
+def _times_scale(ref: dict[str, Any]) -> str:
+    s = ref.get("median_scale")
+    return "" if s is None else f" × s (s: powers of two nearest |x|, median {_g(s, 3)})"
+
+
+def _absolute(h: float | None, ref: dict[str, Any]) -> str:
+    s = ref.get("median_scale")
+    return "" if s is None or h is None else f" = {_g(h * s, 3)} in the input's units"
+
+
+def _reference_noise(report: Report) -> str:
+    """The reference's noise figure, named by its arithmetic, against |f|."""
+    d = report.details
+    ref = d.get("reference", {})
+    method = ref.get("method")
+    arith, eps = str(d.get("working_dtype")), d.get("eps")
+    if method == "mp":
+        arith, eps = f"mpmath at {ref.get('dps')} digits", 10.0 ** -float(ref.get("dps") or 15)
+    elif method == "float64":
+        arith, eps = "float64", float(np.finfo(np.float64).eps)
+    f_abs = ref.get("f_abs", _f_abs(ref.get("noise"), ref.get("noise_relative")))
+    return (
+        f"  noise of f in {arith} (the reference's arithmetic, which limits its error bar): "
+        f"{_g(ref.get('noise'), 3)} ({_noise_vs_f(ref.get('noise'), f_abs, eps)})"
+    )
 
 
 def _g(x: float | None, digits: int = 4) -> str:
@@ -122,12 +173,11 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         "working": f"{d.get('working_dtype')} central differences (no float64 evaluation)",
     }.get(method, str(method))
     lines.append(
-        f"  reference: {how} + Richardson extrapolation; "
-        f"median step {_g(ref.get('median_step'), 3)} "
-        f"(relative to |x|), median relative error bar {_g(ref.get('median_relative_error'), 2)}; "
-        f"function noise {_g(ref.get('noise'), 3)} ({_relative(ref.get('noise_relative'))}); "
+        f"  reference: {how} + Richardson extrapolation; median step {_step(ref)}, median "
+        f"relative error bar {_g(ref.get('median_relative_error'), 2)}; "
         f"{ref.get('evaluations')} evaluations in {ref.get('seconds', 0):.2f} s"
     )
+    lines.append(_reference_noise(report))
     lines.append(
         f"  tolerance: {d.get('rules', {}).get('tolerance')} (eps = {_g(d.get('eps'), 3)} for "
         f"{d.get('working_dtype')})"
@@ -189,29 +239,36 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         )
     naive = d.get("naive_central_difference")
     if naive:
+        wd = d.get("working_dtype")
+        f_abs = naive["noise"] / (d["eps"] * naive["noise_ulps"]) if naive["noise_ulps"] else 0.0
         txt = (
-            f"  round-off: f has noise {_g(naive['noise'], 2)} in {d.get('working_dtype')} "
-            f"({_ulps(naive['noise_ulps'])}); a plain central difference with step h "
-            f"is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
+            f"  round-off: noise of f in {wd} (your arithmetic: what a {wd} central difference "
+            f"sees, unlike the reference's noise above) {_g(naive['noise'], 2)} "
+            f"({_noise_vs_f(naive['noise'], f_abs, d.get('eps'))}); a plain central difference "
+            f"with step h is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
+            f"{_times_scale(ref)}{_absolute(2.0**-13, ref)}"
         )
         if "optimal_step" in naive:
             txt += (
-                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} (error "
-                f"~{_g(naive['optimal_error'], 2)})"
+                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} × s"
+                f"{_absolute(naive['optimal_step'], ref)} (error ~{_g(naive['optimal_error'], 2)})"
             )
         elif naive.get("third_derivative") is not None and "NONSMOOTH" not in report.counts():
             txt += "; third derivative ≈ 0 here (no truncation error), so larger steps only help"
         elif naive.get("third_derivative") is not None:
             txt += "; no curvature was measured along the sampled direction, but f has kinks"
         lines.append(txt)
+    if d.get("your_terms"):
+        lines.extend(your_terms_lines(d["your_terms"]))
     taylor = d.get("taylor")
     if taylor and taylor.get("explanation"):
         txt = f"  Taylor test (supporting evidence): {taylor['explanation']}"
         if taylor.get("verdict") == "wrong" and "NONSMOOTH" in report.counts():
             txt = (
                 "  Taylor test (supporting evidence): the Taylor remainder falls like "
-                f"h^{float(taylor['slope']):.2f}, as it must where the steps cross a kink (a "
-                "kink leaves a first-order remainder): no evidence against the gradient"
+                f"h^{float(taylor['slope']):.2f}, slower than h^2, as it must where the steps "
+                "cross a kink (the remainder there is of first order at best, slower still at "
+                "an infinite slope): no evidence against the gradient"
             )
         elif taylor.get("verdict") == "consistent" and "MISMATCH" in report.counts():
             txt += (
@@ -221,7 +278,29 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         lines.append(txt)
     for note in d.get("notes", []):
         lines.append(f"  note: {note}")
+    unresolved = _row_scale_only(report)
+    if unresolved:
+        lines.append(unresolved)
     return "\n".join(lines)
+
+
+def _row_scale_only(report: Report) -> str | None:
+    """Entries whose reference error bar exceeds the entry: judged on their row's scale only."""
+    e = report.entries
+    if report.details.get("reference", {}).get("method") == "mp":
+        return None
+    judged = np.isin(e.status, [0, 1])  # PASS, NONSMOOTH
+    with np.errstate(invalid="ignore"):
+        wide = judged & (np.abs(e.reference_error) > np.abs(e.reference))
+    k = int(np.sum(wide))
+    if k == 0:
+        return None
+    return (
+        f"  resolution: {k} of {len(e.names)} entries have a reference error bar larger than the "
+        "entry itself; they were judged on their row's scale (the size of the largest entries "
+        f"beside them): an error up to {_g(float(np.max(e.tolerance[wide])), 2)} in them would "
+        "still pass; an mp reference (reference='mp') would resolve them"
+    )
 
 
 _DOCS_KINKS = "docs/why-fd-fails.md#kinks"
@@ -270,8 +349,8 @@ def _why(report: Report) -> str:
     v = str(report.verdict)
     k = c.get(v, 0)
     if v == "PASS":
-        return (
-            f"autodiff agrees with the reference within the combined error bars on all {n} entries."
+        return "autodiff agrees with the reference within the combined error bars on " + (
+            f"all {n} entries." if n > 1 else "its only entry."
         )
     if v == "MISMATCH":
         i = int(e.worst(1)[0])

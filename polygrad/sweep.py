@@ -209,6 +209,44 @@ class Sweep:
         return float(np.max(err[i[0]]))
 
     @property
+    def scales(self) -> np.ndarray:
+        """Largest ``|w_j|`` of each direction, shape (d,): a step ``h`` moves coordinates by up
+        to ``h`` times this, in the input's units (the power of two near ``|x_j|`` by default)."""
+        return np.max(np.abs(self.directions), axis=1)
+
+    @property
+    def coordinate_directions(self) -> bool:
+        """Whether every direction moves a single coordinate."""
+        return bool(np.all(np.sum(self.directions != 0, axis=1) == 1))
+
+    def tool_step(self) -> tuple[float, float]:
+        """Best absolute step for a central difference per coordinate, and its predicted error.
+
+        The step of ``gradcheck`` (``eps``), ``tf.test.compute_gradient``
+        (``delta``) and ``check_grads`` (``eps``) moves one input by an absolute
+        amount. Along a direction ``w = c e_j`` the truncation error of the
+        gradient entry is ``|g'''| δ² / (6 c³)`` and the round-off ``σ / (√2 δ)``
+        with ``δ = c h``; the largest over directions and outputs is minimised
+        over powers of two ``δ`` up to the largest swept step. Random
+        directions give a bound: one coordinate's curvature is usually
+        smaller than a random direction's, so the best step is at least this.
+
+        Returns
+        -------
+        delta, error : float
+            The step in the input's units and the predicted error there, in
+            the units of the gradient.
+        """
+        c = self.scales[:, None]
+        coef = self._coef(self.third_derivative, self.third_derivative_error) / (6.0 * c**3)
+        cap = float(self.steps[0] * np.min(self.scales))
+        grid = 2.0 ** np.arange(math.floor(math.log2(cap)), -80, -1, dtype=np.float64)
+        g = grid[:, None, None]
+        total = np.max(coef[None] * g**2 + self.noise[None] / (math.sqrt(2.0) * g), axis=(1, 2))
+        i = int(np.argmin(np.where(np.isfinite(total), total, np.inf)))
+        return float(grid[i]), float(total[i])
+
+    @property
     def roundoff_side(self) -> np.ndarray:
         """Boolean mask over :attr:`steps`: steps below the optimum where round-off dominates."""
         t, r = self.predicted_truncation.max(axis=1), self.predicted_roundoff.max(axis=1)
@@ -244,6 +282,10 @@ class Sweep:
                 "optimal_step_forward": self.optimal_step_forward,
                 "optimal_error_forward": self.optimal_error_forward,
                 "optimal_steps": self.optimal_steps,
+                "scales": self.scales,
+                "optimal_steps_absolute": self.optimal_steps * self.scales,
+                "tool_step": self.tool_step()[0],
+                "tool_step_error": self.tool_step()[1],
                 "notes": self.notes,
             }
         )
@@ -290,21 +332,76 @@ def _pow2(h: float) -> str:
     return f"2^{int(round(k))}" if abs(k - round(k)) < 1e-9 else f"{h:.3g}"
 
 
+def _one_scale(s: Sweep) -> float:
+    """The scale shared by every direction (0 when they differ)."""
+    sc = s.scales
+    return float(sc[0]) if sc.size and np.all(sc == sc[0]) else 0.0
+
+
+def best_step_label(s: Sweep) -> str:
+    """The best central step with its predicted and (where swept) measured error; the text and
+    the figure both print this."""
+    txt = f"h ≈ {_pow2(s.optimal_step)} with a predicted error of {_fmt(s.optimal_error)}"
+    try:
+        txt += f" (measured {_fmt(s.measured_error_at(s.optimal_step))})"
+    except KeyError:
+        pass
+    return txt
+
+
+def _absolute_lines(s: Sweep) -> list[str]:
+    """Steps in the input's units: per entry for coordinates, h × s for random directions,
+    and the best absolute step of a tool that moves one input at a time."""
+    one = _one_scale(s)
+    if s.coordinate_directions:
+        per = ", ".join(
+            f"{name} {_fmt(h * c, 3)}"
+            for name, h, c in zip(s.direction_names[:8], s.optimal_steps, s.scales, strict=False)
+        )
+        head = (
+            "  Steps h are relative: direction j moves x_j by h × s_j, s_j a power of two near "
+            f"|x_j|. Best absolute step per entry: {per}"
+            + (" ..." if len(s.direction_names) > 8 else "")
+            + "."
+        )
+        bound = ""
+    else:
+        head = (
+            f"  The {len(s.direction_names)} directions are random: each moves every input x_j at "
+            "once by h × s_j (s_j a power of two near |x_j|"
+            + (f"; s = {_fmt(one, 3)} for all" if one else "")
+            + "), so a step in your units is h × s."
+        )
+        bound = (
+            " (from random directions: one input's curvature is usually smaller, so the best "
+            "step of a tool moving one input at a time is at least this)"
+        )
+    delta, err = s.tool_step()
+    return [
+        head,
+        f"  Best delta of tf.test.compute_gradient / eps of gradcheck and check_grads (one input "
+        f"moved at a time, in your units): {_fmt(delta, 3)} ({_pow2(delta)}), predicted error "
+        f"{_fmt(err)} in the gradient's units{bound}.",
+    ]
+
+
 def _render(s: Sweep) -> str:
     ce, fe = s.central_error.max(axis=1), s.forward_error.max(axis=1)
     pt, pr = s.predicted_truncation.max(axis=1), s.predicted_roundoff.max(axis=1)
+    one = _one_scale(s)
     lines = [
         f"polygrad sweep: plain finite differences in {s.working_dtype} against a "
         f"{s.reference_method} reference ({s.backend}; {len(s.direction_names)} direction(s): "
         f"{', '.join(s.direction_names[:4])}{'...' if len(s.direction_names) > 4 else ''})",
-        f"  {'step h':>8} {'central':>10} {'predicted':>10} {'truncation':>10} "
-        f"{'round-off':>10} {'forward':>10}",
+        f"  {'step h':>8} {'absolute' if one else '':>10} {'central':>10} {'predicted':>10} "
+        f"{'truncation':>10} {'round-off':>10} {'forward':>10}",
     ]
     for i, h in enumerate(s.steps):
         mark = "  <- best" if np.isclose(h, s.optimal_step, rtol=1e-12, atol=0) else ""
         lines.append(
-            f"  {_pow2(h):>8} {_fmt(ce[i]):>10} {_fmt(pt[i] + pr[i]):>10} {_fmt(pt[i]):>10} "
-            f"{_fmt(pr[i]):>10} {_fmt(fe[i]):>10}{mark}"
+            f"  {_pow2(h):>8} {_fmt(h * one, 3) if one else '':>10} {_fmt(ce[i]):>10} "
+            f"{_fmt(pt[i] + pr[i]):>10} {_fmt(pt[i]):>10} {_fmt(pr[i]):>10} {_fmt(fe[i]):>10}"
+            f"{mark}"
         )
     sigma = float(np.max(s.noise))
     third = float(np.max(np.abs(s.third_derivative)))
@@ -317,8 +414,7 @@ def _render(s: Sweep) -> str:
         f"{_fmt(sigma / math.sqrt(2) / small)} "
         f"at h = {_pow2(small)} — and this grows as the step shrinks; truncation adds "
         f"|f'''| h²/6 with |f'''| ≈ {_fmt(third)} (± {_fmt(third_err)}), which shrinks with it. "
-        f"The best central step is h ≈ {_pow2(s.optimal_step)} with an expected error of "
-        f"{_fmt(s.optimal_error)}"
+        f"The best central step is {best_step_label(s)}"
     )
     if np.isfinite(s.optimal_step_forward):
         para += (
@@ -331,6 +427,7 @@ def _render(s: Sweep) -> str:
         "reference with Richardson extrapolation and an error bar instead."
     )
     lines.append(para)
+    lines.extend(_absolute_lines(s))
     for note in s.notes:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

@@ -110,6 +110,8 @@ def check(
     budget: float = 60.0,
     nonsmooth: str = "allow",
     policy: Policy | None = None,
+    compare_with: str | None = None,
+    compare_step: float | None = None,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -165,6 +167,17 @@ def check(
     policy : Policy, optional
         The tunables (tolerances, ladder lengths, budgets): see
         :class:`polygrad.policy.Policy`; :data:`~polygrad.policy.DEFAULT_POLICY` by default.
+    compare_with : str, optional
+        Your own finite-difference check: ``"gradcheck"``,
+        ``"tf.test.compute_gradient"``, ``"jax check_grads"`` or ``"fd"`` (a plain
+        central difference judged by ``max |a - b| / max(1e-8, |a| + |b|)``).
+        The report then states what that check reads here, how much of it is
+        round-off, truncation or kinks, and its best step (see
+        :mod:`polygrad.your_terms`).
+    compare_step : float, optional
+        The step of that check, absolute, in the input's units (``eps`` of
+        ``gradcheck`` and ``check_grads``, ``delta`` of ``compute_gradient``);
+        default: the tool's own default.
 
     Returns
     -------
@@ -189,7 +202,8 @@ def check(
     """
     t_start = time.perf_counter()
     opts = Options(mode, reference, strategy, projections, wrt, order, dps, seed, batch_size,
-                   budget, nonsmooth, policy or DEFAULT_POLICY)  # fmt: skip
+                   budget, nonsmooth, policy or DEFAULT_POLICY, compare_with,
+                   compare_step)  # fmt: skip
     prep = prepare(f, args, argnums, Supplied(grad, jac, vjp, jvp), backend, opts)
     plan = make_plan(prep.target, opts)
     ref = compute_reference(prep.target, plan, opts)

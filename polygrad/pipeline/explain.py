@@ -13,6 +13,7 @@ from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
 from ..reference.steps import F64_EPS, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
+from ..your_terms import your_terms_details
 from .assess import Assessment
 from .plan import Plan, raising_points_as_nan
 from .prepare import Options, Prepared
@@ -146,6 +147,8 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> di
         "target_accuracy": plan.accuracy,
         "noise_relative": float(np.median(np.max(dd.central.noise, axis=1) / size)),
         "median_step": float(np.median(dd.central.step)),
+        "median_scale": float(np.median(plan.s)),  # steps are relative to these powers of two
+        "f_abs": float(np.max(np.abs(plan.f0))),
         "median_relative_error": median_relative(dd.central.value, dd.central.error),
         "evaluations": int(dd.central.evaluations + info["evaluations"]),
         "seconds": ref.seconds,
@@ -221,11 +224,16 @@ def explain(
             "count as points where it is not finite"
         )
     details["notes"] = list(dict.fromkeys(details["notes"] + list(t.notes)))
-    return _supporting_evidence(details, prep, plan, verdict, opts)
+    return _supporting_evidence(details, prep, plan, a.entries, verdict, opts)
 
 
 def _supporting_evidence(
-    details: dict[str, Any], prep: Prepared, plan: Plan, verdict: Verdict, opts: Options
+    details: dict[str, Any],
+    prep: Prepared,
+    plan: Plan,
+    entries: Entries,
+    verdict: Verdict,
+    opts: Options,
 ) -> LazyDetails:
     """``details`` with the naive central difference's predicted error (working dtypes
     narrower than float64) and the Taylor-remainder test.
@@ -243,6 +251,10 @@ def _supporting_evidence(
 
         lazy.defer("naive_central_difference", naive)
     lazy.defer("taylor", lambda: _taylor(t, prep.modes[0], opts.seed))
+    if opts.tool is not None:  # asked for: computed now
+        lazy["your_terms"] = your_terms_details(
+            t, opts.tool, opts.tool_step, entries, plan.full, opts.seed
+        )
     if verdict is not Verdict.PASS:
         lazy.force()
     return lazy

@@ -14,6 +14,7 @@ from ..backends.base import Backend, Supplied, Target
 from ..errors import InputValueError, NondeterministicFunctionError
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.steps import F64_EPS
+from ..your_terms import Tool, resolve_tool
 
 __all__ = ["Options", "Prepared", "check_deterministic", "choose_modes", "prepare"]
 
@@ -48,6 +49,18 @@ class Options:
     budget: float = 60.0
     nonsmooth: str = "allow"
     policy: Policy = DEFAULT_POLICY
+    compare_with: str | None = None
+    compare_step: float | None = None
+
+    @property
+    def tool(self) -> Tool | None:
+        """The user's own finite-difference check named by ``compare_with``, or None."""
+        return resolve_tool(self.compare_with, self.compare_step)
+
+    @property
+    def tool_step(self) -> float | None:
+        """That check's step (None: the tool's default)."""
+        return self.compare_step
 
     def __post_init__(self) -> None:
         for option, allowed in _ALLOWED.items():
@@ -58,6 +71,7 @@ class Options:
             raise ValueError(
                 f"order={self.order}; polygrad checks first (1) and second (2) derivatives"
             )
+        resolve_tool(self.compare_with, self.compare_step)  # a clear error before any work
 
 
 @dataclass(frozen=True)
