@@ -32,8 +32,10 @@ The decision rule (all quantities per compared entry):
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import gc
+import os
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -46,6 +48,7 @@ from .backends.base import Supplied, Target, describe_exception
 from .dither import ALLOWANCE, DITHERS, ULPS, dithered_args, move_sizes, spread
 from .errors import GradientCheckError, InputValueError, NondeterministicFunctionError
 from .progress import progress
+from .refcache import CachedReference, open_cache
 from .reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from .reference.curvature import derivative_coefficients, rounding_noise
 from .reference.differences import DirectionalDerivatives
@@ -265,6 +268,43 @@ def _reference(
         np.concatenate([p.jump_right for p in parts]),
         np.concatenate([p.jump_left for p in parts]),
     )
+
+
+def _raised_note(raised: dict[str, Any]) -> str:
+    return (
+        f"the function raised {describe_exception(raised['first'])} at {raised['count']} "
+        "of the points near x that the reference needed; they count as points where it "
+        "is not finite"
+    )
+
+
+def _cache_options(
+    target: Target, argnums: tuple[int, ...], modes: list[str], full: bool, **options: Any
+) -> dict[str, Any]:
+    """What besides the function and the point decides the reference (the cache key)."""
+    from .fingerprint import framework_version
+
+    return dict(options, backend=target.backend, framework=framework_version(target.backend),
+                argnums=argnums, modes=tuple(modes), full=full)  # fmt: skip
+
+
+def _sharded(
+    executor: concurrent.futures.Executor, target: Target, f: Callable[..., Any],
+    args: tuple[Any, ...], argnums: tuple[int, ...], supplied: Supplied, batch_size: int,
+    wrt: str, use64: bool, method: str, fn: Callable[[np.ndarray], np.ndarray], eps: float,
+    f0: np.ndarray, dps: int, W_chunks: Callable[[], Any], noise_info: dict[str, int],
+    ladder: tuple[float, int], accuracy: float, shared_noise_dirs: np.ndarray | None,
+    resolution: np.ndarray | float,
+) -> DirectionalDerivatives:  # fmt: skip
+    """:func:`polygrad.sharding.sharded_reference` with the check's state."""
+    from .sharding import ShardSpec, sharded_reference
+
+    spec = ShardSpec(f, args, argnums, target.backend, supplied, batch_size, wrt, use64)
+    return sharded_reference(
+        executor, spec, target, fn, W_chunks, noise_info, method=method, eps=eps, f0=f0,
+        dps=dps, batch_size=batch_size, ladder=ladder, accuracy=accuracy,
+        shared_noise_dirs=shared_noise_dirs, resolution=resolution,
+    )  # fmt: skip
 
 
 def _autodiff_roundoff(
@@ -498,6 +538,8 @@ def check(
     batch_size: int = 4096,
     budget: float = 60.0,
     nonsmooth: str = "allow",
+    cache: bool | str | os.PathLike[str] | None = None,
+    executor: concurrent.futures.Executor | None = None,
     _capture: dict[str, Any] | None = None,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
@@ -551,6 +593,15 @@ def check(
         autodiff may legitimately return other values (Bolte & Pauwels,
         "A mathematical model for automatic differentiation in machine
         learning", NeurIPS 2020). ``"fail"``: any NONSMOOTH entry fails.
+    cache : bool or path, optional
+        Keep the reference on disk and reuse it when the same function (code,
+        closure, weights) is checked at the same point with the same options
+        (see :mod:`polygrad.refcache`). True: the user cache folder (or
+        ``$POLYGRAD_CACHE_DIR``); a path: that folder. Default: no cache.
+    executor : concurrent.futures.Executor, optional
+        Compute the reference's directions in shards on this executor (a
+        process pool, Dask's ``Client.get_executor()``); same verdict as in
+        one process (see :mod:`polygrad.sharding`).
 
     Returns
     -------
@@ -572,7 +623,10 @@ def check(
         The function modifies its input in place.
     MissingBackendError
         The framework for these arrays is not installed.
+    UnpicklableFunctionError
+        ``executor`` runs in other processes and ``f`` cannot be serialised.
     """
+    user_f, user_args = f, args
     t_start = time.perf_counter()
     if not args:
         raise TypeError("check(f, *args): pass the point at which to check the derivative")
@@ -670,11 +724,19 @@ def check(
     else:
         full = strategy == "full"
     d = n if full else projections
+    ckey, hit, rcache, notes_mark = None, None, open_cache(cache), len(details["notes"])
+    if rcache is not None:
+        ckey, hit = rcache.lookup(user_f, user_args, details["notes"], _cache_options(
+            target, argnums_t, modes, full, reference=reference, strategy=strategy,
+            projections=projections, wrt=wrt, order=order, dps=dps, seed=seed,
+            batch_size=batch_size, budget=budget,
+        ))  # fmt: skip
+        notes_mark = len(details["notes"])
 
     use_mp = False
     # "auto" considers mp only for small problems: the graph is captured only then
     small = d * n <= 4096
-    if reference == "mp" or (reference == "auto" and wd64 and small):
+    if hit is None and (reference == "mp" or (reference == "auto" and wd64 and small)):
         if not target.mp_mode():
             if reference == "mp":
                 details["notes"].append(
@@ -736,47 +798,61 @@ def check(
     t_ref = time.perf_counter()
     noise_info = {"evaluations": 0, "detected": 0, "total": 0}
     rows = d * (2 * levels + (9 if shared_noise_dirs is None else 0))
-    with progress(rows, "polygrad check", enabled=rows * t_row > PROGRESS_AFTER_SECONDS) as bar:
+    if hit is not None:
+        dd, ref_method, noise_info = hit.dd, hit.method, dict(hit.noise_info)
+        details["notes"] += list(hit.notes)
+    else:
+        with progress(rows, "polygrad check", enabled=rows * t_row > PROGRESS_AFTER_SECONDS) as bar:
 
-        def ref_fn_counted(X: np.ndarray) -> np.ndarray:
-            out = ref_fn(X)
-            bar.update(X.shape[0])
-            return out
+            def ref_fn_counted(X: np.ndarray) -> np.ndarray:
+                out = ref_fn(X)
+                bar.update(X.shape[0])
+                return out
 
-        # the grid of f's values: a small result of cancelling terms rounds at their size
-        resolution, noise_info["evaluations"] = output_resolution(
-            ref_fn_counted, target.x0, f0_ref, s, _ecnoise_step(ref_eps),
-            np.random.default_rng([seed, 2]),
-        )  # fmt: skip
+            # the grid of f's values: a small result of cancelling terms rounds at their size
+            resolution, noise_info["evaluations"] = output_resolution(
+                ref_fn_counted, target.x0, f0_ref, s, _ecnoise_step(ref_eps),
+                np.random.default_rng([seed, 2]),
+            )  # fmt: skip
 
-        def run_reference(method: str) -> DirectionalDerivatives:
-            return _reference(
-                target,
-                W_chunks,
-                method,
-                ref_fn_counted,
-                ref_eps,
-                f0_ref,
-                dps,
-                batch_size,
-                noise_info,
-                (h_max, levels),
-                accuracy,
-                shared_noise_dirs,
-                resolution,
-            )
+            def run_reference(method: str) -> DirectionalDerivatives:
+                if executor is not None:
+                    use64 = target.evaluate64 is not None and reference != "working"
+                    return _sharded(executor, target, f, args, argnums_t, supplied,
+                                    batch_size, wrt, use64, method, ref_fn, ref_eps, f0_ref,
+                                    dps, W_chunks, noise_info, (h_max, levels), accuracy,
+                                    shared_noise_dirs, resolution)  # fmt: skip
+                return _reference(
+                    target,
+                    W_chunks,
+                    method,
+                    ref_fn_counted,
+                    ref_eps,
+                    f0_ref,
+                    dps,
+                    batch_size,
+                    noise_info,
+                    (h_max, levels),
+                    accuracy,
+                    shared_noise_dirs,
+                    resolution,
+                )
 
-        try:
-            dd = run_reference(ref_method)
-        except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation means: fall back
-            if ref_method != "mp":
-                raise
-            details["notes"].append(
-                f"the mp reference failed ({type(exc).__name__}: {exc}); float64 differences used"
-            )
-            ref_method = "float64" if target.evaluate64 is not None else "working"
-            dd = run_reference(ref_method)
+            try:
+                dd = run_reference(ref_method)
+            except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation means: fall back
+                if ref_method != "mp":
+                    raise
+                details["notes"].append(
+                    f"the mp reference failed ({type(exc).__name__}: {exc}); "
+                    "float64 differences used"
+                )
+                ref_method = "float64" if target.evaluate64 is not None else "working"
+                dd = run_reference(ref_method)
     t_ref = time.perf_counter() - t_ref
+    if rcache is not None and ckey is not None and hit is None:
+        notes = details["notes"][notes_mark:] + ([_raised_note(raised)] if raised else [])
+        rcache.store(ckey, CachedReference(dd, ref_method, noise_info, tuple(notes), t_ref))
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if ref_method == "mp" else accuracy
 
@@ -860,6 +936,7 @@ def check(
             "median_relative_error": _median_relative(dd.central.value, dd.central.error),
             "evaluations": int(dd.central.evaluations + noise_info["evaluations"]),
             "seconds": t_ref,
+            "cached": hit is not None,
         },
         rules={
             "tolerance": f"2 x reference error bar + {C_AD:g} x eps x scale",
@@ -888,11 +965,7 @@ def check(
             )
         )
     if raised:
-        details["notes"].append(
-            f"the function raised {describe_exception(raised['first'])} at {raised['count']} "
-            "of the points near x that the reference needed; they count as points where it "
-            "is not finite"
-        )
+        details["notes"].append(_raised_note(raised))
     if target.working_dtype != "float64":
         guarded64 = None
         if target.evaluate64 is not None:
