@@ -512,8 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cache", help="where cached references live; clear them")
     p.add_argument("action", choices=["info", "clear"], help="show the folder, or empty it")
-    p.add_argument("--dir", metavar="DIR", help="the folder given as check(..., cache=DIR) "
-                   "(default: $POLYGRAD_CACHE_DIR/references or the user cache folder)")  # fmt: skip
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="the folder given as check(..., cache=DIR) "
+        "(default: $POLYGRAD_CACHE_DIR/references or the user cache folder)",
+    )
     p.set_defaults(run=_cmd_cache)
     return parser
 
