@@ -54,8 +54,9 @@ __all__ = [
     "default_dir",
     "info",
     "open_cache",
+    "pop_session_default",
+    "push_session_default",
     "session_default",
-    "set_session_default",
 ]
 
 CACHE_ENV = "POLYGRAD_CACHE_DIR"
@@ -342,18 +343,24 @@ def open_cache(
     return ReferenceCache(Path(os.fspath(cache)).expanduser())
 
 
-_SESSION: list[ReferenceCache | None] = [None]
+_SESSIONS: list[ReferenceCache | None] = []
 
 
-def set_session_default(cache: bool | str | os.PathLike[str] | None) -> None:
-    """The cache that :class:`polygrad.testing.BackendHandle` checks use by default
-    (set by the pytest plugin for a test session; None: no cache)."""
-    _SESSION[0] = open_cache(cache)
+def push_session_default(cache: bool | str | os.PathLike[str] | None) -> None:
+    """Start a test session whose :class:`polygrad.testing.BackendHandle` checks use
+    ``cache`` by default (the pytest plugin; sessions nest, as pytester's do)."""
+    _SESSIONS.append(open_cache(cache))
+
+
+def pop_session_default() -> None:
+    """End the innermost session started by :func:`push_session_default`."""
+    if _SESSIONS:
+        _SESSIONS.pop()
 
 
 def session_default() -> ReferenceCache | None:
-    """The cache set by :func:`set_session_default` (None outside a pytest session)."""
-    return _SESSION[0]
+    """The cache of the innermost test session (None outside a pytest session)."""
+    return _SESSIONS[-1] if _SESSIONS else None
 
 
 def _entries(root: Path) -> list[Path]:

@@ -145,15 +145,15 @@ def pytest_configure(config: pytest.Config) -> None:
     elif ini.strip():
         requested = _parse(ini, "polygrad_backends (ini)")
     config.stash[_REQUESTED] = requested
-    from ..refcache import set_session_default
+    from ..refcache import push_session_default
 
-    set_session_default(_cache_folder(config))
+    push_session_default(_cache_folder(config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from ..refcache import set_session_default
+    from ..refcache import pop_session_default
 
-    set_session_default(None)
+    pop_session_default()
 
 
 def _cache_folder(config: pytest.Config) -> Any:
