@@ -241,10 +241,34 @@ def test_plugin_caches_by_default(pytester: pytest.Pytester, monkeypatch) -> Non
     pytester.makepyfile(test_cached=PLUGIN_TEST)
     for _ in range(2):
         pytester.runpytest("--polygrad-backends=numpy").assert_outcomes(passed=1)
-    pytester.runpytest("--polygrad-backends=numpy", "--polygrad-no-cache").assert_outcomes(
-        passed=1
-    )
+    pytester.runpytest("--polygrad-backends=numpy", "--polygrad-no-cache").assert_outcomes(passed=1)
     cached = (pytester.path / "cached.txt").read_text().split()
     assert cached == ["False", "True", "False"]
     assert list((pytester.path / ".pytest_cache").rglob("*.npz"))
     assert refcache.session_default() is outer  # the inner sessions ended
+
+
+def test_keras_model_and_loss_object_closure(tmp_path: Path) -> None:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3, activation="tanh"), keras.layers.Dense(1)]
+    )
+    mse = keras.losses.MeanSquaredError()
+    y = tf.constant([[0.5]])
+
+    def loss(x):  # model, y and the loss object are globals/closure, as users write it
+        return mse(y, model(tf.reshape(x, (1, 4))))
+
+    x = tf.constant(np.linspace(-1.0, 1.0, 4), tf.float32)
+    first = pg.check(loss, x, cache=tmp_path)
+    second = pg.check(loss, x, cache=tmp_path)
+    assert not _cached(first) and _cached(second)
+    assert first.verdict == second.verdict == pg.Verdict.PASS and second.ok
+    _same_entries(first.entries, second.entries)
+    kernel = model.layers[0].kernel
+    kernel.assign(kernel + 0.125)
+    changed = pg.check(loss, x, cache=tmp_path)
+    assert not _cached(changed) and changed.verdict == pg.Verdict.PASS and changed.ok

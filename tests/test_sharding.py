@@ -58,9 +58,7 @@ def test_dask_numpy_function(dask_executor) -> None:
     assert sharded.verdict == pg.Verdict.PASS and sharded.ok
     assert sharded.entries.reference.size == N
     _same_reference(alone, sharded)
-    np.testing.assert_allclose(
-        sharded.entries.reference.ravel(), energy_grad(X), rtol=0, atol=1e-6
-    )
+    np.testing.assert_allclose(sharded.entries.reference.ravel(), energy_grad(X), rtol=0, atol=1e-6)
 
 
 def test_dask_torch_model_closure(dask_executor) -> None:
