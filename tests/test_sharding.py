@@ -5,6 +5,7 @@ of one process."""
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing
 import threading
 
 import numpy as np
@@ -14,6 +15,7 @@ import polygrad as pg
 from polygrad.sharding import UnpicklableFunctionError
 
 N = 200
+SPAWN = multiprocessing.get_context("spawn")  # no fork of a process that runs JAX's threads
 RNG = np.random.default_rng(7)
 A = RNG.standard_normal((N, N)) / np.sqrt(N)
 X = RNG.uniform(-1.0, 1.0, N)
@@ -88,7 +90,7 @@ def test_process_pool_with_a_lambda() -> None:
     g = lambda x: np.cos(x) * x + np.sin(x)  # noqa: E731
     x = np.linspace(-1.0, 1.0, 12)
     alone = pg.check(f, x, grad=g, reference="float64")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=2) as ex:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as ex:
         sharded = pg.check(f, x, grad=g, reference="float64", executor=ex)
     assert sharded.verdict == alone.verdict == pg.Verdict.PASS and sharded.ok
     _same_reference(alone, sharded)
@@ -108,6 +110,6 @@ def test_unpicklable_function_is_a_clear_error() -> None:
         with lock:
             return np.sum(x**2)
 
-    with concurrent.futures.ProcessPoolExecutor(max_workers=1) as ex:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=SPAWN) as ex:
         with pytest.raises(UnpicklableFunctionError, match="cannot be serialised"):
             pg.check(f, np.ones(3), grad=lambda x: 2 * x, executor=ex)
