@@ -14,6 +14,11 @@ float32 weights; see :func:`_problem`):
   ``check`` at its defaults. *first* is the first call on a new function object
   (tracing included), *warm* the median of 5 further calls.
 * n = 1e4, PyTorch float64, full Jacobian: polygrad against slow ``gradcheck``.
+* a pytest-style suite of 200 checks (50 per framework, n = 10, float32 and
+  float64, a new point and new function objects per test): once under each
+  framework's own checker, then twice under polygrad with one reference-cache
+  folder (empty, then a rerun as on CI), each run in a new process
+  (:func:`_suite_row`).
 * n = 1e6, PyTorch float32, random projections: polygrad against one
   forward+backward pass, with polygrad's extra peak memory (resident set, measured
   in a fresh process).
@@ -250,9 +255,112 @@ def _torch_projections(n: int) -> dict[str, Any]:
     }
 
 
+SUITE_SIZE = 200
+
+
+def _suite_case(framework: str, i: int) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
+    """Test ``i`` of a framework in the suite: (its own checker, ``polygrad`` with a cache).
+
+    n = 10, float32 for even ``i`` and float64 for odd, a new point per test and
+    new function objects per test (as a pytest parametrisation makes them).
+    """
+    import polygrad as pg
+
+    dtype = "float32" if i % 2 == 0 else "float64"
+    w = _weights(10, dtype)
+    x = np.random.default_rng(100 + i).uniform(-2.0, 2.0, 10).astype(dtype)
+    if framework == "numpy":
+        import scipy.optimize
+
+        f = lambda x: np.sum(w * np.sin(x) * np.exp(x / 3))  # noqa: E731
+        g = lambda x: w * np.exp(x / 3) * (np.cos(x) + np.sin(x) / 3)  # noqa: E731
+        x64 = x.astype(np.float64)
+        return (lambda: scipy.optimize.check_grad(lambda v: float(f(v)), g, x64),
+                lambda cache: pg.check(f, x, grad=g, cache=cache))  # fmt: skip
+    if framework == "torch":
+        import torch
+
+        wt, xt = torch.tensor(w), torch.tensor(x)
+        f = lambda x: (wt.to(x.dtype) * torch.sin(x) * torch.exp(x / 3)).sum()  # noqa: E731
+        xt64 = xt.double().requires_grad_()
+        return (lambda: torch.autograd.gradcheck(f, (xt64,)),
+                lambda cache: pg.check(f, xt, cache=cache))  # fmt: skip
+    if framework == "jax":
+        import jax.numpy as jnp
+        from jax.test_util import check_grads
+
+        wj, xj = jnp.asarray(w), jnp.asarray(x)
+        f = lambda x: jnp.sum(wj * jnp.sin(x) * jnp.exp(x / 3))  # noqa: E731
+        return (lambda: check_grads(f, (xj,), order=1, modes=["rev"]),
+                lambda cache: pg.check(f, xj, cache=cache))  # fmt: skip
+    import tensorflow as tf
+
+    wf, xf = tf.constant(w), tf.constant(x)
+    f = lambda x: tf.reduce_sum(wf * tf.sin(x) * tf.exp(x / 3))  # noqa: E731
+
+    def tool() -> None:
+        theo, num = tf.test.compute_gradient(f, [xf])
+        np.testing.assert_allclose(theo[0], num[0], rtol=1e-3, atol=1e-3)
+
+    return tool, lambda cache: pg.check(f, xf, cache=cache)
+
+
+def _suite_run(which: str, size: int) -> dict[str, Any]:
+    """One run of the suite in this (fresh) process: frameworks imported first, then the
+    ``size`` checks timed as a test session runs them (first calls and tracing included).
+    ``which`` is ``"tool"`` or a cache folder for polygrad."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    for name in FRAMEWORKS[1:]:
+        __import__(name)
+    verdicts: dict[str, int] = {}
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(size):
+            tool, ours = _suite_case(FRAMEWORKS[i % len(FRAMEWORKS)], i // len(FRAMEWORKS))
+            if which == "tool":
+                tool()
+                continue
+            verdict = ours(which).verdict.name
+            verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    return {"seconds": time.perf_counter() - t0, "verdicts": verdicts}
+
+
+def _suite_row(size: int) -> dict[str, Any]:
+    """The suite under the frameworks' checkers, then twice under polygrad with one cache
+    folder (first run: the cache is empty; second run: a CI rerun), each a new process."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        runs = [_run(f"suite:{which}:{size}") for which in ("tool", cache, cache)]
+    for r in runs:
+        if "error" in r[0]:
+            return r[0]
+    tool, first, second = (r[0] for r in runs)
+    verdicts = ", ".join(f"{v} {k}" for k, v in sorted(second["verdicts"].items()))
+    return {
+        "framework": "all four",
+        "n": 10,
+        "dtype": "float32+float64",
+        "strategy": f"{size}-check suite, reference cache (first = empty cache, warm = rerun)",
+        "tool": "each framework's checker",
+        "tool_first": tool["seconds"],
+        "tool_warm": tool["seconds"],
+        "polygrad_first": first["seconds"],
+        "polygrad_warm": second["seconds"],
+        "verdict": verdicts,
+    }
+
+
 def _worker(job: str) -> None:
     """Run one job in this process and print its JSON (used through a subprocess)."""
     kind, _, arg = job.partition(":")
+    if kind == "suite":
+        which, _, size = arg.rpartition(":")
+        print(json.dumps([_suite_run(which, int(size))]))
+        return
     if kind == "small":
         framework, dtype = arg.split(",")
         rows = [{"n": 10, "framework": framework, "dtype": dtype, **ROWS[framework](10, dtype)}]
@@ -298,7 +406,7 @@ def jobs(quick: bool) -> list[str]:
     """The worker jobs of a run (see the module docstring)."""
     frameworks = ("numpy", "torch") if quick else FRAMEWORKS
     small = [f"small:{fw},{dt}" for fw in frameworks for dt in ("float32", "float64")]
-    return small if quick else [*small, "full:10000", "projections:1000000"]
+    return small if quick else [*small, "full:10000", "projections:1000000", f"suite:{SUITE_SIZE}"]
 
 
 def _ratio(row: dict[str, Any], key: str) -> str:
@@ -360,7 +468,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows: list[dict[str, Any]] = []
     for job in jobs(args.quick):
-        rows.extend(_run(job))
+        if job.startswith("suite:"):
+            rows.append(_suite_row(int(job.split(":")[1])))
+        else:
+            rows.extend(_run(job))
         print(render(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
     table = render(rows)
     print(table)

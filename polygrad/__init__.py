@@ -11,6 +11,7 @@ No ML framework is imported by ``import polygrad``; a backend is chosen from
 the arrays passed to :func:`check` and its framework imported only then.
 """
 
+from ._version import __version__
 from .check import assert_gradients, check
 from .compare import Comparison, compare
 from .errors import (
@@ -26,8 +27,6 @@ from .errors import (
 from .report import Report, Verdict
 from .sweep import Sweep, sweep
 from .taylor import TaylorResult, taylor_test
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Comparison",

@@ -524,7 +524,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", default=".", metavar="DIR", help="project folder (default: .)")
     p.add_argument("--force", action="store_true", help="overwrite an existing noxfile.py")
     p.set_defaults(run=_cmd_init_nox)
+
+    p = sub.add_parser("cache", help="where cached references live; clear them")
+    p.add_argument("action", choices=["info", "clear"], help="show the folder, or empty it")
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="the folder given as check(..., cache=DIR) "
+        "(default: $POLYGRAD_CACHE_DIR/references or the user cache folder)",
+    )
+    p.set_defaults(run=_cmd_cache)
     return parser
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    """``polygrad cache info|clear``: the on-disk reference cache (:mod:`polygrad.refcache`)."""
+    from . import refcache
+
+    root = Path(args.dir) if args.dir else refcache.default_dir()
+    if args.action == "clear":
+        print(f"removed {refcache.clear(root)} cached references from {root}")
+        return 0
+    stats = refcache.info(root)
+    print(f"reference cache: {stats['path']}")
+    print(f"entries: {stats['entries']}, {stats['bytes'] / 1e6:.2f} MB")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,8 +41,10 @@ The decision rule (all quantities per compared entry):
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import gc
+import os
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -53,6 +55,7 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..report import Report
 from .assess import Assessment, assess
 from .autodiff import Setting
+from .cache import cache_request
 from .explain import explain
 from .judge import overall
 from .plan import Plan, make_plan
@@ -112,6 +115,8 @@ def check(
     policy: Policy | None = None,
     compare_with: str | None = None,
     compare_step: float | None = None,
+    cache: bool | str | os.PathLike[str] | None = None,
+    executor: concurrent.futures.Executor | None = None,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -178,6 +183,15 @@ def check(
         The step of that check, absolute, in the input's units (``eps`` of
         ``gradcheck`` and ``check_grads``, ``delta`` of ``compute_gradient``);
         default: the tool's own default.
+    cache : bool or path, optional
+        Keep the reference on disk and reuse it when the same function (code,
+        closure, weights) is checked at the same point with the same options
+        (see :mod:`polygrad.refcache`). True: the user cache folder (or
+        ``$POLYGRAD_CACHE_DIR``); a path: that folder. Default: no cache.
+    executor : concurrent.futures.Executor, optional
+        Compute the reference's directions in shards on this executor (a
+        process pool, Dask's ``Client.get_executor()``); same verdict as in
+        one process (see :mod:`polygrad.sharding`).
 
     Returns
     -------
@@ -199,14 +213,16 @@ def check(
         The function modifies its input in place.
     MissingBackendError
         The framework for these arrays is not installed.
+    UnpicklableFunctionError
+        ``executor`` runs in other processes and ``f`` cannot be serialised.
     """
     t_start = time.perf_counter()
     opts = Options(mode, reference, strategy, projections, wrt, order, dps, seed, batch_size,
                    budget, nonsmooth, policy or DEFAULT_POLICY, compare_with,
-                   compare_step)  # fmt: skip
+                   compare_step, cache, executor)  # fmt: skip
     prep = prepare(f, args, argnums, Supplied(grad, jac, vjp, jvp), backend, opts)
-    plan = make_plan(prep.target, opts)
-    ref = compute_reference(prep.target, plan, opts)
+    plan = make_plan(prep.target, opts, cache_request(f, args, prep, opts))
+    ref = compute_reference(prep.target, plan, opts, prep)
     setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
                       ref.vouched)  # fmt: skip
     judged = assess(prep, setting, ref.method, opts)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .._lazy import LazyDetails
-from ..backends.base import Target, describe_exception
+from ..backends.base import Target
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
 from ..reference.steps import F64_EPS, ecnoise_step
@@ -17,7 +17,7 @@ from ..your_terms import your_terms_details
 from .assess import Assessment
 from .plan import Plan, raising_points_as_nan
 from .prepare import Options, Prepared
-from .reference import Reference
+from .reference import Reference, raised_note
 
 __all__ = ["edge_notes", "explain", "naive_roundoff"]
 
@@ -152,6 +152,7 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> di
         "median_relative_error": median_relative(dd.central.value, dd.central.error),
         "evaluations": int(dd.central.evaluations + info["evaluations"]),
         "seconds": ref.seconds,
+        "cached": ref.cached,
     }
 
 
@@ -218,11 +219,7 @@ def explain(
         details["reference"]["resolution"] = resolution
         details["notes"].append(_resolution_note(t, ref.method, plan.small, resolution))
     if plan.raised:
-        details["notes"].append(
-            f"the function raised {describe_exception(plan.raised['first'])} at "
-            f"{plan.raised['count']} of the points near x that the reference needed; they "
-            "count as points where it is not finite"
-        )
+        details["notes"].append(raised_note(plan.raised))
     details["notes"] = list(dict.fromkeys(details["notes"] + list(t.notes)))
     return _supporting_evidence(details, prep, plan, a.entries, verdict, opts)
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..backends.base import Target
 from ..reference.steps import F64_EPS, ladder, pow2_scales, rademacher
 from .prepare import Options
+
+if TYPE_CHECKING:
+    from ..refcache import CachedReference
+    from .cache import CacheRequest, CacheSlot
 
 __all__ = ["Plan", "make_plan", "raising_points_as_nan"]
 
@@ -54,6 +58,10 @@ class Plan:
     rng_state : dict
         Random state for the cotangents.
     notes : list of str
+    cached : CachedReference or None
+        The reference read from the cache (see :mod:`polygrad.pipeline.cache`).
+    cache_slot : CacheSlot or None
+        Where a newly computed reference is stored.
     """
 
     ref_fn: Callable[[np.ndarray], np.ndarray]
@@ -72,6 +80,8 @@ class Plan:
     shared_noise_dirs: np.ndarray | None
     rng_state: Any
     notes: list[str]
+    cached: CachedReference | None = None
+    cache_slot: CacheSlot | None = None
 
     @property
     def d(self) -> int:
@@ -175,8 +185,12 @@ def _shared_noise_dirs(n: int, s: np.ndarray, levels: int, opts: Options) -> np.
     return dirs
 
 
-def make_plan(target: Target, opts: Options) -> Plan:
-    """Choose the reference's arithmetic, the strategy, mp or not, and the directions."""
+def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) -> Plan:
+    """Choose the reference's arithmetic, the strategy, mp or not, and the directions.
+
+    With a ``cache`` request, a stored reference for this strategy is looked up
+    (and the mp decision, which costs an mp evaluation, is taken from it).
+    """
     notes: list[str] = []
     n, p = target.n, opts.policy
     ref_fn, ref_eps, method = _arithmetic(target, opts.reference, notes)
@@ -200,10 +214,14 @@ def make_plan(target: Target, opts: Options) -> Plan:
         full = opts.strategy == "full"
     d = n if full else opts.projections
     small = d * n <= p.mp_auto_size  # "auto" considers mp only then: the graph is captured
-    if _use_mp(target, opts, small, d, notes):
+    slot, hit = cache.lookup(full, notes) if cache is not None else (None, None)
+    if hit is not None:
+        method = hit.method
+    elif _use_mp(target, opts, small, d, notes):
         method = "mp"
     noise_dir = (rademacher(rng, 1, n) * s[None, :])[0]
     W = None if full else rademacher(rng, opts.projections, n) * s[None, :]
     shared = _shared_noise_dirs(n, s, levels, opts) if full else None
     return Plan(ref_fn, ref_eps, method, f0, raised, s, accuracy, (h_max, levels), t_row, full,
-                small, W, noise_dir, shared, rng.bit_generator.state, notes)  # fmt: skip
+                small, W, noise_dir, shared, rng.bit_generator.state, notes, hit,
+                slot)  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +53,8 @@ class Options:
     policy: Policy = DEFAULT_POLICY
     compare_with: str | None = None
     compare_step: float | None = None
+    cache: bool | str | os.PathLike[str] | None = None
+    executor: concurrent.futures.Executor | None = None
 
     @property
     def tool(self) -> Tool | None:

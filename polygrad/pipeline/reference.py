@@ -21,7 +21,7 @@ from .judge import DOUBT
 from .plan import Plan
 from .prepare import Options
 
-__all__ = ["Reference", "compute_reference", "escalate", "name_deciders"]
+__all__ = ["Reference", "along", "compute_reference", "escalate", "name_deciders", "raised_note"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class Reference:
     seconds : float
         Time the reference took.
     notes : list of str
+    cached : bool
+        Read from the reference cache (see :mod:`polygrad.refcache`).
     """
 
     dd: DirectionalDerivatives
@@ -49,6 +51,16 @@ class Reference:
     noise: dict[str, int]
     seconds: float
     notes: list[str]
+    cached: bool = False
+
+
+def raised_note(raised: dict[str, Any]) -> str:
+    """The note on points near x where the function raised (see ``Plan.raised``)."""
+    return (
+        f"the function raised {describe_exception(raised['first'])} at {raised['count']} "
+        "of the points near x that the reference needed; they count as points where it "
+        "is not finite"
+    )
 
 
 def _count(noise_info: dict[str, Any], noise: Any) -> None:
@@ -144,30 +156,49 @@ def _concat(parts: list[DirectionalDerivatives]) -> DirectionalDerivatives:
     )  # fmt: skip
 
 
+def along(
+    method: str, fn: Callable[..., Any], target: Target, W: np.ndarray, plan: Plan,
+    opts: Options, info: dict[str, Any], shared: np.ndarray | None,
+) -> DirectionalDerivatives:  # fmt: skip
+    """The reference along the rows of ``W`` (``(k, n)``) by ``method``."""
+    if method == "mp":
+        assert target.evaluate_mp is not None
+        levels = opts.policy.mp_levels
+        return mp_directional_derivatives(
+            target.evaluate_mp, target.x0, W, dps=opts.dps, levels=levels
+        )
+    return _differences(fn, target, W, plan, method, opts, info, shared)
+
+
 def _directional(
     method: str, fn: Callable[..., Any], target: Target, plan: Plan, opts: Options,
-    info: dict[str, Any],
+    info: dict[str, Any], prep: Any = None,
 ) -> DirectionalDerivatives:  # fmt: skip
-    """The reference along every direction of ``plan`` by ``method``."""
+    """The reference along every direction of ``plan`` by ``method`` (on
+    ``opts.executor`` in shards when one is given)."""
     shared = None
     if method != "mp" and plan.shared_noise_dirs is not None:
         shared = _shared_noise(fn, target, plan, opts, info)
-    parts = []
-    for W in plan.chunks():
-        if method == "mp":
-            assert target.evaluate_mp is not None
-            levels = opts.policy.mp_levels
-            dd = mp_directional_derivatives(
-                target.evaluate_mp, target.x0, W, dps=opts.dps, levels=levels
-            )
-            parts.append(dd)
-        else:
-            parts.append(_differences(fn, target, W, plan, method, opts, info, shared))
-    return _concat(parts)
+    if opts.executor is not None:
+        from ..sharding import shard_spec, sharded_reference
+
+        spec = shard_spec(prep, opts) if prep is not None else None
+        return sharded_reference(opts.executor, spec, target, fn, method, plan, opts, info,
+                                 shared)  # fmt: skip
+    return _concat([along(method, fn, target, W, plan, opts, info, shared)
+                    for W in plan.chunks()])  # fmt: skip
 
 
-def compute_reference(target: Target, plan: Plan, opts: Options) -> Reference:
-    """The reference along every direction of ``plan``; mp falls back to differences."""
+def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = None) -> Reference:
+    """The reference along every direction of ``plan``; mp falls back to differences.
+
+    A reference read from the cache (``plan.cached``) is returned as stored.
+    """
+    if plan.cached is not None:
+        hit = plan.cached
+        vouched = 0.0 if hit.method == "mp" else plan.accuracy
+        return Reference(hit.dd, hit.method, vouched, dict(hit.noise_info), 0.0,
+                         list(hit.notes), cached=True)  # fmt: skip
     t0, notes = time.perf_counter(), []
     info: dict[str, Any] = {"evaluations": 0, "detected": 0, "total": 0}
     rows = plan.d * (2 * plan.ladder[1] + (9 if plan.shared_noise_dirs is None else 0))
@@ -186,18 +217,22 @@ def compute_reference(target: Target, plan: Plan, opts: Options) -> Reference:
         )  # fmt: skip
         method = plan.method
         try:
-            dd = _directional(method, counted, target, plan, opts, info)
+            dd = _directional(method, counted, target, plan, opts, info, prep)
         except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation: fall back
             if method != "mp":
                 raise
             notes.append(f"the mp reference failed ({type(exc).__name__}: {exc}); "
                          "float64 differences used")  # fmt: skip
             method = "float64" if target.evaluate64 is not None else "working"
-            dd = _directional(method, counted, target, plan, opts, info)
+            dd = _directional(method, counted, target, plan, opts, info, prep)
     info.pop("_resolution")
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if method == "mp" else plan.accuracy
-    return Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
+    ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
+    if plan.cache_slot is not None:  # a hit has no raised points of its own: store the note
+        stored = notes + ([raised_note(plan.raised)] if plan.raised else [])
+        plan.cache_slot.store(ref.dd, ref.method, ref.noise, stored, ref.seconds)
+    return ref
 
 
 def _doubtful_directions(blocks: list[Entries], d: int) -> list[int]:

@@ -204,6 +204,10 @@ class BackendHandle:
             for key in _DERIVATIVE_OPTIONS:
                 options.pop(key, None)
         options.setdefault("backend", self.name)
+        if "cache" not in options:  # the pytest plugin's reference cache, if any
+            from ..refcache import session_default
+
+            options["cache"] = session_default()
         return options
 
     def _args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:

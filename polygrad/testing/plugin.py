@@ -22,6 +22,15 @@ only by a test that uses it.
   framework can carry ``pytestmark = pytest.mark.polygrad_backends("torch")``.
   ``require="all"`` — the test needs every listed backend at once (e.g. it
   compares torch with JAX) and is deselected unless all are selected.
+* Reference cache — checks run through the ``backend`` fixture
+  (``backend.check``, ``backend.assert_gradients``) keep their reference
+  derivatives on disk between runs (:mod:`polygrad.refcache`): in
+  ``$POLYGRAD_CACHE_DIR`` if set, else in pytest's cache folder
+  (``.pytest_cache/d/polygrad``, emptied by ``pytest --cache-clear``), else
+  in the user cache folder. A rerun pays only for the autodiff side; a changed
+  function, weight, point, dtype or option is a new entry.
+  ``--polygrad-no-cache`` turns it off; ``cache=False`` turns it off for one
+  check.
 
 Whether a framework is installed is decided by :func:`framework_installed`
 (``importlib.util.find_spec``, nothing imported); the plugin looks that
@@ -40,11 +49,20 @@ import pytest
 from ._handles import BACKENDS, BackendHandle, canonical_name, extra_of
 from ._handles import framework_installed as _framework_installed
 
-__all__ = ["ENV_VAR", "OPTION", "MARKER", "framework_installed", "selected_backends"]
+__all__ = [
+    "ENV_VAR",
+    "OPTION",
+    "MARKER",
+    "NO_CACHE_OPTION",
+    "framework_installed",
+    "selected_backends",
+]
 
 ENV_VAR = "POLYGRAD_BACKENDS"
 OPTION = "--polygrad-backends"
 MARKER = "polygrad_backends"
+NO_CACHE_OPTION = "--polygrad-no-cache"
+CACHE_ENV = "POLYGRAD_CACHE_DIR"
 _REQUESTED = pytest.StashKey[tuple[str, ...] | None]()
 _DESELECTED = object()  # parameter value of a test none of whose backends is selected
 
@@ -88,6 +106,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ),
     )
 
+    group.addoption(
+        NO_CACHE_OPTION,
+        dest="polygrad_no_cache",
+        action="store_true",
+        default=False,
+        help=(
+            "do not keep gradient-check references between runs (default: kept in "
+            f"${CACHE_ENV}, else pytest's cache folder, else the user cache folder)"
+        ),
+    )
+
     parser.addini(
         "polygrad_backends",
         help=(
@@ -116,6 +145,34 @@ def pytest_configure(config: pytest.Config) -> None:
     elif ini.strip():
         requested = _parse(ini, "polygrad_backends (ini)")
     config.stash[_REQUESTED] = requested
+    from ..refcache import push_session_default
+
+    push_session_default(_cache_folder(config))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from ..refcache import pop_session_default
+
+    pop_session_default()
+
+
+def _cache_folder(config: pytest.Config) -> Any:
+    """Where the ``backend`` fixture's checks keep references (None: nowhere).
+
+    ``$POLYGRAD_CACHE_DIR`` first; then pytest's own cache folder (cleared by
+    ``pytest --cache-clear``); without the cacheprovider plugin, the user cache.
+    """
+    if config.getoption("polygrad_no_cache", default=False):
+        return None
+    if os.environ.get(CACHE_ENV):
+        return True
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        try:
+            return cache.mkdir("polygrad") / "references"
+        except OSError:
+            pass
+    return True
 
 
 def selected_backends(config: pytest.Config) -> tuple[str, ...]:

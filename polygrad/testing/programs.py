@@ -352,7 +352,7 @@ def _round(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round float64 values to ``dtype`` (bfloat16: round to nearest even on 8 bits)."""
     if dtype != "bfloat16":
         return x.astype(dtype).astype(np.float64)
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits: np.ndarray = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
