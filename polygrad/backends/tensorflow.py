@@ -826,7 +826,7 @@ class TensorflowBackend(Backend):
         def build_mp(target: Target) -> None:
             # deferred: capturing the graph again costs more than a float32 check
             target.evaluate_mp, target.mp_unavailable_reason = cached(
-                "tf.mp", lambda: self._mp_evaluator(call, originals, cached)
+                "tf.mp", lambda: self._mp_evaluator(call, originals)
             )
 
         return Target(
@@ -848,7 +848,7 @@ class TensorflowBackend(Backend):
         )
 
     def _mp_evaluator(
-        self, call: _FlatCall, originals: list[np.ndarray], cached: _Cached
+        self, call: _FlatCall, originals: list[np.ndarray]
     ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
         """``(evaluate_mp, None)`` running the captured float64 graph on mpmath numbers
         (:mod:`polygrad.mpexec.tf_graph`), or ``(None, reason)`` naming what blocks it."""
@@ -857,7 +857,10 @@ class TensorflowBackend(Backend):
 
         tf = self.tf
         specs = [tf.TensorSpec(a.shape, tf.as_dtype(a.dtype)) for a in originals]
-        captured = cached("tf.float64", lambda: promote_to_float64(tf, call, specs))
+        # a capture of its own: the float64 program's concrete function, once run (batched,
+        # on a tape), no longer has the graph of the plain function (the mp evaluator built
+        # from it is cached instead)
+        captured = promote_to_float64(tf, call, specs)
         function: Any = captured.function  # a concrete function: its graph is the program
         if function is None:
             return None, f"{_MP_UNAVAILABLE}: {captured.blocked}"
