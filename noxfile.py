@@ -69,6 +69,7 @@ def tests_torch(session: nox.Session) -> None:
         "tests/test_backend_torch.py",
         "tests/test_mp_torch.py",
         "tests/test_promotion_torch.py",
+        "tests/test_low_precision_rules.py",
         *TESTING_TESTS,
     )
 
@@ -82,6 +83,7 @@ def tests_jax(session: nox.Session) -> None:
         "tests/test_backend_jax.py",
         "tests/test_mp_jax.py",
         "tests/test_promotion_jax.py",
+        "tests/test_low_precision_rules.py",
         *TESTING_TESTS,
     )
 
@@ -94,6 +96,7 @@ def tests_tensorflow(session: nox.Session) -> None:
         "tensorflow",
         "tests/test_backend_tensorflow.py",
         "tests/test_promotion_tensorflow.py",
+        "tests/test_low_precision_rules.py",
         "tests/test_mp_tensorflow.py",
         *TESTING_TESTS,
     )

@@ -185,6 +185,26 @@ def _shared_noise_dirs(n: int, s: np.ndarray, levels: int, opts: Options) -> np.
     return dirs
 
 
+RULE_RESOLUTION = float(np.finfo(np.float32).eps)
+"""Relative accuracy a reference is aimed at, at least, where a float64 evaluation of
+the rule is compared (a wrong rule in float16 or bfloat16 code is found by it)."""
+
+
+def target_accuracy(target: Target, ref_eps: float) -> float:
+    """Relative accuracy the finite-difference reference aims at.
+
+    A fraction of the working dtype's round-off suffices to judge the working-dtype
+    values; where a float64 evaluation of the rule exists (promotion), that evaluation
+    decides MISMATCH and is judged at least to float32's resolution, so that a rule
+    wrong by 1e-3 in float16 or bfloat16 code is not hidden by a reference aimed at
+    their 1e-3 round-off.
+    """
+    working = target.eps
+    if target.vjp64 is not None or target.jvp64 is not None:
+        working = min(working, RULE_RESOLUTION)
+    return max(1e-12, 30 * ref_eps, working)
+
+
 def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) -> Plan:
     """Choose the reference's arithmetic, the strategy, mp or not, and the directions.
 
@@ -200,8 +220,7 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     ref_fn = raising_points_as_nan(ref_fn, target.m, raised)
     rng = np.random.default_rng(opts.seed)
     s = pow2_scales(target.x0)
-    # the reference need only be accurate to a fraction of the working dtype's round-off
-    accuracy = max(1e-12, 30 * ref_eps, target.eps)
+    accuracy = target_accuracy(target, ref_eps)
     h_max, levels = ladder(ref_eps, accuracy, p.condition_allowance)
     probe = min(n, 64)
     t0 = time.perf_counter()
