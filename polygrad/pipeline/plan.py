@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._timing import probe_seconds
 from ..backends.base import Target
 from ..reference.steps import F64_EPS, ladder, pow2_scales, rademacher
 from .prepare import Options
@@ -154,11 +154,10 @@ def _use_mp(target: Target, opts: Options, small: bool, d: int, notes: list[str]
     if opts.reference == "mp":
         return True
     # "auto": mp when its estimated cost is modest (one timed evaluation)
-    t0 = time.perf_counter()
-    assert target.evaluate_mp is not None  # mp_mode() said so
+    evaluate_mp = target.evaluate_mp
+    assert evaluate_mp is not None  # mp_mode() said so
     try:
-        target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
-        per_eval = time.perf_counter() - t0
+        per_eval = probe_seconds(lambda: evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps))
     except Exception as exc:  # noqa: BLE001 - mp evaluation failed: float64 it is
         per_eval = np.inf
         notes.append(
@@ -223,9 +222,7 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     accuracy = target_accuracy(target, ref_eps)
     h_max, levels = ladder(ref_eps, accuracy, p.condition_allowance)
     probe = min(n, 64)
-    t0 = time.perf_counter()
-    ref_fn(np.repeat(target.x0[None, :], probe, axis=0))
-    t_row = (time.perf_counter() - t0) / probe
+    t_row = probe_seconds(lambda: ref_fn(np.repeat(target.x0[None, :], probe, axis=0))) / probe
     full_cost = n * 2 * levels * t_row * 1.5
     if opts.strategy == "auto":
         full = n <= p.full_auto_inputs or full_cost <= opts.budget

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .._timing import probe_seconds
 from ..backends.base import Target, describe_exception
 from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
@@ -262,9 +263,9 @@ def escalate(
         if not target.mp_mode():
             return None
         assert target.evaluate_mp is not None
-        t0 = time.perf_counter()
-        target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
-        seconds = (time.perf_counter() - t0) * (2 * p.mp_levels * len(dirs) + 1)
+        evaluate_mp = target.evaluate_mp
+        once = probe_seconds(lambda: evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps))
+        seconds = once * (2 * p.mp_levels * len(dirs) + 1)
         if seconds > p.mp_auto_seconds:
             details["notes"].append(
                 f"entries in doubt were not re-examined with mp: it would take about "
