@@ -371,6 +371,22 @@ def test_found_by_the_fuzzer(framework: str, program: Program) -> None:
     assert_correct(program, framework)
 
 
+ERF_TAIL_PLANTED = (
+    "polygrad bug (issue 15, hidden cancellation): erf(6.34) rounds to 1 in float64, the "
+    "float64 reference has no digits of the 4e-18 derivative and NumPy code with math.erf "
+    "has no mp route, so a planted error is INCONCLUSIVE where a better reference would decide"
+)
+
+
+@pytest.mark.polygrad_backends("numpy")
+@pytest.mark.xfail(strict=True, reason=ERF_TAIL_PLANTED)
+def test_planted_error_found_by_the_fuzzer() -> None:
+    """The minimal program whose planted error the fuzzer saw go undecided."""
+    program = Program(op("erf", X), (1,), "float32", (6.342637062072754,))
+    assert np.all(jacobian64(program) != 0)  # 4e-18: a bug planted in it is there
+    assert check_planted(program, "numpy").verdict == pg.Verdict.MISMATCH
+
+
 class _Recording(NumpyInterpreter):
     """NumPy's interpreter, keeping the arguments of log and sqrt."""
 
