@@ -14,6 +14,9 @@
 * :mod:`polygrad.testing.strategies` — hypothesis strategies for points and
   directions (needs ``hypothesis``, from the ``test`` extra; imported only
   when that module is).
+* :mod:`polygrad.testing.programs` — a verdict fuzzer: random programs of each
+  framework's operators, one description interpreted by NumPy, PyTorch, JAX
+  and TensorFlow, with planted gradient bugs (needs ``hypothesis`` too).
 
 Importing this package imports no ML framework and not hypothesis.
 """

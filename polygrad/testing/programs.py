@@ -59,6 +59,7 @@ __all__ = [
     "ELEMENTWISE",
     "Interpreter",
     "Node",
+    "NumpyInterpreter",
     "Program",
     "REDUCTIONS",
     "build",
@@ -352,8 +353,9 @@ def _round(x: np.ndarray, dtype: str) -> np.ndarray:
     """Round float64 values to ``dtype`` (bfloat16: round to nearest even on 8 bits)."""
     if dtype != "bfloat16":
         return x.astype(dtype).astype(np.float64)
-    bits: np.ndarray = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    one, half = np.uint64(1), np.uint64(0x7FFF)
+    bits = (bits + half + ((bits >> np.uint64(16)) & one)) & np.uint64(0xFFFF0000)
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
