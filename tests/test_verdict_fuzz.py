@@ -129,9 +129,33 @@ def assert_correct(program: Program, framework: str) -> None:
 def assert_planted_caught(program: Program, framework: str) -> None:
     assume(np.any(jacobian64(program) != 0))  # a zero gradient times 1 + rel is still right
     report = _run(check_planted, program, framework, "planted")
+    if report is not None and report.verdict == pg.Verdict.NONFINITE:
+        # the framework's rule itself returns NaN/Inf here (float16 x**2 underflowing
+        # inside a norm): no factor planted on it can show; the check still fails
+        assume(not np.all(np.isfinite(report.entries.autodiff)))
+        assert not report.ok
+        return
+    if report is not None and report.verdict != pg.Verdict.MISMATCH:
+        assume(_beyond_stated_tolerance(report, check_correct(program, framework)))
     assert SURVEY or report is None or report.verdict == pg.Verdict.MISMATCH, (
         f"{program!r}\n{report}"
     )
+
+
+def _beyond_stated_tolerance(planted_report: pg.Report, correct_report: pg.Report) -> bool:
+    """Whether the plant moved some autodiff value (working dtype or float64 rule) by more
+    than the tolerance the report states for it.
+
+    A plant that rounds away (x 1.001 of an exact 0), or that is smaller than the
+    round-off a right rule inherits from its intermediates (the derivative 1e-13 of a
+    saturated tanh inside exp), is below the check's resolution, which the report
+    states; a check cannot be asked to find it.
+    """
+    p, c = planted_report.entries, correct_report.entries
+    with np.errstate(invalid="ignore"):
+        moved_w = np.abs(p.autodiff - c.autodiff) > p.tolerance
+        moved_64 = np.abs(p.autodiff64 - c.autodiff64) > p.tolerance64
+    return bool(np.any(moved_w) or np.any(moved_64))
 
 
 @pytest.mark.polygrad_backends("numpy")
@@ -255,17 +279,6 @@ def test_every_interpreter_computes_the_numpy_value(backend: Any) -> None:
 
 # ------------------------------------------------- minimal programs the fuzzer found
 
-KIND4 = (
-    "polygrad bug (issue 15, round-off of right rules): a right rule evaluated from a "
-    "saturated, rounded output (1 - t**2 of tanh, s * (1 - s) of the logistic sigmoid) "
-    "differs from the reference by the round-off of that evaluation, and is called MISMATCH"
-)
-
-CANCELLATION = (
-    "polygrad bug (issue 15, round-off of right rules): a right rule whose terms cancel "
-    "(the VJP of a layer norm over 2 entries: O(1) terms leave 1e-5 to 1e-3) differs from the "
-    "reference by the round-off of its terms, not of its result, and is called MISMATCH"
-)
 
 HIDDEN_KINK = (
     "polygrad bug: at a kink where every partial derivative exists (clip at its bound of a "
@@ -302,11 +315,6 @@ LOG1P_TINY = Program(
     op("log", op("add_const", op("softplus", X), p=(1.0,))), (1,), "float32", (-24.28329849243164,)
 )
 
-ERF_TAIL = (
-    "polygrad bug (issue 15, hidden cancellation): erf far in its tail rounds to 1 in "
-    "float64, so the float64 central-difference reference is 0 with an error bar of 1e-17 "
-    "while the derivative is 4e-16; the right gradient is called MISMATCH"
-)
 ERF_OF_MEAN = Program(
     op("affine", op("abs", op("erf", op("mean", op("abs", X), p=(None,)))), p=(3.0, 0.5)),
     (3,),
@@ -314,11 +322,6 @@ ERF_OF_MEAN = Program(
     (-17.645043729580298, 0.15887485960808165, -0.08304582803034563),
 )
 
-TERMS_CANCEL_64 = (
-    "polygrad bug (issue 15, round-off of right rules): the VJP of log_softmax over two "
-    "nearly equal entries subtracts O(1) terms to leave 3e-6; in float64 its round-off "
-    "(that of the terms) exceeds 64 eps times the entry and the verdict is MISMATCH"
-)
 SOFTPLUS_LOG_SOFTMAX = Program(
     op("sum", op("softplus", op("log_softmax", op("slice", X, p=(0, 2)))), p=(None,)),
     (2,),
@@ -347,8 +350,8 @@ def _saturated(name: str, dtype: str, at: float) -> Program:
 
 
 FOUND = [
-    _found("numpy", _saturated("sigmoid", "float64", 24.0), KIND4),
-    _found("numpy", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("numpy", _saturated("sigmoid", "float64", 24.0)),
+    _found("numpy", _saturated("tanh", "float32", 15.0)),
     _found(
         "numpy",
         Program(
@@ -357,33 +360,28 @@ FOUND = [
             "float64",
             (0.1921298068233392, -32.0),
         ),
-        KIND4,
     ),
-    _found(
-        "numpy",
-        Program(op("layer_norm", X), (2,), "float64", (0.38789978764504374, -1.0)),
-        CANCELLATION,
-    ),
+    _found("numpy", Program(op("layer_norm", X), (2,), "float64", (0.38789978764504374, -1.0))),
     _found("numpy", TIED_CLIP, HIDDEN_KINK),
     _found("numpy", LOG1P_TINY, HIDDEN_CANCELLATION),
-    _found("numpy", ERF_OF_MEAN, ERF_TAIL),
+    _found("numpy", ERF_OF_MEAN),
     _found("numpy", LOG_SOFTMAX, TERMS_CANCEL),
     _found("torch", LOG_SOFTMAX, TERMS_CANCEL),
     _found("jax", LOG_SOFTMAX, TERMS_CANCEL),
     _found("tensorflow", LOG_SOFTMAX, TERMS_CANCEL),
     _found("torch", TIED_CLIP, HIDDEN_KINK),
-    _found("torch", SOFTPLUS_LOG_SOFTMAX, TERMS_CANCEL_64),
-    _found("torch", LAYER_NORM_OF_TWO, CANCELLATION),
-    _found("torch", _saturated("tanh", "float64", 20.0), KIND4),  # the rule gives exactly 0
+    _found("torch", SOFTPLUS_LOG_SOFTMAX),
+    _found("torch", LAYER_NORM_OF_TWO),
+    _found("torch", _saturated("tanh", "float64", 20.0)),  # the rule gives exactly 0
     _found("jax", TIED_CLIP, HIDDEN_KINK),
     _found("tensorflow", TIED_CLIP, HIDDEN_KINK),
-    _found("torch", _saturated("sigmoid", "float64", 24.0), KIND4),
-    _found("torch", _saturated("tanh", "float32", 15.0), KIND4),
-    _found("jax", _saturated("sigmoid", "float64", 24.0), KIND4),
-    _found("jax", _saturated("sigmoid", "float64", 46.0), KIND4),  # the rule gives exactly 0
-    _found("jax", _saturated("tanh", "float32", 15.0), KIND4),
-    _found("tensorflow", _saturated("sigmoid", "float64", 24.0), KIND4),
-    _found("tensorflow", _saturated("tanh", "float32", 15.0), KIND4),
+    _found("torch", _saturated("sigmoid", "float64", 24.0)),
+    _found("torch", _saturated("tanh", "float32", 15.0)),
+    _found("jax", _saturated("sigmoid", "float64", 24.0)),
+    _found("jax", _saturated("sigmoid", "float64", 46.0)),  # the rule gives exactly 0
+    _found("jax", _saturated("tanh", "float32", 15.0)),
+    _found("tensorflow", _saturated("sigmoid", "float64", 24.0)),
+    _found("tensorflow", _saturated("tanh", "float32", 15.0)),
 ]
 
 

@@ -21,10 +21,10 @@ The decision rule (all quantities per compared entry):
   exactly 0, autodiff's own sets the scale, and where both are exactly 0
   (``floor`` away from its jumps, a stationary point), the function's size
   per input scale, ``|f_i| / s_j`` (:func:`polygrad.pipeline.autodiff.function_scale`);
-* where a float64 evaluation of the rule decides MISMATCH, the working-dtype
-  value is also allowed ``c_ad · eps · |f_i| / s_j``: the round-off a right
-  rule inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2``
-  from a float32 ``tanh(x)`` one ulp below 1);
+* every evaluation of the rule (working dtype, float64) is also allowed
+  ``c_ad · eps · |f_i| / s_j`` of its dtype: the round-off a right rule
+  inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2`` from a
+  ``tanh(x)`` one ulp below 1, the cancelling terms of a layer norm's VJP);
 * ``tolerance = 2 e + c_ad · eps · scale`` (``e`` at least the accuracy a
   finite-difference reference was aimed at; where some entry fails, plus twice
   the largest move of the autodiff value a few ulps away, see

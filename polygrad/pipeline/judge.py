@@ -284,10 +284,14 @@ def findings(inp: JudgeInput) -> _Evidence:
 
     ``vouched`` (the relative accuracy the reference was aimed at) is a floor on
     the reference's error; ``allowance_*`` add measured autodiff round-off;
-    ``fscale`` sets the scale where the Jacobian is exactly 0 and, where a
-    float64 rule decides, the round-off a working-dtype rule inherits from
-    intermediates of the size of ``f`` (``1 - tanh(x)^2`` from a float32
-    ``tanh(x)`` one ulp below 1): UNSTABLE only beyond ``c_ad eps`` times it.
+    ``fscale`` sets the scale where the Jacobian is exactly 0 and the round-off
+    a right rule inherits from intermediates of the size of ``f``
+    (``1 - tanh(x)^2`` from a ``tanh(x)`` one ulp below 1, ``s (1 - s)`` of a
+    saturated sigmoid, the VJP of a layer norm whose O(1) terms cancel): the
+    float64 evaluation of the rule (or a float64 working dtype) is MISMATCH,
+    and the working-dtype value UNSTABLE, only beyond ``c_ad eps`` times it.
+    An entry far smaller than ``f`` per input scale is thus resolved only to
+    that round-off, which its tolerance states.
     """
     p = inp.policy
     with np.errstate(all="ignore"):
@@ -311,14 +315,19 @@ def findings(inp: JudgeInput) -> _Evidence:
         ad_finite = np.isfinite(inp.ad) & (np.isfinite(inp.ad64) | ~inp.have64)
         coarse = too_coarse(ref_err, scale, inp.eps_w, p)
         bad_w = ~(np.abs(inp.ad - ref) <= tol_w) & ~rule.fits_a_side(inp.ad, inp.eps_w, coarse)
-        bad_64 = bad_w
+        # a right rule is wrong by no more than the round-off it inherits from
+        # intermediates of the size of f: in the float64 evaluation (or a float64
+        # working dtype) that decides MISMATCH, and in the working dtype that decides
+        # UNSTABLE; the entries it excuses show that tolerance
+        inherited = np.maximum(inp.fscale - scale, 0.0)
+        tol_f = tol_w + p.c_ad * inp.eps_w * inherited
         if inp.have64:
+            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited
             bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
                 inp.ad64, F64_EPS, coarse
             )
-        # a right rule (float64 agrees) is UNSTABLE only beyond the round-off it inherits
-        # from intermediates of the size of f; the entries it excuses show that tolerance
-        tol_f = tol_w + p.c_ad * inp.eps_w * np.maximum(rule.scale_w - scale, 0.0)
+        else:
+            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f)
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
         fd = Findings(
             nonsmooth=nonsmooth,
