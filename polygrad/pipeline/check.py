@@ -6,8 +6,10 @@ The check is a pipeline of stages passing frozen dataclasses:
 :mod:`~polygrad.pipeline.reference` (the reference, with fallback and mp escalation) ->
 :mod:`~polygrad.pipeline.autodiff` (VJPs/JVPs beside the reference) ->
 :mod:`~polygrad.pipeline.judge` (the verdict rule) ->
-:mod:`~polygrad.pipeline.explain` (notes and details). Constants ``c_ad`` etc. are
-fields of :class:`polygrad.policy.Policy`.
+:mod:`~polygrad.pipeline.explain` (notes and details). Where entries of a symmetric
+matrix argument fail, :mod:`~polygrad.pipeline.subspace` checks that argument again
+along symmetric directions (a gradient that assumes a symmetric input). Constants
+``c_ad`` etc. are fields of :class:`polygrad.policy.Policy`.
 
 The decision rule (all quantities per compared entry):
 
