@@ -310,6 +310,7 @@ def test_jax_scipy_cholesky_checked_on_subspace():
 
 
 def test_jax_scipy_cholesky_projections():
+    """In a projections check, the random directions are made symmetric in x."""
     with jax.enable_x64(True):
         w = jnp.asarray(WEIGHT)
         report = pg.check(
@@ -317,9 +318,29 @@ def test_jax_scipy_cholesky_projections():
             jnp.asarray(SPD),
             strategy="projections",
         )
-    assert_on_subspace(report, along(d_weighted_cholesky(SPD, WEIGHT)), 1e-10)
+    assert report.verdict == Verdict.PASS and report.ok, report
+    assert report.details["convention"] == SYMMETRIC_SUBSPACE
     assert measured(report) is None
     assert "projections" not in report.details
+    V = np.asarray(report.details["subspace"]["directions"])
+    assert V.shape == (8, 9)
+    D = V.reshape(8, 3, 3)
+    np.testing.assert_array_equal(D, np.swapaxes(D, 1, 2))
+    expected = np.array([d_weighted_cholesky(SPD, WEIGHT)(d) for d in D])
+    np.testing.assert_allclose(report.entries.reference, expected, rtol=1e-10)
+    np.testing.assert_allclose(report.entries.autodiff, expected, rtol=1e-10)
+
+
+def test_torch_projections_wrong_on_subspace_is_mismatch():
+    w = torch.tensor(WEIGHT)
+    report = pg.check(
+        lambda x: (_WrongCholesky.apply(x) * w).sum(), torch.tensor(SPD), strategy="projections"
+    )
+    assert report.verdict == Verdict.MISMATCH and not report.ok, report
+    assert report.details["convention"] == SYMMETRIC_SUBSPACE
+    D = np.asarray(report.details["subspace"]["directions"]).reshape(-1, 3, 3)
+    expected = np.array([d_weighted_cholesky(SPD, WEIGHT)(d) for d in D])
+    np.testing.assert_allclose(report.entries.autodiff, expected * (1 + 1e-3), rtol=1e-10)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ every failing input entry belongs to a square-matrix argument (last two axes
 equal, ``n >= 2``) whose value is symmetric to working precision (in a
 projections check: when some argument is such a matrix), the check is run
 again on the symmetric subspace of those arguments: along the directions
-``E_ii`` and ``E_ij + E_ji`` (``i < j``), each scaled like the entry, the
+``E_ii`` and ``E_ij + E_ji`` (``i < j``), each scaled like the entry (in a
+projections check: the random directions made symmetric in those arguments), the
 reference's directional derivative (the reference stage, with these
 directions) is compared with autodiff's ``G_ii`` and ``G_ij + G_ji`` (VJPs of
 every output, or JVPs along the same directions), per output, by the same
@@ -65,11 +66,14 @@ class Subspace:
         The symmetric square-matrix arguments checked on their subspace.
     W : ndarray, shape (k, n)
         Directions: ``s·E_ii`` and ``s·(E_ij + E_ji)`` (``i < j``) for those
-        leaves, ``s_j·e_j`` for every other input entry.
+        leaves, ``s_j·e_j`` for every other input entry; or random projection
+        directions symmetric in those leaves.
     scales : ndarray, shape (k,)
-        The power of two ``s`` of each direction (entries are divided by it).
+        The power of two ``s`` of each direction (entries are divided by it; 1
+        for projections).
     names : list of str
-        Each direction's name: ``x[0, 0]``, ``x[0, 1] + x[1, 0]``...
+        Each direction's name: ``x[0, 0]``, ``x[0, 1] + x[1, 0]``... (``Jw[k]``
+        for projections).
     """
 
     leaves: tuple[Leaf, ...]
@@ -174,6 +178,21 @@ def subspace_directions(target: Target, s: np.ndarray, leaves: list[Leaf]) -> Su
         scales.append(float(s[j]))
         names.append(target.input_layout.name_of(int(j)))
     return Subspace(tuple(leaves), np.array(rows), np.array(scales), names)
+
+
+def symmetric_projections(target: Target, W: np.ndarray, leaves: list[Leaf]) -> Subspace:
+    """The projection directions ``W`` (``(k, n)``) made symmetric in ``leaves``.
+
+    Each entry below the diagonal takes its mirror image's value (a power of two
+    times ±1), so autodiff along a row is ``Σ G_ii w_ii + Σ_{i<j} (G_ij + G_ji) w_ij``:
+    the gradient's action on the symmetric subspace, for the cost of a projections check.
+    """
+    V = np.array(W, dtype=np.float64, copy=True)
+    for leaf in leaves:
+        up, low = _pairs(leaf)
+        V[:, low] = V[:, up]
+    names = [f"Jw[{k}]" for k in range(V.shape[0])]
+    return Subspace(tuple(leaves), V, np.ones(V.shape[0]), names)
 
 
 def _autodiff(target: Target, W: np.ndarray, md: str, wide: bool) -> np.ndarray | None:
@@ -302,7 +321,7 @@ def _leaf_text(leaf: Leaf, info: dict[str, Any] | None) -> str:
     return f"{grad}; {_reads_text(name, info)}"
 
 
-def _note(sub: Subspace, infos: list[dict[str, Any] | None], passed: bool) -> str:
+def _note(sub: Subspace, infos: list[dict[str, Any] | None], passed: bool, full: bool) -> str:
     names = ", ".join(leaf.name for leaf in sub.leaves)
     parts = "; ".join(_leaf_text(lf, i) for lf, i in zip(sub.leaves, infos, strict=True))
     verdict = (
@@ -310,10 +329,12 @@ def _note(sub: Subspace, infos: list[dict[str, Any] | None], passed: bool) -> st
         if passed
         else "wrong on the subspace as well: an error in the gradient, not only the convention"
     )
-    return (
-        f"checked on the symmetric subspace of {names} (directions E_ii and E_ij + E_ji, "
-        f"compared with G_ii and G_ij + G_ji): {parts}; {verdict}"
+    how = (
+        "directions E_ii and E_ij + E_ji, compared with G_ii and G_ij + G_ji"
+        if full
+        else f"{sub.W.shape[0]} random directions symmetric in {names}"
     )
+    return f"checked on the symmetric subspace of {names} ({how}): {parts}; {verdict}"
 
 
 def _explains(on_sub: Entries, full: Entries, opts: Options) -> bool:
@@ -348,7 +369,11 @@ def recheck_on_subspace(
     leaves = _chosen_leaves(target, judged.entries, plan.full)
     if not leaves:
         return None
-    sub = subspace_directions(target, plan.s, leaves)
+    if plan.full:
+        sub = subspace_directions(target, plan.s, leaves)
+    else:
+        assert plan.W is not None
+        sub = symmetric_projections(target, plan.W, leaves)
     plan2 = replace(plan, full=False, W=sub.W, cached=None, cache_slot=None)
     ref2 = compute_reference(target, plan2, opts, prep)
     st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched)
@@ -357,14 +382,15 @@ def recheck_on_subspace(
     passed = not np.any(np.isin(entries.status, _FAIL))
     block = _full_block(judged.entries, target.n, target.m) if plan.full else None
     infos = [None if block is None else _measured(lf, block) for lf in leaves]
-    note = _note(sub, infos, passed)
+    note = _note(sub, infos, passed, plan.full)
     if not _explains(entries, judged.entries, opts):
         notes = [*judged.details["notes"], note]
         return Rechecked(plan, ref, replace(judged, details={**judged.details, "notes": notes}))
     details["notes"] = [note, *details["notes"]]
     details.update(
         convention=SYMMETRIC_SUBSPACE,
-        subspace={"arguments": [lf.name for lf in leaves], "directions": sub.names,
+        subspace={"arguments": [lf.name for lf in leaves],
+                  "directions": sub.names if plan.full else sub.W,
                   "measured": {lf.name: i for lf, i in zip(leaves, infos, strict=True)}},
         quantity="derivatives along symmetric directions (per output)",
     )  # fmt: skip
