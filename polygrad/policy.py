@@ -60,6 +60,12 @@ class Policy:
         ``[-dither_ulps, dither_ulps]`` (the first move size).
     dither_allowance : float
         Each entry is allowed this many times the largest move of its value.
+    subspace_explains : float
+        Failures on a symmetric matrix argument are explained by the
+        symmetric-subspace convention when the check along symmetric
+        directions passes, or its worst ``|autodiff - reference| / tolerance``
+        is at most this fraction of the full-space worst (see
+        :mod:`polygrad.pipeline.subspace`).
     """
 
     c_ad: float = 64.0
@@ -77,6 +83,7 @@ class Policy:
     dithers: int = 5
     dither_ulps: int = 2
     dither_allowance: float = 2.0
+    subspace_explains: float = 0.1
 
 
 DEFAULT_POLICY = Policy()

@@ -6,8 +6,10 @@ The check is a pipeline of stages passing frozen dataclasses:
 :mod:`~polygrad.pipeline.reference` (the reference, with fallback and mp escalation) ->
 :mod:`~polygrad.pipeline.autodiff` (VJPs/JVPs beside the reference) ->
 :mod:`~polygrad.pipeline.judge` (the verdict rule) ->
-:mod:`~polygrad.pipeline.explain` (notes and details). Constants ``c_ad`` etc. are
-fields of :class:`polygrad.policy.Policy`.
+:mod:`~polygrad.pipeline.explain` (notes and details). Where entries of a symmetric
+matrix argument fail, :mod:`~polygrad.pipeline.subspace` checks that argument again
+along symmetric directions (a gradient that assumes a symmetric input). Constants
+``c_ad`` etc. are fields of :class:`polygrad.policy.Policy`.
 
 The decision rule (all quantities per compared entry):
 
@@ -61,6 +63,7 @@ from .judge import overall
 from .plan import Plan, make_plan
 from .prepare import Options, Prepared, prepare
 from .reference import Reference, compute_reference
+from .subspace import recheck_on_subspace
 
 __all__ = ["assert_gradients", "check", "make_report", "without_gc_pauses"]
 
@@ -226,6 +229,9 @@ def check(
     setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
                       ref.vouched)  # fmt: skip
     judged = assess(prep, setting, ref.method, opts)
+    again = recheck_on_subspace(prep, plan, ref, judged, opts)
+    if again is not None:  # a gradient defined on the symmetric subspace: checked there
+        plan, ref, judged = again.plan, again.ref, again.judged
     return make_report(prep, plan, ref, judged, opts, t_start)
 
 
@@ -236,7 +242,9 @@ def make_report(
     verdict, ok = overall(judged.entries, opts.nonsmooth)
     details = explain(prep, plan, ref, judged, verdict, opts)
     details["seconds"] = time.perf_counter() - t_start
-    quantity = "Jacobian entries" if plan.full else "projections uᵀJw"
+    quantity = judged.details.get("quantity") or (
+        "Jacobian entries" if plan.full else "projections uᵀJw"
+    )
     return Report(verdict=verdict, ok=ok, entries=judged.entries, quantity=quantity,
                   details=details)  # fmt: skip
 

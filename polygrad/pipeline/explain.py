@@ -192,11 +192,18 @@ def _summary(prep: Prepared, plan: Plan, ref: Reference, a: Assessment, opts: Op
     )
 
 
-def _taylor(target: Target, mode: str, seed: int) -> dict[str, Any] | None:
+def _taylor(
+    target: Target, mode: str, seed: int, subspace: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     try:  # supporting evidence only: never fails a check
         from .. import taylor
 
-        return taylor.taylor_target(target, mode=mode, seed=seed).to_dict()
+        direction = None
+        if subspace is not None:  # checked on the symmetric subspace: a direction within it
+            from .subspace import symmetric_direction
+
+            direction = symmetric_direction(target, subspace["arguments"], seed)
+        return taylor.taylor_target(target, mode=mode, direction=direction, seed=seed).to_dict()
     except Exception:  # noqa: BLE001
         return None
 
@@ -212,7 +219,7 @@ def explain(
     }
     details["notes"] += edge_notes(a.entries, plan.f0)
     details.update(_summary(prep, plan, ref, a, opts))
-    if not plan.full:
+    if not plan.full and "subspace" not in details:
         details["projections"] = detection_power(a.entries, opts.projections, plan.W, plan.s)
     if ref.method != "mp" and t.working_dtype == "float64" and verdict == Verdict.PASS:
         resolution = opts.policy.tolerance_factor * details["reference"]["median_relative_error"]
@@ -247,7 +254,8 @@ def _supporting_evidence(
             return naive_roundoff(t, plan.noise_dir, g64)
 
         lazy.defer("naive_central_difference", naive)
-    lazy.defer("taylor", lambda: _taylor(t, prep.modes[0], opts.seed))
+    sub = details.get("subspace")
+    lazy.defer("taylor", lambda: _taylor(t, prep.modes[0], opts.seed, sub))
     if opts.tool is not None:  # asked for: computed now
         lazy["your_terms"] = your_terms_details(
             t, opts.tool, opts.tool_step, entries, plan.full, opts.seed
