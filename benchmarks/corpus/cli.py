@@ -68,6 +68,18 @@ def quick_keys(sources: list[str] | None = None) -> list[CaseKey]:
     return out
 
 
+def _versions() -> str:
+    import importlib.metadata as md
+
+    out = []
+    for p in ("polygrad-check", "torch", "jax", "tensorflow", "keras", "flax", "equinox", "mpmath"):
+        try:
+            out.append(f"{p} {md.version(p)}")
+        except md.PackageNotFoundError:
+            out.append(f"{p} not installed")
+    return ", ".join(out)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks corpus", description=__doc__)
     p.add_argument("--quick", action="store_true", help="a few dozen cases (minutes)")
@@ -78,12 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per case")
     p.add_argument("--out-jsonl", type=Path, default=OUT_JSONL)
     p.add_argument("--out-md", type=Path, default=OUT_MD)
-    p.add_argument("--resume", action="store_true", help="keep rows already in --out-jsonl")
+    p.add_argument(
+        "--resume", action="store_true", help="keep rows in --out-jsonl; rerun only timeouts"
+    )
     p.add_argument("--render", action="store_true", help="run nothing: table from --out-jsonl")
     return p
 
 
 def _render(args: argparse.Namespace, meta: dict[str, Any]) -> None:
+    meta.setdefault("versions", _versions())
     rows = table.read_rows(args.out_jsonl)
     args.out_md.parent.mkdir(parents=True, exist_ok=True)
     table.write_block(args.out_md, table.render(rows, meta), TITLE)
@@ -108,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         keys = keys[: args.limit]
     if args.resume and args.out_jsonl.exists():
-        done = {r["name"] for r in table.read_rows(args.out_jsonl)}
+        done = {r["name"] for r in table.read_rows(args.out_jsonl) if r["status"] != "timeout"}
         keys = [k for k in keys if k.name not in done]
     elif args.out_jsonl.exists():
         args.out_jsonl.unlink()
@@ -117,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "quick" if args.quick else "full",
         "planned": len(keys),
         "cpu_count": os.cpu_count(),
+        "versions": _versions(),
     }
     deadline = time.time() + 60 * args.minutes if args.minutes else None
     t0 = time.perf_counter()

@@ -51,6 +51,8 @@ def summary(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
         s["cases"] += 1
         pg, chk = r["polygrad"], r["checker"]
         s[f"checker_{chk['verdict']}"] += 1
+        cw = r.get("checker_working") or chk
+        s[f"checker_working_{cw['verdict']}"] += 1
         times[k]["checker"].append(chk["seconds"])
         times[k]["polygrad"].append(pg["seconds"])
         if pg.get("error_kind") == "exception":
@@ -84,9 +86,11 @@ def _main_table(rows: list[dict[str, Any]]) -> list[str]:
         "| framework | dtype | cases | correct | PASS/NONSMOOTH ok | MISMATCH/UNSTABLE on correct "
         "| INCONCLUSIVE on correct | NONFINITE on correct | exceptions (timeouts) "
         "| planted bugs caught | plants that round away "
-        "| framework checker (float64): pass / fail / error | median s: checker, polygrad |"
+        "| truth unknown | framework checker (float64): pass / fail / error "
+        "| framework checker (working dtype): pass / fail / error "
+        "| median s: checker (float64), polygrad |"
     )
-    lines = [head, "|" + " --- |" * 13]
+    lines = [head, "|" + " --- |" * 15]
     for fw in sorted({k[0] for k in s}):
         for dt in DTYPES:
             c = s.get((fw, dt))
@@ -97,7 +101,10 @@ def _main_table(rows: list[dict[str, Any]]) -> list[str]:
                 f"| {c['fail_on_correct']} | {c['inconclusive']} | {c['nonfinite']} "
                 f"| {c['exceptions']} ({c['timeout']}) | {_pct(c['caught'], c['planted'])} "
                 f"| {c['plant_noop']} "
+                f"| {c['truth_unknown']} "
                 f"| {c['checker_pass']} / {c['checker_fail']} / {c['checker_error']} "
+                f"| {c['checker_working_pass']} / {c['checker_working_fail']} "
+                f"/ {c['checker_working_error']} "
                 f"| {c['checker_median_s']}, {c['polygrad_median_s']} |"
             )
     return lines
@@ -198,7 +205,8 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"{len(cases)} run ({len(entries)} catalog entries), "
         f"{sum(r['status'] == 'skipped' for r in rows)} skipped with a recorded reason, "
         f"{sum(r['status'] == 'timeout' for r in rows)} timeouts; "
-        f"{meta.get('planned', '?')} cases planned in this mode.",
+        f"{meta.get('planned', '?')} cases planned in this mode. "
+        f"Versions: {meta.get('versions', '?')}.",
         "",
         *_main_table(rows),
         *_findings(rows),
