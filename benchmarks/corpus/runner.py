@@ -4,7 +4,9 @@ A case is ``(source, entry, region, dtype)``. Truth for a correct case: the
 framework's own checker passes in float64, or polygrad's mp reference agrees
 (``reference="mp"`` on the float64 function). The mp run also feeds discovery: an
 operator whose own gradient is MISMATCH against mp is a finding, reduced to a
-single input column as its minimal reproduction.
+single input column as its minimal reproduction. Truth is computed once per
+(entry, region) and shared by its dtypes, at the point rounded for the first of
+them that runs.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Run corpus cases in a worker process with a per-case timeout, rows written as they come.
 
 The worker imports the frameworks once; a case that runs past its timeout gets the
-worker killed (and restarted for the next case) and is recorded as ``timeout`` with
-the stage it was in.
+worker killed (and restarted for the next case) and is recorded as ``timeout``.
 """
 
 from __future__ import annotations
