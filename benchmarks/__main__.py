@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks latency [--quick]   (time to verdict: see benchmarks.latency)
+    python -m benchmarks corpus [--quick]    (real-code corpus: see benchmarks.corpus)
     python -m benchmarks [--quick] [--only TOOL] [--cases TEXT] [--out-json PATH]
                          [--out-md PATH] [--timeout SECONDS] [--no-cnn] [--render]
 
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import latency
 
         return latency.main(argv[1:])
+    if argv[:1] == ["corpus"]:
+        from .corpus import cli
+
+        return cli.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=(__doc__ or "").split("\n")[0]
     )

@@ -53,3 +53,28 @@ def test_latency_benchmark_quick(tmp_path: Path) -> None:
     for r in rows:
         assert r["verdict"] == "PASS", r
         assert r["tool_warm"] > 0 and r["polygrad_warm"] > 0
+
+
+def test_corpus_benchmark_subset(tmp_path: Path) -> None:
+    """One correct catalog case: PASS and ok, both planted bugs caught, the table block written."""
+    out, md = tmp_path / "corpus.jsonl", tmp_path / "benchmarks.md"
+    md.write_text("# page\n\n<!-- corpus:begin -->\nold\n<!-- corpus:end -->\n\ntail\n")
+    name = "torch/torch.special/expit/moderate/float32"
+    cmd = [sys.executable, "-m", "benchmarks", "corpus", "--sources", "torch.special"]
+    cmd += ["--cases", name, "--out-jsonl", str(out), "--out-md", str(md)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["name"] == name and row["status"] == "case"
+    assert row["checker"]["verdict"] == "pass" and row["correct"]
+    assert row["polygrad"]["verdict"] == "PASS" and row["polygrad"]["ok"]
+    assert set(row["bugs"]) == {"scale-1e-3", "entry-1pct"}
+    for bug in row["bugs"].values():
+        assert bug["planted"] and bug["caught"] and bug["verdict"] == "MISMATCH", bug
+    text = md.read_text()
+    assert text.startswith("# page\n") and text.endswith("\ntail\n") and "old" not in text
+    block = text.split("<!-- corpus:begin -->")[1].split("<!-- corpus:end -->")[0]
+    assert "| framework | dtype | cases | correct | PASS/NONSMOOTH ok |" in block
+    row_md = "| torch | float32 | 1 | 1 | 1/1 (100%) | 0 | 0 | 0 | 0 (0) | 2/2 (100%) | 0 | 0 "
+    assert row_md + "| 1 / 0 / 0 |" in block
+    assert "**Findings: 0 operators" in block
