@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         payload = json.loads(args.out_json.read_text())
         note = None if payload["meta"]["quick"] else tables.read_note(CLOSING_NOTE)
-        args.out_md.write_text(tables.render(payload, note))
+        tables.write_zoo(args.out_md, tables.render(payload, note))
         print(f"wrote {args.out_md}", file=sys.stderr)
         return 0
 
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out_json.write_text(json.dumps(payload, indent=1, default=str) + "\n")
     note = None if args.quick else tables.read_note(CLOSING_NOTE)
     args.out_md.parent.mkdir(parents=True, exist_ok=True)
-    args.out_md.write_text(tables.render(payload, note))
+    tables.write_zoo(args.out_md, tables.render(payload, note))
     print(f"wrote {args.out_json} and {args.out_md}", file=sys.stderr)
     return 0
 

@@ -424,6 +424,18 @@ def shortfalls(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+ZOO_END = "<!-- zoo:end -->"
+"""Where the zoo's part of ``docs/benchmarks.md`` ends; the latency and corpus
+benchmarks write their own blocks after it, which a zoo run keeps."""
+
+
+def write_zoo(path: Path, zoo_page: str) -> None:
+    """Write the zoo's tables at the top of ``path``, keeping what follows ``ZOO_END``."""
+    old = path.read_text() if path.exists() else ""
+    rest = old.split(ZOO_END, 1)[1] if ZOO_END in old else "\n"
+    path.write_text(zoo_page.rstrip() + "\n\n" + ZOO_END + rest)
+
+
 def render(payload: dict[str, Any], closing_note: str | None = None) -> str:
     """The whole ``docs/benchmarks.md``.
 
