@@ -33,7 +33,7 @@ __all__ = ["MlxBackend"]
 _NARROW_INSIDE = (
     "MLX computes this function in less than float64 precision even for float64 input (its "
     "float64 output does not follow a move of 2^-36 relative that its JVP predicts; MLX's "
-    "CPU float64 sin, exp, tanh... run in float32): no float64 reference or float64 rule is "
+    "CPU float64 sin, cos, exp, erf... run in float32): no float64 reference or float64 rule is "
     "available, the reference is computed in the working dtype, and round-off is allowed as "
     "for float32 arithmetic"
 )

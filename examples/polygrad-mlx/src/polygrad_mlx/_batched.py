@@ -80,7 +80,7 @@ class FlatFunction:
     def resolves_float64(self, x0: np.ndarray) -> bool:
         """Whether ``f`` in float64 resolves a move of ``2^-36`` relative, as float64 does.
 
-        MLX's float64 ``sin``, ``exp``, ``tanh``... run in float32 on the CPU: the
+        MLX's float64 ``sin``, ``cos``, ``exp``, ``erf``... run in float32 on the CPU: the
         output then does not move at all (or jumps by a float32 ULP) where its
         float64 JVP predicts a change of thousands of float64 ULPs.
 
