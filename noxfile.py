@@ -23,6 +23,7 @@ nox.options.sessions = [
     "tests-tensorflow",
     "tests-all",
     "tests-example-backend",
+    "tests-example-mlx",
     "minimal-versions",
     "lint",
     "types",
@@ -122,6 +123,20 @@ def tests_example_backend(session: nox.Session) -> None:
     session.run(
         "python", "-m", "pytest", "-q", "examples/polygrad-autograd/tests", *session.posargs
     )
+
+
+@nox.session(name="tests-example-mlx")
+def tests_example_mlx(session: nox.Session) -> None:
+    """The MLX backend of examples/polygrad-mlx, a package outside polygrad, on MLX's CPU build.
+
+    Found through its ``polygrad.backends`` entry point, listed by ``polygrad
+    backends``, picked from ``mx.array`` arguments without ``backend=``, and
+    run through the conformance suite.
+    """
+    session.install("-e", ".[test]", *CONSTRAINTS)
+    session.install("-e", "examples/polygrad-mlx", "mlx[cpu]", *CONSTRAINTS)
+    session.run("polygrad", "backends")
+    session.run("python", "-m", "pytest", "-q", "examples/polygrad-mlx/tests", *session.posargs)
 
 
 def _min_constraints(session: nox.Session) -> str:
