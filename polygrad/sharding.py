@@ -102,7 +102,7 @@ def shard_spec(prep: Any, opts: Any) -> ShardSpec | None:
 
 def _dumps(obj: Any) -> bytes:
     try:
-        import cloudpickle  # type: ignore[import-untyped]
+        import cloudpickle
     except ImportError:  # pragma: no cover - the `distributed` extra installs it
         return pickle.dumps(obj)
     return bytes(cloudpickle.dumps(obj))
