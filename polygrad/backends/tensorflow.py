@@ -757,7 +757,8 @@ class TensorflowBackend(Backend):
                 call, raw64_factory, originals, layout, out_sizes, batch_size, notes, cached
             )
         rng = np.random.default_rng(0)
-        fns = _rule_functions(programs, rules64, cached, rng, y0.size, notes)
+        failed: list[str] = []  # notes on reverse-mode rules that failed their probe
+        fns = _rule_functions(programs, rules64, cached, rng, y0.size, notes, failed)
         return Target(
             x0=x0,
             y0=y0,
@@ -773,6 +774,7 @@ class TensorflowBackend(Backend):
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
+            mode_notes={"rev": failed} if failed else {},
             deferred=self._deferred(call, leaves, originals, programs, cached, rng, x0.size),
         )
 
@@ -845,9 +847,10 @@ class TensorflowBackend(Backend):
             # rules of a model's ops on first use, which costs more than a whole reverse check
             if cached("tf.custom_gradient", lambda: self._has_custom_gradient(call, leaves)):
                 target.jvp = target.jvp64 = None
-                target.notes.append(
+                target.note_unavailable(
+                    "fwd",
                     "the function uses tf.custom_gradient, which TensorFlow's forward mode "
-                    "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked"
+                    "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked",
                 )
                 return
             for suffix, prog in programs.items():
@@ -857,7 +860,7 @@ class TensorflowBackend(Backend):
                     prog.jvp_one(rng.standard_normal(n))
                 except Exception as exc:  # noqa: BLE001 - reported in the notes
                     setattr(target, "jvp" + suffix, None)
-                    target.notes.append(_mode_failed("forward", suffix, exc))
+                    target.note_unavailable("fwd", _mode_failed("forward", suffix, exc))
 
         def build_mp(target: Target) -> None:
             # deferred: capturing the graph again costs more than a float32 check
@@ -1178,11 +1181,13 @@ def _rule_functions(
     rng: np.random.Generator,
     m: int,
     notes: list[str],
+    failed_notes: list[str],
 ) -> dict[str, BatchFn | None]:
     """``evaluate``, ``vjp``, ``jvp`` and their ``...64`` twins of the programs.
 
     A VJP that fails its probe (one random cotangent of size ``m``) is left out
-    with a note; JVPs are probed later, when a check asks for forward mode.
+    with a note, appended to ``notes`` and ``failed_notes``; JVPs are probed
+    later, when a check asks for forward mode.
     """
     fns: dict[str, BatchFn | None] = {}
     for suffix, prog in programs.items():
@@ -1198,5 +1203,6 @@ def _rule_functions(
             fns["vjp" + suffix] = prog.vjp
         else:
             notes.append(failed)
+            failed_notes.append(failed)
         fns["jvp" + suffix] = prog.jvp
     return fns
