@@ -569,7 +569,7 @@ def _reference_info(
         "dps": dps if method == "mp" else None,
         "primal": y,
         "primal_error": y_err,
-        "details": report.details.get("reference", {}),
+        "details": report.details.reference.to_dict(),
     }
 
 
@@ -631,26 +631,24 @@ def _report(
     """One implementation's judged entries as a :class:`Report` beside the reference's."""
     verdict, ok = overall(judged.entries, nonsmooth)
     t, modes = impl.target, _modes_of(impl, ref_report)
-    details = {
-        k: v
-        for k, v in ref_report.details.items()
-        if k not in ("naive_central_difference", "taylor", "notes", "escalation")
-    }
-    rules = dict(details.get("rules", {}))
-    rules["has_float64_autodiff"] = bool(
-        (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
-    )
-    extra = {k: v for k, v in judged.details.items() if k != "notes"}
-    notes = list(t.notes) + judged.details["notes"]
-    notes.append(f"judged against the reference computed from {ref_name!r}")
-    details.update(backend=t.backend, working_dtype=t.working_dtype, eps=t.eps, modes=modes,
-                   rules=rules, notes=notes, **extra)  # fmt: skip
+    has64 = (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
+    notes = [*t.notes, *judged.notes, f"judged against the reference computed from {ref_name!r}"]
+    details = replace(
+        ref_report.details,
+        backend=t.backend,
+        working_dtype=t.working_dtype,
+        eps=t.eps,
+        modes=tuple(modes),
+        rules=replace(ref_report.details.rules, has_float64_autodiff=has64),
+        notes=tuple(notes),
+        escalation=judged.escalation,
+    ).with_evidence()  # the supporting evidence was the reference run's, not this implementation's
     return replace(ref_report, verdict=verdict, ok=ok, entries=judged.entries, details=details)
 
 
 def _modes_of(impl: _Impl, ref_report: Report) -> list[str]:
     t = impl.target
-    return [md for md in ref_report.details["modes"] if t.has_mode(md)] or [
+    return [md for md in ref_report.details.modes if t.has_mode(md)] or [
         md for md in ("rev", "fwd") if t.has_mode(md)
     ]
 
@@ -713,9 +711,9 @@ def _details(
     return {
         "inputs": ref_t.n,
         "outputs": ref_t.m,
-        "input_names": ref_report.details.get("input_names", []),
+        "input_names": list(ref_report.details.input_names),
         "quantity": ref_report.quantity,
-        "strategy": ref_report.details.get("strategy"),
+        "strategy": ref_report.details.strategy,
         "modes": ref_prep.modes,
         "dtype": dtype,
         "complex_conventions": conventions,

@@ -361,11 +361,11 @@ class _Demo:
             plot_report(report, p)
             files.append(str(p))
         counts = ", ".join(f"{v} {k}" for k, v in sorted(report.counts().items()))
-        ref = report.details.get("reference", {})
+        ref = report.details.reference
         detail = (
             f"{len(report.entries.names)} pixels in one batched pass ({counts}); "
-            f"{ref.get('method')} reference, {ref.get('evaluations')} model evaluations in "
-            f"{ref.get('seconds', 0):.1f} s"
+            f"{ref.method} reference, {ref.evaluations} model evaluations in "
+            f"{ref.seconds:.1f} s"
         )
         # kinks are expected in a ReLU/max-pool CNN: NONSMOOTH entries do not fail the check
         status = str(report.verdict)

@@ -196,10 +196,10 @@ def _arrange(report: Report) -> tuple[Any, str, str]:
     shape; anything else is a strip.
     """
     e, d = report.entries, report.details
-    n, m = int(d.get("inputs", 0) or 0), int(d.get("outputs", 0) or 0)
-    modes = d.get("modes", ["rev"])
+    n, m = int(d.inputs), int(d.outputs)
+    modes = list(d.modes)
     if report.quantity.startswith("Jacobian") and len(modes) == 1 and len(e.names) == n * m:
-        if m == 1 and len(d.get("input_names", [])) == 1 and "[" in e.names[-1]:
+        if m == 1 and len(d.input_names) == 1 and "[" in e.names[-1]:
             last = e.names[-1]
             shape = tuple(int(v) + 1 for v in last[last.index("[") + 1 : -1].split(","))
             sq = tuple(k for k in shape if k > 1)

@@ -18,7 +18,8 @@ import numpy as np
 from .render_terms import your_terms_lines
 
 if TYPE_CHECKING:
-    from .report import Report
+    from .details import NaiveCentralDifference, ReferenceInfo, TaylorSummary
+    from .report import Entries, Report
 
 __all__ = ["render_text", "use_color", "strip_color"]
 
@@ -87,43 +88,34 @@ ULPS_EXPLAINED = 1e3
 """Noise up to this many ulps of ``|f|`` is the rounding of f's value; beyond, cancellation."""
 
 
-def _f_abs(noise: float | None, ratio: float | None) -> float | None:
-    """``|f|`` from a noise and the noise's ratio to ``|f|`` (both measured by the check)."""
-    if noise is None or ratio is None or not np.isfinite(ratio):
-        return None
-    return float(noise) / float(ratio) if ratio > 0 else None
-
-
-def _step(ref: dict[str, Any]) -> str:
+def _step(ref: ReferenceInfo) -> str:
     """The reference's median step: relative, and absolute where the scale is known."""
-    h = ref.get("median_step")
+    h = ref.median_step
     return f"{_g(h, 3)}{_times_scale(ref)}{_absolute(h, ref)}"
 
 
-def _times_scale(ref: dict[str, Any]) -> str:
-    s = ref.get("median_scale")
+def _times_scale(ref: ReferenceInfo) -> str:
+    s = ref.median_scale
     return "" if s is None else f" × s (s: powers of two nearest |x|, median {_g(s, 3)})"
 
 
-def _absolute(h: float | None, ref: dict[str, Any]) -> str:
-    s = ref.get("median_scale")
+def _absolute(h: float | None, ref: ReferenceInfo) -> str:
+    s = ref.median_scale
     return "" if s is None or h is None else f" = {_g(h * s, 3)} in the input's units"
 
 
 def _reference_noise(report: Report) -> str:
     """The reference's noise figure, named by its arithmetic, against |f|."""
     d = report.details
-    ref = d.get("reference", {})
-    method = ref.get("method")
-    arith, eps = str(d.get("working_dtype")), d.get("eps")
-    if method == "mp":
-        arith, eps = f"mpmath at {ref.get('dps')} digits", 10.0 ** -float(ref.get("dps") or 15)
-    elif method == "float64":
+    ref = d.reference
+    arith, eps = str(d.working_dtype), d.eps
+    if ref.method == "mp":
+        arith, eps = f"mpmath at {ref.dps} digits", 10.0 ** -float(ref.dps or 15)
+    elif ref.method == "float64":
         arith, eps = "float64", float(np.finfo(np.float64).eps)
-    f_abs = ref.get("f_abs", _f_abs(ref.get("noise"), ref.get("noise_relative")))
     return (
         f"  noise of f in {arith} (the reference's arithmetic, which limits its error bar): "
-        f"{_g(ref.get('noise'), 3)} ({_noise_vs_f(ref.get('noise'), f_abs, eps)})"
+        f"{_g(ref.noise, 3)} ({_noise_vs_f(ref.noise, ref.f_abs, eps)})"
     )
 
 
@@ -155,139 +147,166 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     str
     """
     color = use_color() if color is None else bool(color)
-    d = report.details
-    e = report.entries
-    ref = d.get("reference", {})
-    lines = [_headline(report, color)]
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
-    lines.append(
-        f"  checked {len(e.names)} {report.quantity} of f: {d.get('inputs')} input(s) "
-        f"{tuple(d.get('input_names', []))} -> {d.get('outputs')} output(s); "
-        f"{d.get('backend')}, {d.get('working_dtype')}, mode {'+'.join(d.get('modes', []))}"
-    )
-    lines.append(f"  verdicts: {counts}")
-    method = ref.get("method")
-    how = {
-        "mp": f"mpmath at {ref.get('dps')} digits",
-        "float64": "float64 central differences",
-        "working": f"{d.get('working_dtype')} central differences (no float64 evaluation)",
-    }.get(method, str(method))
-    lines.append(
-        f"  reference: {how} + Richardson extrapolation; median step {_step(ref)}, median "
-        f"relative error bar {_g(ref.get('median_relative_error'), 2)}; "
-        f"{ref.get('evaluations')} evaluations in {ref.get('seconds', 0):.2f} s"
-    )
-    lines.append(_reference_noise(report))
-    lines.append(
-        f"  tolerance: {d.get('rules', {}).get('tolerance')} (eps = {_g(d.get('eps'), 3)} for "
-        f"{d.get('working_dtype')})"
-    )
-    if not d.get("rules", {}).get("has_float64_autodiff") and d.get("working_dtype") != "float64":
-        lines.append(
-            "  note: the gradient could not be evaluated in float64, so a wrong rule cannot be "
-            "told apart from an unstable computation"
-        )
-    order = e.worst(max_rows)
-    header = (
-        f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} "
-        f"{'|diff|':>10} {'tolerance':>10}"
-    )
-    lines.append("  worst entries:")
-    lines.append(header)
-    for i in order:
-        name = e.names[i]
-        if len(name) > 28:
-            name = name[:25] + "..."
-        v = e.verdicts()[i]
-        vtxt = _paint(f"{str(v):<12}", _COLORS.get(str(v), "0"), color)
-        lines.append(
-            f"  {name:<28} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
-            f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} "
-            f"{_g(e.tolerance[i], 2):>10}"
-        )
-        if str(v) == "NONSMOOTH":
-            sides = [
-                f"{word} derivative "
-                + (_g(val, 6) if not np.isnan(val) else "undefined (f is not finite there)")
-                for word, val in (("left", e.left[i]), ("right", e.right[i]))
-            ]
-            if not np.isfinite(e.autodiff[i]):
-                value = "NaN" if np.isnan(e.autodiff[i]) else _g(e.autodiff[i])
-                tail = f"; autodiff returned {value} at this kink"
-            elif np.isnan(e.left[i]) or np.isnan(e.right[i]):
-                tail = ""
-            elif e.within_one_sided[i]:
-                tail = "; autodiff lies between them"
-            else:
-                tail = "; autodiff lies outside them (possible at a composite kink, see below)"
-            lines.append(f"  {'':<28}   {sides[0]}, {sides[1]}{tail}")
-        if str(v) in ("MISMATCH", "UNSTABLE") and np.isfinite(e.autodiff64[i]):
-            lines.append(
-                f"  {'':<28}   float64 evaluation of the rule: {_g(e.autodiff64[i], 10)} "
-                f"(|diff| {_g(abs(e.autodiff64[i] - e.reference[i]), 2)}, tolerance "
-                f"{_g(e.tolerance64[i], 2)})"
-            )
+    lines = [_headline(report, color), *_setup_lines(report)]
+    lines += _worst_lines(report, max_rows, color)
     if "NONSMOOTH" in report.counts():
         lines.append(_kinks(report))
-    proj = d.get("projections")
-    if proj:
-        lines.append(
-            f"  projections: {proj['count']} random directions; a single wrong entry is caught "
-            f"when off by more than ~{_g(proj['single_entry_error_caught'], 2)}, an error spread "
-            f"over many entries with 99% probability when its scaled 2-norm exceeds "
-            f"{_g(proj['spread_error_norm_caught_99'], 2)}"
-        )
-    naive = d.get("naive_central_difference")
-    if naive:
-        wd = d.get("working_dtype")
-        f_abs = naive["noise"] / (d["eps"] * naive["noise_ulps"]) if naive["noise_ulps"] else 0.0
-        txt = (
-            f"  round-off: noise of f in {wd} (your arithmetic: what a {wd} central difference "
-            f"sees, unlike the reference's noise above) {_g(naive['noise'], 2)} "
-            f"({_noise_vs_f(naive['noise'], f_abs, d.get('eps'))}); a plain central difference "
-            f"with step h is off by ~noise/h, e.g. {_g(naive['example_error'], 2)} at h = 2^-13"
-            f"{_times_scale(ref)}{_absolute(2.0**-13, ref)}"
-        )
-        if "optimal_step" in naive:
-            txt += (
-                f"; its best step is h ≈ {_g(naive['optimal_step'], 2)} × s"
-                f"{_absolute(naive['optimal_step'], ref)} (error ~{_g(naive['optimal_error'], 2)})"
-            )
-        elif naive.get("third_derivative") is not None and "NONSMOOTH" not in report.counts():
-            txt += "; third derivative ≈ 0 here (no truncation error), so larger steps only help"
-        elif naive.get("third_derivative") is not None:
-            txt += "; no curvature was measured along the sampled direction, but f has kinks"
-        lines.append(txt)
-    if d.get("your_terms"):
-        lines.extend(your_terms_lines(d["your_terms"]))
-    taylor = d.get("taylor")
-    if taylor and taylor.get("explanation"):
-        txt = f"  Taylor test (supporting evidence): {taylor['explanation']}"
-        if taylor.get("verdict") == "wrong" and "NONSMOOTH" in report.counts():
-            txt = (
-                "  Taylor test (supporting evidence): the Taylor remainder falls like "
-                f"h^{float(taylor['slope']):.2f}, slower than h^2, as it must where the steps "
-                "cross a kink (the remainder there is of first order at best, slower still at "
-                "an infinite slope): no evidence against the gradient"
-            )
-        elif taylor.get("verdict") == "consistent" and "MISMATCH" in report.counts():
-            txt += (
-                " — along one random direction only, which barely weighs a few wrong "
-                "entries among many; the comparison of each entry above decides"
-            )
-        lines.append(txt)
-    for note in d.get("notes", []):
-        lines.append(f"  note: {note}")
+    lines += _evidence_lines(report)
+    lines += [f"  note: {note}" for note in report.details.notes]
     unresolved = _row_scale_only(report)
     if unresolved:
         lines.append(unresolved)
     return "\n".join(lines)
 
 
+def _setup_lines(report: Report) -> list[str]:
+    """What was checked, the reference, its noise, the tolerance."""
+    d, e = report.details, report.entries
+    ref = d.reference
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
+    how = {
+        "mp": f"mpmath at {ref.dps} digits",
+        "float64": "float64 central differences",
+        "working": f"{d.working_dtype} central differences (no float64 evaluation)",
+    }.get(ref.method, str(ref.method))
+    lines = [
+        f"  checked {len(e.names)} {report.quantity} of f: {d.inputs} input(s) "
+        f"{tuple(d.input_names)} -> {d.outputs} output(s); "
+        f"{d.backend}, {d.working_dtype}, mode {'+'.join(d.modes)}",
+        f"  verdicts: {counts}",
+        f"  reference: {how} + Richardson extrapolation; median step {_step(ref)}, median "
+        f"relative error bar {_g(ref.median_relative_error, 2)}; "
+        f"{ref.evaluations} evaluations in {ref.seconds or 0:.2f} s",
+        _reference_noise(report),
+        f"  tolerance: {d.rules.tolerance} (eps = {_g(d.eps, 3)} for {d.working_dtype})",
+    ]
+    if not d.rules.has_float64_autodiff and d.working_dtype != "float64":
+        lines.append(
+            "  note: the gradient could not be evaluated in float64, so a wrong rule cannot be "
+            "told apart from an unstable computation"
+        )
+    return lines
+
+
+def _worst_lines(report: Report, max_rows: int, color: bool) -> list[str]:
+    """The table of the worst entries, with one-sided derivatives and float64 values."""
+    e = report.entries
+    lines = [
+        "  worst entries:",
+        f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} "
+        f"{'|diff|':>10} {'tolerance':>10}",
+    ]
+    verdicts = e.verdicts()
+    for i in e.worst(max_rows):
+        name = e.names[i]
+        if len(name) > 28:
+            name = name[:25] + "..."
+        v = str(verdicts[i])
+        vtxt = _paint(f"{v:<12}", _COLORS.get(v, "0"), color)
+        lines.append(
+            f"  {name:<28} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
+            f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} "
+            f"{_g(e.tolerance[i], 2):>10}"
+        )
+        if v == "NONSMOOTH":
+            lines.append(_one_sided_line(e, i))
+        if v in ("MISMATCH", "UNSTABLE") and np.isfinite(e.autodiff64[i]):
+            lines.append(
+                f"  {'':<28}   float64 evaluation of the rule: {_g(e.autodiff64[i], 10)} "
+                f"(|diff| {_g(abs(e.autodiff64[i] - e.reference[i]), 2)}, tolerance "
+                f"{_g(e.tolerance64[i], 2)})"
+            )
+    return lines
+
+
+def _one_sided_line(e: Entries, i: int) -> str:
+    """The one-sided derivatives of a NONSMOOTH entry, and where autodiff lies."""
+    sides = [
+        f"{word} derivative "
+        + (_g(val, 6) if not np.isnan(val) else "undefined (f is not finite there)")
+        for word, val in (("left", e.left[i]), ("right", e.right[i]))
+    ]
+    if not np.isfinite(e.autodiff[i]):
+        value = "NaN" if np.isnan(e.autodiff[i]) else _g(e.autodiff[i])
+        tail = f"; autodiff returned {value} at this kink"
+    elif np.isnan(e.left[i]) or np.isnan(e.right[i]):
+        tail = ""
+    elif e.within_one_sided[i]:
+        tail = "; autodiff lies between them"
+    else:
+        tail = "; autodiff lies outside them (possible at a composite kink, see below)"
+    return f"  {'':<28}   {sides[0]}, {sides[1]}{tail}"
+
+
+def _evidence_lines(report: Report) -> list[str]:
+    """Projections' detection power, round-off, your own check, the Taylor test."""
+    d = report.details
+    lines = []
+    proj = d.projections
+    if proj is not None:
+        lines.append(
+            f"  projections: {proj.count} random directions; a single wrong entry is caught "
+            f"when off by more than ~{_g(proj.single_entry_error_caught, 2)}, an error spread "
+            f"over many entries with 99% probability when its scaled 2-norm exceeds "
+            f"{_g(proj.spread_error_norm_caught_99, 2)}"
+        )
+    naive = d.naive_central_difference
+    if naive is not None:
+        lines.append(_roundoff_line(report, naive))
+    if d.your_terms is not None:
+        lines.extend(your_terms_lines(d.your_terms))
+    taylor = d.taylor
+    if taylor is not None and taylor.explanation:
+        lines.append(_taylor_line(report, taylor))
+    return lines
+
+
+def _roundoff_line(report: Report, naive: NaiveCentralDifference) -> str:
+    """What a plain central difference in the working dtype would be off by."""
+    d = report.details
+    wd, ref = d.working_dtype, d.reference
+    f_abs = naive.noise / (d.eps * naive.noise_ulps) if naive.noise_ulps else 0.0
+    txt = (
+        f"  round-off: noise of f in {wd} (your arithmetic: what a {wd} central difference "
+        f"sees, unlike the reference's noise above) {_g(naive.noise, 2)} "
+        f"({_noise_vs_f(naive.noise, f_abs, d.eps)}); a plain central difference "
+        f"with step h is off by ~noise/h, e.g. {_g(naive.example_error, 2)} at h = 2^-13"
+        f"{_times_scale(ref)}{_absolute(2.0**-13, ref)}"
+    )
+    if naive.optimal_step is not None:
+        txt += (
+            f"; its best step is h ≈ {_g(naive.optimal_step, 2)} × s"
+            f"{_absolute(naive.optimal_step, ref)} (error ~{_g(naive.optimal_error, 2)})"
+        )
+    elif naive.third_derivative is not None and "NONSMOOTH" not in report.counts():
+        txt += "; third derivative ≈ 0 here (no truncation error), so larger steps only help"
+    elif naive.third_derivative is not None:
+        txt += "; no curvature was measured along the sampled direction, but f has kinks"
+    return txt
+
+
+def _taylor_line(report: Report, taylor: TaylorSummary) -> str:
+    """The Taylor test, read beside the verdict."""
+    txt = f"  Taylor test (supporting evidence): {taylor.explanation}"
+    if taylor.verdict == "wrong" and "NONSMOOTH" in report.counts():
+        return (
+            "  Taylor test (supporting evidence): the Taylor remainder falls like "
+            f"h^{float(taylor.slope or 0):.2f}, slower than h^2, as it must where the steps "
+            "cross a kink (the remainder there is of first order at best, slower still at "
+            "an infinite slope): no evidence against the gradient"
+        )
+    if taylor.verdict == "consistent" and "MISMATCH" in report.counts():
+        txt += (
+            " — along one random direction only, which barely weighs a few wrong "
+            "entries among many; the comparison of each entry above decides"
+        )
+    return txt
+
+
 def _row_scale_only(report: Report) -> str | None:
     """Entries whose reference error bar exceeds the entry: judged on their row's scale only."""
     e = report.entries
-    if report.details.get("reference", {}).get("method") == "mp":
+    if report.details.reference.method == "mp":
         return None
     judged = np.isin(e.status, [0, 1])  # PASS, NONSMOOTH
     with np.errstate(invalid="ignore"):
@@ -365,7 +384,7 @@ def _why(report: Report) -> str:
     if v == "UNSTABLE":
         return (
             f"the rule is right (its float64 evaluation agrees with the reference), but at {k} "
-            f"of {_entries(n)} the {report.details.get('working_dtype')} gradient has lost far "
+            f"of {_entries(n)} the {report.details.working_dtype} gradient has lost far "
             "more digits than round-off explains."
         )
     if v == "NONFINITE":
@@ -394,13 +413,13 @@ def _why_unresolved(report: Report) -> str:
     return (
         f"at {e.names[i]} the reference's error bar is ±{_g(e.reference_error[i], 2)}, "
         f"{_g(rel[undecided == i][0], 2)} of the entry: too coarse to tell a gradient error "
-        f"from round-off in {report.details.get('working_dtype')}{notes}"
+        f"from round-off in {report.details.working_dtype}{notes}"
     )
 
 
 def _why_nonsmooth(report: Report, k: int, n: int) -> str:
     e = report.entries
-    option = report.details.get("nonsmooth", "allow")
+    option = report.details.nonsmooth
     at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
     outside = int(np.sum(~np.asarray(e.within_one_sided, dtype=bool)[at_kink]))
     txt = (

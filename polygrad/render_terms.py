@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .your_terms import YourTerms
 
 __all__ = ["your_terms_lines", "step_text"]
 
@@ -23,94 +26,91 @@ def step_text(h: float) -> str:
     return f"{h:.3g}" + (f" (2^{int(round(float(k)))})" if exact else "")
 
 
-def _headline(t: dict[str, Any]) -> str:
+def _headline(t: YourTerms) -> str:
     head = (
-        f"  your check: {t['tool']} with {t['step_name']} = {step_text(t['step'])} "
-        f"(absolute, in the input's units), in {t['dtype']}, over {t['entries']} "
-        + ("sampled " if t["sampled"] else "")
-        + f"{'entry' if t['entries'] == 1 else 'entries'}: "
+        f"  your check: {t.tool} with {t.step_name} = {step_text(t.step)} "
+        f"(absolute, in the input's units), in {t.dtype}, over {t.entries} "
+        + ("sampled " if t.sampled else "")
+        + f"{'entry' if t.entries == 1 else 'entries'}: "
     )
-    at = (
-        f"at {t['worst']}: autodiff {_g(t['worst_autodiff'], 6)}, "
-        f"numeric {_g(t['worst_numeric'], 6)}"
-    )
-    diff = abs(t["worst_numeric"] - t["worst_autodiff"])
-    if t["passes"] is not None:
-        word = "passes" if t["passes"] else "FAILS"
+    at = f"at {t.worst}: autodiff {_g(t.worst_autodiff, 6)}, numeric {_g(t.worst_numeric, 6)}"
+    diff = abs(t.worst_numeric - t.worst_autodiff)
+    if t.passes is not None:
+        word = "passes" if t.passes else "FAILS"
         return head + (
-            f"its test {t['metric']} {word}; max |autodiff - numeric| = {_g(t['value'])} "
+            f"its test {t.metric} {word}; max |autodiff - numeric| = {_g(t.value)} "
             f"(worst against its tolerance {at}, |difference| {_g(diff)})"
         )
-    return head + f"{t['metric']} = {_g(t['value'])} ({at})"
+    return head + f"{t.metric} = {_g(t.value)} ({at})"
 
 
-def _parts(t: dict[str, Any]) -> str:
-    if t["roundoff"] is None:
+def _parts(t: YourTerms) -> str:
+    if t.roundoff is None:
         return "    no float64 evaluation of f: round-off and truncation cannot be told apart here"
-    bend = "kink of f crossed by the step" if t["kink"] is not None else "truncation"
-    bend_value = t["kink"] if t["kink"] is not None else t["truncation"]
+    bend = "kink of f crossed by the step" if t.kink is not None else "truncation"
+    bend_value = t.kink if t.kink is not None else t.truncation
     return (
-        f"    its |numeric - autodiff| there: round-off {_g(t['roundoff'])} (f's noise / "
-        f"{t['step_name']}), {bend} {_g(bend_value)}, autodiff error {_g(t['autodiff_error'])}; "
+        f"    its |numeric - autodiff| there: round-off {_g(t.roundoff)} (f's noise / "
+        f"{t.step_name}), {bend} {_g(bend_value)}, autodiff error {_g(t.autodiff_error)}; "
         f"{_dominant(t)}"
     )
 
 
-def _dominant(t: dict[str, Any]) -> str:
+def _dominant(t: YourTerms) -> str:
     parts = {
-        "roundoff": t["roundoff"] or 0.0,
-        "bend": (t["kink"] if t["kink"] is not None else t["truncation"]) or 0.0,
-        "autodiff": t["autodiff_error"] or 0.0,
+        "roundoff": t.roundoff or 0.0,
+        "bend": (t.kink if t.kink is not None else t.truncation) or 0.0,
+        "autodiff": t.autodiff_error or 0.0,
     }
     top = max(parts, key=lambda k: parts[k])
     if top == "autodiff":
         return "autodiff's own error dominates: the verdict above judges it"
-    if top == "bend" and t["kink"] is not None:
+    if top == "bend" and t.kink is not None:
         return (
             "the kink dominates: a difference across a kink is no derivative, not a gradient error"
         )
     if top == "bend":
-        return f"truncation (f's curvature x {t['step_name']}²) dominates: not a gradient error"
+        return f"truncation (f's curvature x {t.step_name}²) dominates: not a gradient error"
     return (
         "round-off dominates: not a gradient error (round-off depends on the order in which f "
         "sums its terms, so your own run reads a number of this size, not these digits)"
     )
 
 
-def _relative_note(t: dict[str, Any]) -> str | None:
+def _relative_note(t: YourTerms) -> str | None:
     """For the relative metric: say when a near-zero entry rules the max."""
-    if not t["metric"].startswith("max |a - b| /"):
+    if not t.metric.startswith("max |a - b| /"):
         return None
-    k = t.get("swamped")
+    k = t.swamped
     if not k:
         return None
     return (
-        f"    {k} of {t['entries']} entries are at most twice the round-off of this step (the "
-        f"worst is {_g(abs(t['worst_autodiff']))}, the median entry {_g(t['typical'])}): their "
+        f"    {k} of {t.entries} entries are at most twice the round-off of this step (the "
+        f"worst is {_g(abs(t.worst_autodiff))}, the median entry {_g(t.typical)}): their "
         "relative error is of order 1 whatever the gradient, so a max of relative errors is ruled "
         "by them; the absolute |numeric - autodiff| and its parts are what tell"
     )
 
 
-def your_terms_lines(t: dict[str, Any]) -> list[str]:
-    """The section's lines, from ``report.details["your_terms"]``."""
+def your_terms_lines(t: YourTerms) -> list[str]:
+    """The section's lines, from ``report.details.your_terms``."""
     lines = [_headline(t), _parts(t)]
     rel = _relative_note(t)
     if rel:
         lines.append(rel)
-    if t["kinks"]:
-        lines.append(f"    {t['kinks']} of the entries sit at a kink of f (NONSMOOTH above)")
-    if t["best_step"] is not None:
+    if t.kinks:
+        lines.append(f"    {t.kinks} of the entries sit at a kink of f (NONSMOOTH above)")
+    if t.best_step is not None:
         lines.append(
-            f"    best {t['step_name']} for {t['tool']} here: {step_text(t['best_step'])} "
+            f"    best {t.step_name} for {t.tool} here: {step_text(t.best_step)} "
             f"(absolute; the best measured on powers of two from your step to the one that its "
             "round-off and truncation predict); "
             f"measured there, it "
-            f"reads {_g(t['best_value'])}"
+            f"reads {_g(t.best_value)}"
             + (
-                f" ({_g(t['best_value_smooth'])} over the entries where f is smooth: a "
+                f" ({_g(t.best_value_smooth)} over the entries where f is smooth: a "
                 "difference across a kink is no derivative at any step)"
-                if t.get("best_value_smooth") is not None
+                if t.best_value_smooth is not None
                 else ""
             )
         )

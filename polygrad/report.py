@@ -5,10 +5,12 @@ from __future__ import annotations
 import enum
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .details import Details
 
 __all__ = ["Verdict", "Entries", "Report"]
 
@@ -133,20 +135,21 @@ class Report:
         Every compared quantity (Jacobian entries, or projections ``uᵀJw``).
     quantity : str
         What the entries are: ``"Jacobian entries"`` or ``"projections"``.
-    details : dict
+    details : Details
         Everything else behind the verdict: reference method, noise, steps,
-        tolerances, projections' detection power, timings, notes.
+        tolerances, projections' detection power, timings, notes (typed; it
+        also reads as the mapping of its JSON form, ``details["reference"]["method"]``).
     """
 
     verdict: Verdict
     ok: bool
     entries: Entries
     quantity: str
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Details
 
     @property
     def notes(self) -> list[str]:
-        return list(self.details.get("notes", []))
+        return list(self.details.notes)
 
     def counts(self) -> dict[str, int]:
         """Number of entries per verdict."""
@@ -164,7 +167,7 @@ class Report:
             "quantity": self.quantity,
             "counts": self.counts(),
             "worst_entries": [self.entries.row(int(i)) for i in worst],
-            "details": _jsonable(self.details),
+            "details": _jsonable(self.details.to_dict()),
         }
         return d
 

@@ -32,7 +32,7 @@ from .report import SEVERITY, Entries, Verdict
 if TYPE_CHECKING:
     from .backends.base import Target
 
-__all__ = ["Tool", "YourTerms", "resolve_tool", "in_your_terms", "your_terms_details", "TOOLS"]
+__all__ = ["Tool", "YourTerms", "resolve_tool", "in_your_terms", "your_terms_result", "TOOLS"]
 
 MAX_COLUMNS = 4096
 """Coordinates differenced at most; beyond, a random sample of them (the report says so)."""
@@ -490,10 +490,10 @@ CANDIDATES = 8
 F64_EPS = float(np.finfo(np.float64).eps)
 
 
-def your_terms_details(
+def your_terms_result(
     target: Target, tool: Tool, step: float | None, entries: Entries, full: bool, seed: int
-) -> dict[str, Any]:
-    """:func:`in_your_terms` on a finished check, as the JSON-able dict stored in its details.
+) -> YourTerms:
+    """:func:`in_your_terms` on a finished check, as stored in its details.
 
     A full check lends its reference Jacobian, error bars and kinks (the
     first ``n m`` entries, ordered input-major); a check by projections
@@ -505,4 +505,4 @@ def your_terms_details(
         ref = entries.reference[: n * m].reshape(n, m).T
         err = entries.reference_error[: n * m].reshape(n, m).T
         kink = (entries.status[: n * m] == SEVERITY[Verdict.NONSMOOTH]).reshape(n, m).T
-    return in_your_terms(target, tool, step, ref, err, kink, seed).to_dict()
+    return in_your_terms(target, tool, step, ref, err, kink, seed)

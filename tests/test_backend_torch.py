@@ -659,3 +659,34 @@ def test_an_output_row_that_is_exactly_zero_is_judged_on_the_whole_jacobian():
             return g * (2 * x + 1e-6)
 
     assert pg.check(Leaky.apply, x).verdict == pg.Verdict.MISMATCH
+
+
+class _SquareWithoutJVP(torch.autograd.Function):
+    """x**2 with a backward rule and no forward-mode rule."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_function_without_a_forward_rule_says_why_forward_mode_is_missing(dtype):
+    """No JVP: mode="fwd" is refused with the reason (recorded for the mode, not found by
+    searching the notes); mode="both" too; the default reverse mode passes without
+    probing forward mode, so without a note on it."""
+    x = torch.tensor([0.5, -1.5, 2.0], dtype=dtype)
+    for mode in ("fwd", "both"):
+        with pytest.raises(ValueError, match=r"needs a JVP.*\(JVP\) is not available"):
+            pg.check(lambda x: _SquareWithoutJVP.apply(x).sum(), x, mode=mode)
+    report = pg.check(lambda x: _SquareWithoutJVP.apply(x).sum(), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok
+    np.testing.assert_allclose(report.entries.reference, 2 * x.double().numpy(), rtol=1e-6)
+    missing = [n for n in report.notes if n.startswith("forward-mode AD (JVP) is not available")]
+    assert missing == []  # reverse mode only: forward mode was never probed
+    assert not any(n.startswith("torch.func.vmap could not batch the JVP") for n in report.notes)

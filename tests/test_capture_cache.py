@@ -243,21 +243,18 @@ def test_tensorflow_parametrized_checks_share_captures_per_shape(n):
 
 
 # -- explanations computed on first read --------------------------------------------------------
-def test_lazy_details_compute_once_on_first_read_and_pickle_as_a_dict():
-    import json
+def test_deferred_details_compute_once_on_first_read_and_pickle_as_a_value():
     import pickle
 
-    from polygrad._lazy import LazyDetails
+    from polygrad.details import Deferred
 
     calls = []
-    d = LazyDetails({"notes": []})
-    d.defer("taylor", lambda: calls.append(1) or {"slope": 2.0})
-    d.defer("absent", lambda: None)
-    assert calls == []
-    assert d["taylor"] == {"slope": 2.0} and d.get("taylor") == {"slope": 2.0}
-    assert "absent" not in d and calls == [1]
-    assert json.loads(json.dumps(d)) == {"notes": [], "taylor": {"slope": 2.0}}
-    assert pickle.loads(pickle.dumps(d)) == {"notes": [], "taylor": {"slope": 2.0}}
+    taylor = Deferred(lambda: calls.append(1) or {"slope": 2.0})
+    absent = Deferred(lambda: None)
+    assert calls == [] and taylor.pending
+    assert taylor.get() == {"slope": 2.0} and taylor.get() == {"slope": 2.0}
+    assert absent.get() is None and calls == [1]
+    assert pickle.loads(pickle.dumps(taylor)).get() == {"slope": 2.0}
 
 
 def test_a_passing_report_explains_round_off_when_read():

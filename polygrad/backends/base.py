@@ -197,6 +197,10 @@ class Target:
         Name of the backend that built the target.
     notes : list of str
         Facts the report should mention (why float64 or mp is unavailable...).
+    mode_notes : dict of str to list of str
+        For an autodiff mode (``"rev"``, ``"fwd"``) whose rules failed or are
+        ignored, the notes saying so (each also in ``notes``); see
+        :meth:`note_unavailable`.
     deferred : dict
         Work a backend leaves until it is needed, each ``(target) -> None``:
         ``"forward"`` tests that ``jvp``/``jvp64`` work (and sets them to None,
@@ -222,6 +226,7 @@ class Target:
     evaluate_mp: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
     mp_unavailable_reason: str | None = None
+    mode_notes: dict[str, list[str]] = field(default_factory=dict)
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
 
     def forward_mode(self) -> bool:
@@ -230,6 +235,16 @@ class Target:
         if probe is not None and self.jvp is not None:
             probe(self)
         return self.jvp is not None
+
+    def note_unavailable(self, mode: str, note: str) -> None:
+        """Say in the notes that ``mode``'s rules (``"rev"``/``"fwd"``) failed or are ignored.
+
+        The note goes to ``notes`` (once) and to ``mode_notes[mode]``, from which an
+        error for a mode that was asked for says why it is missing.
+        """
+        if note not in self.notes:
+            self.notes.append(note)
+        self.mode_notes.setdefault(mode, []).append(note)
 
     def has_mode(self, mode: str) -> bool:
         """Whether the autodiff quantities of ``mode`` are available.

@@ -64,16 +64,7 @@ class NumpyBackend(Backend):
         batch_size: int,
         wrt: str = "inputs",
     ) -> Target:
-        if wrt != "inputs":
-            raise ValueError("NumPy functions have no parameters to check; use wrt='inputs'")
-        given = supplied.given()
-        if not given:
-            raise TypeError(
-                "NumPy functions have no autodiff: pass the derivative to check as grad= "
-                "(scalar functions), jac=, vjp= or jvp=."
-            )
-        if len(given) > 1:
-            raise TypeError(f"pass only one of grad=, jac=, vjp=, jvp= (got {', '.join(given)}).")
+        _check_supplied(supplied, wrt)
         pf = PointFunction(f, args, argnums)
         wd = np.dtype(pf.working_dtype)
         leaves0 = pf.leaves_at(pf.x0, "working")
@@ -82,166 +73,22 @@ class NumpyBackend(Backend):
         check_not_mutated(leaves0, pf.layout.split(pf.x0))
         m = y0.size
         notes: list[str] = []
-
-        def evaluate(X: np.ndarray) -> np.ndarray:
-            return np.stack([as_float_output(pf.call(row, "working"))[0] for row in X])
-
-        # float64 promotion: pass float64 inputs; if the function returns a narrower
-        # float, it computes in that precision internally and the reference says so.
-        evaluate64: Callable[[np.ndarray], np.ndarray] | None = None
-        if wd != np.float64:
-            _, leaves64 = as_float_output(pf.call(pf.x0, "float64"))
-            out_dtypes = {a.dtype for a in leaves64 if a.dtype.kind == "f"}
-            if out_dtypes and all(np.dtype(d).itemsize >= 8 for d in out_dtypes):
-
-                def evaluate64(X: np.ndarray) -> np.ndarray:
-                    return np.stack([as_float_output(pf.call(row, "float64"))[0] for row in X])
-            else:
-                notes.append(
-                    "the function returns "
-                    + ", ".join(sorted(str(d) for d in out_dtypes))
-                    + " for float64 input, so it cannot be promoted; the reference is "
-                    "computed in the working dtype"
-                )
-        else:
-            evaluate64 = evaluate
-
+        evaluate, evaluate64 = _evaluators(pf, wd, notes)
         out_layout = output_layout(out_leaves, flatten(out0)[1])
-
-        def flat_derivative(value: Any, what: str, expect: str) -> np.ndarray:
-            """Flatten a supplied derivative shaped like the checked inputs."""
-            parts = value if len(argnums) > 1 else (value,)
-            if len(argnums) > 1 and (
-                not isinstance(value, (tuple, list)) or len(value) != len(argnums)
-            ):
-                raise ShapeMismatchError(
-                    f"{what} must return a tuple of {len(argnums)} arrays (one per checked "
-                    f"argument), got {type(value).__name__}"
-                )
-            flat_parts = []
-            leaves_iter = iter(pf.layout.leaves)
-            for part, i in zip(parts, argnums, strict=True):
-                leaves, _, _ = flatten(part)
-                for leaf in leaves:
-                    spec = next(leaves_iter)
-                    arr = np.asarray(leaf)
-                    if arr.shape != spec.shape:
-                        raise ShapeMismatchError(
-                            f"{what} returned shape {arr.shape} for {spec.name}, whose shape is "
-                            f"{spec.shape}; {expect}"
-                        )
-                    flat_parts.append(arr.astype(np.float64).ravel())
-                del i
-            return np.concatenate(flat_parts)
-
-        def check_dtype(arr_leaves: list[np.ndarray], dtype: str) -> bool:
-            return (
-                all(np.asarray(a).dtype == np.float64 for a in arr_leaves)
-                if dtype == "float64"
-                else True
-            )
-
-        vjp_fns: dict[str, Callable[[np.ndarray], np.ndarray] | None] = {}
-        jvp_fns: dict[str, Callable[[np.ndarray], np.ndarray] | None] = {}
+        rules = _Rules(pf, argnums, supplied, m, out_layout.leaves[0].shape, wd)
+        vjp_fns: dict[str, Rule] = {}
+        jvp_fns: dict[str, Rule] = {}
         for dtype in ("working", "float64"):
-            args_d = pf.args_with(pf.leaves_at(pf.x0, dtype))
-            if supplied.grad is not None:
-                if m != 1:
-                    raise ShapeMismatchError(
-                        f"grad= needs a scalar function, but f returns {m} values; pass jac=, "
-                        "vjp= or jvp= instead"
-                    )
-                raw = supplied.grad(*args_d)
-                g = flat_derivative(raw, "grad", "a gradient has the shape of its input")
-                precise = check_dtype(flatten(raw)[0], dtype)
-                vjp_fns[dtype] = _outer(g) if precise else None
-                jvp_fns[dtype] = None
-            elif supplied.jac is not None:
-                raw = supplied.jac(*args_d)
-                parts = raw if len(argnums) > 1 else (raw,)
-                cols = []
-                for part, leaf in zip(parts, pf.layout.leaves, strict=False):
-                    arr = np.asarray(part)
-                    want = tuple(out_layout.leaves[0].shape) + leaf.shape
-                    if arr.size != m * leaf.size:
-                        raise ShapeMismatchError(
-                            f"jac returned shape {arr.shape} for {leaf.name}; expected "
-                            f"output shape + input shape = {want}"
-                        )
-                    cols.append(arr.astype(np.float64).reshape(m, leaf.size))
-                J = np.concatenate(cols, axis=1)
-                precise = check_dtype([np.asarray(p) for p in parts], dtype)
-                vjp_fns[dtype] = _left(J) if precise else None
-                jvp_fns[dtype] = _right(J) if precise else None
-            elif supplied.vjp is not None:
-                vjp_user = supplied.vjp
-
-                def vjp_rows(
-                    U: np.ndarray, dtype: str = dtype, args_d: tuple = args_d
-                ) -> np.ndarray:
-                    rows = []
-                    for u in U:
-                        cot = u.reshape(out_layout.leaves[0].shape).astype(
-                            np.float64 if dtype == "float64" else wd
-                        )
-                        rows.append(
-                            flat_derivative(
-                                vjp_user(cot, *args_d),  # noqa: B023 - the same callable on every pass
-                                "vjp",
-                                "a VJP has the shape of the input",
-                            )
-                        )
-                    return np.stack(rows)
-
-                vjp_fns[dtype] = vjp_rows
-                jvp_fns[dtype] = None
-            else:
-                jvp_user = supplied.jvp
-                assert jvp_user is not None
-
-                def jvp_rows(
-                    V: np.ndarray, dtype: str = dtype, args_d: tuple = args_d
-                ) -> np.ndarray:
-                    rows = []
-                    for v in V:
-                        tangents = tuple(
-                            t.astype(np.float64 if dtype == "float64" else dt)
-                            for t, dt in zip(pf.layout.split(v), pf.leaf_dtypes, strict=True)
-                        )
-                        out = jvp_user(tangents, *args_d)  # noqa: B023 - the same callable every pass
-                        out = np.asarray(out, dtype=np.float64).ravel()
-                        if out.size != m:
-                            raise ShapeMismatchError(
-                                f"jvp returned {out.size} values; the function has {m} outputs"
-                            )
-                        rows.append(out)
-                    return np.stack(rows)
-
-                jvp_fns[dtype] = jvp_rows
-                vjp_fns[dtype] = None
-
+            vjp_fns[dtype], jvp_fns[dtype] = rules.at(dtype)
         if wd == np.float64:
             vjp_fns["float64"] = vjp_fns["working"]
             jvp_fns["float64"] = jvp_fns["working"]
-        elif vjp_fns.get("float64") is None and jvp_fns.get("float64") is None:
+        elif vjp_fns["float64"] is None and jvp_fns["float64"] is None:
             notes.append(
                 "the supplied derivative does not return float64 for float64 input, so a "
                 "wrong rule cannot be told apart from an unstable one"
             )
-
-        evaluate_mp = None
-        mp_reason = None
-        try:
-            evaluate_mp = mp_evaluator(
-                lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves]
-            )
-            y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
-            if y_mp.size != m:
-                raise TypeError("the output size changed on mpmath input")
-        except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
-            evaluate_mp = None
-            mp_reason = f"{type(exc).__name__}: {exc}"
-
+        evaluate_mp, mp_reason = _mp_evaluator(f, pf, m)
         return Target(
             x0=pf.x0,
             y0=y0,
@@ -250,9 +97,9 @@ class NumpyBackend(Backend):
             evaluate=evaluate,
             evaluate64=evaluate64,
             vjp=vjp_fns["working"],
-            vjp64=vjp_fns.get("float64"),
+            vjp64=vjp_fns["float64"],
             jvp=jvp_fns["working"],
-            jvp64=jvp_fns.get("float64"),
+            jvp64=jvp_fns["float64"],
             evaluate_mp=evaluate_mp,
             input_layout=pf.layout,
             output_layout=out_layout,
@@ -260,3 +107,205 @@ class NumpyBackend(Backend):
             notes=notes,
             mp_unavailable_reason=mp_reason,
         )
+
+
+Rule = Callable[[np.ndarray], np.ndarray] | None
+"""A VJP ``(k, m) -> (k, n)`` or JVP ``(k, n) -> (k, m)`` on rows, or None."""
+
+
+def _check_supplied(supplied: Supplied, wrt: str) -> None:
+    """Exactly one supplied derivative, with respect to the inputs.
+
+    Raises
+    ------
+    ValueError
+        ``wrt`` is not ``"inputs"``.
+    TypeError
+        No derivative, or more than one, was supplied.
+    """
+    if wrt != "inputs":
+        raise ValueError("NumPy functions have no parameters to check; use wrt='inputs'")
+    given = supplied.given()
+    if not given:
+        raise TypeError(
+            "NumPy functions have no autodiff: pass the derivative to check as grad= "
+            "(scalar functions), jac=, vjp= or jvp=."
+        )
+    if len(given) > 1:
+        raise TypeError(f"pass only one of grad=, jac=, vjp=, jvp= (got {', '.join(given)}).")
+
+
+def _evaluators(
+    pf: PointFunction, wd: np.dtype, notes: list[str]
+) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray] | None]:
+    """f on rows ``(k, n) -> (k, m)`` in the working dtype, and promoted to float64.
+
+    Promotion passes float64 inputs; a function that then returns a narrower float
+    computes in that precision internally: no float64 evaluator, and a note says so.
+    """
+
+    def evaluate(X: np.ndarray) -> np.ndarray:
+        return np.stack([as_float_output(pf.call(row, "working"))[0] for row in X])
+
+    if wd == np.float64:
+        return evaluate, evaluate
+    _, leaves64 = as_float_output(pf.call(pf.x0, "float64"))
+    out_dtypes = {a.dtype for a in leaves64 if a.dtype.kind == "f"}
+    if out_dtypes and all(np.dtype(d).itemsize >= 8 for d in out_dtypes):
+
+        def evaluate64(X: np.ndarray) -> np.ndarray:
+            return np.stack([as_float_output(pf.call(row, "float64"))[0] for row in X])
+
+        return evaluate, evaluate64
+    notes.append(
+        "the function returns "
+        + ", ".join(sorted(str(d) for d in out_dtypes))
+        + " for float64 input, so it cannot be promoted; the reference is "
+        "computed in the working dtype"
+    )
+    return evaluate, None
+
+
+def _precise(arr_leaves: list[Any], dtype: str) -> bool:
+    """Whether a derivative evaluated at float64 inputs came back in float64."""
+    return (
+        all(np.asarray(a).dtype == np.float64 for a in arr_leaves) if dtype == "float64" else True
+    )
+
+
+class _Rules:
+    """The supplied derivative (``grad``/``jac``/``vjp``/``jvp``) as row-wise VJP and JVP."""
+
+    def __init__(
+        self,
+        pf: PointFunction,
+        argnums: tuple[int, ...],
+        supplied: Supplied,
+        m: int,
+        out_shape: tuple[int, ...],
+        wd: np.dtype,
+    ) -> None:
+        self.pf, self.argnums, self.supplied = pf, argnums, supplied
+        self.m, self.out_shape, self.wd = m, tuple(out_shape), wd
+
+    def at(self, dtype: str) -> tuple[Rule, Rule]:
+        """``(vjp, jvp)`` at the point's inputs in ``dtype`` (``"working"`` or ``"float64"``)."""
+        args_d = self.pf.args_with(self.pf.leaves_at(self.pf.x0, dtype))
+        if self.supplied.grad is not None:
+            return self._grad(args_d, dtype), None
+        if self.supplied.jac is not None:
+            return self._jac(args_d, dtype)
+        if self.supplied.vjp is not None:
+            return self._vjp(args_d, dtype), None
+        return None, self._jvp(args_d, dtype)
+
+    def flat(self, value: Any, what: str, expect: str) -> np.ndarray:
+        """Flatten a supplied derivative shaped like the checked inputs.
+
+        Raises
+        ------
+        ShapeMismatchError
+            Not one array per checked argument, or a leaf of the wrong shape.
+        """
+        n_args = len(self.argnums)
+        parts = value if n_args > 1 else (value,)
+        if n_args > 1 and (not isinstance(value, (tuple, list)) or len(value) != n_args):
+            raise ShapeMismatchError(
+                f"{what} must return a tuple of {n_args} arrays (one per checked "
+                f"argument), got {type(value).__name__}"
+            )
+        flat_parts = []
+        leaves_iter = iter(self.pf.layout.leaves)
+        for part, _ in zip(parts, self.argnums, strict=True):
+            for leaf in flatten(part)[0]:
+                spec = next(leaves_iter)
+                arr = np.asarray(leaf)
+                if arr.shape != spec.shape:
+                    raise ShapeMismatchError(
+                        f"{what} returned shape {arr.shape} for {spec.name}, whose shape is "
+                        f"{spec.shape}; {expect}"
+                    )
+                flat_parts.append(arr.astype(np.float64).ravel())
+        return np.concatenate(flat_parts)
+
+    def _grad(self, args_d: tuple[Any, ...], dtype: str) -> Rule:
+        if self.m != 1:
+            raise ShapeMismatchError(
+                f"grad= needs a scalar function, but f returns {self.m} values; pass jac=, "
+                "vjp= or jvp= instead"
+            )
+        assert self.supplied.grad is not None
+        raw = self.supplied.grad(*args_d)
+        g = self.flat(raw, "grad", "a gradient has the shape of its input")
+        return _outer(g) if _precise(flatten(raw)[0], dtype) else None
+
+    def _jac(self, args_d: tuple[Any, ...], dtype: str) -> tuple[Rule, Rule]:
+        assert self.supplied.jac is not None
+        raw = self.supplied.jac(*args_d)
+        parts = raw if len(self.argnums) > 1 else (raw,)
+        cols = []
+        for part, leaf in zip(parts, self.pf.layout.leaves, strict=False):
+            arr = np.asarray(part)
+            if arr.size != self.m * leaf.size:
+                raise ShapeMismatchError(
+                    f"jac returned shape {arr.shape} for {leaf.name}; expected "
+                    f"output shape + input shape = {self.out_shape + leaf.shape}"
+                )
+            cols.append(arr.astype(np.float64).reshape(self.m, leaf.size))
+        J = np.concatenate(cols, axis=1)
+        if not _precise([np.asarray(p) for p in parts], dtype):
+            return None, None
+        return _left(J), _right(J)
+
+    def _vjp(self, args_d: tuple[Any, ...], dtype: str) -> Rule:
+        vjp_user = self.supplied.vjp
+        assert vjp_user is not None
+        cot_dtype = np.float64 if dtype == "float64" else self.wd
+
+        def vjp_rows(U: np.ndarray) -> np.ndarray:
+            rows = []
+            for u in U:
+                cot = u.reshape(self.out_shape).astype(cot_dtype)
+                rows.append(
+                    self.flat(vjp_user(cot, *args_d), "vjp", "a VJP has the shape of the input")
+                )
+            return np.stack(rows)
+
+        return vjp_rows
+
+    def _jvp(self, args_d: tuple[Any, ...], dtype: str) -> Rule:
+        jvp_user, pf, m = self.supplied.jvp, self.pf, self.m
+        assert jvp_user is not None
+
+        def jvp_rows(V: np.ndarray) -> np.ndarray:
+            rows = []
+            for v in V:
+                tangents = tuple(
+                    t.astype(np.float64 if dtype == "float64" else dt)
+                    for t, dt in zip(pf.layout.split(v), pf.leaf_dtypes, strict=True)
+                )
+                out = np.asarray(jvp_user(tangents, *args_d), dtype=np.float64).ravel()
+                if out.size != m:
+                    raise ShapeMismatchError(
+                        f"jvp returned {out.size} values; the function has {m} outputs"
+                    )
+                rows.append(out)
+            return np.stack(rows)
+
+        return jvp_rows
+
+
+def _mp_evaluator(
+    f: Callable[..., Any], pf: PointFunction, m: int
+) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+    """f on mpmath numbers (``evaluate_mp``), or None and the reason it does not run."""
+    try:
+        evaluate_mp = mp_evaluator(
+            lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves]
+        )
+        y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
+        if y_mp.size != m:
+            raise TypeError("the output size changed on mpmath input")
+    except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
+        return None, f"{type(exc).__name__}: {exc}"
+    return evaluate_mp, None

@@ -730,14 +730,7 @@ class TensorflowBackend(Backend):
         batch_size: int,
         wrt: str = "inputs",
     ) -> Target:
-        tf = self.tf
-        if supplied.given():
-            raise TypeError(
-                "TensorFlow functions are differentiated with tf.GradientTape; grad=, jac=, "
-                "vjp= and jvp= are for NumPy functions. Use tf.custom_gradient to supply a rule."
-            )
-        if wrt not in ("inputs", "parameters"):
-            raise ValueError(f"wrt must be 'inputs' or 'parameters', got {wrt!r}")
+        _check_options(supplied, wrt)
         notes: list[str] = []
         models = self._models_in(f, args)
         if wrt == "inputs":
@@ -752,7 +745,67 @@ class TensorflowBackend(Backend):
         def call(leaves: list[Any]) -> list[Any]:
             return self._flat_outputs(raw(leaves))
 
-        # Two plain calls at x0: side effects, determinism, output layout.
+        out_layout, leaves, y0 = self._plain_calls(raw, call, originals, is_var, models, eps)
+        out_sizes = [leaf.size for leaf in out_layout.leaves]
+        cached = _cache_for(f, args, argnums, wrt, layout, originals, is_var)
+        shared = cached("tf.compiled", lambda: _Compiled(eps > dtype_eps(np.float64)))
+        program = _Program(self.tf, call, leaves, layout, out_sizes, batch_size, notes, shared)
+        programs: dict[str, _Program | None] = {"": program, "64": program}
+        rules64 = True  # whether the float64 program's VJP/JVP are the user's rules
+        if wd != np.float64:
+            programs["64"], rules64 = self._float64_program(
+                call, raw64_factory, originals, layout, out_sizes, batch_size, notes, cached
+            )
+        rng = np.random.default_rng(0)
+        failed: list[str] = []  # notes on reverse-mode rules that failed their probe
+        fns = _rule_functions(programs, rules64, cached, rng, y0.size, notes, failed)
+        return Target(
+            x0=x0,
+            y0=y0,
+            working_dtype=wd.name,
+            eps=eps,
+            evaluate=program.evaluate,
+            evaluate64=fns["evaluate64"],
+            vjp=fns["vjp"],
+            vjp64=fns["vjp64"],
+            jvp=fns["jvp"],
+            jvp64=fns["jvp64"],
+            input_layout=layout,
+            output_layout=out_layout,
+            backend=self.name,
+            notes=notes,
+            mode_notes={"rev": failed} if failed else {},
+            deferred=self._deferred(call, leaves, originals, programs, cached, rng, x0.size),
+        )
+
+    def _plain_calls(
+        self,
+        raw: Callable[[list[Any]], Any],
+        call: _FlatCall,
+        originals: list[np.ndarray],
+        is_var: list[bool],
+        models: list[Any],
+        eps: float,
+    ) -> tuple[Any, list[Any], np.ndarray]:
+        """Two plain calls at x0: side effects, determinism, output layout.
+
+        Returns
+        -------
+        out_layout : Layout
+            The output pytree's leaves.
+        leaves : list of tf.Tensor
+            The inputs as constants.
+        y0 : ndarray, shape (m,)
+            The flat output at x0, as float64.
+
+        Raises
+        ------
+        InputMutationError
+            A call changed an input or a model's variables (restored).
+        NondeterministicFunctionError
+            The two calls returned different values.
+        """
+        tf = self.tf
         state = [[_numpy(w).copy() for w in m.weights] for m in models]
         first = [
             tf.Variable(a) if v else tf.constant(a) for a, v in zip(originals, is_var, strict=True)
@@ -775,53 +828,39 @@ class TensorflowBackend(Backend):
                 "layers), or fix the randomness inside the function."
             )
         self._check_gradient_flows(call, leaves, y1, eps)
-        out_sizes = [leaf.size for leaf in out_layout.leaves]
-        cached = _cache_for(f, args, argnums, wrt, layout, originals, is_var)
-        shared = cached("tf.compiled", lambda: _Compiled(eps > dtype_eps(np.float64)))
-        program = _Program(tf, call, leaves, layout, out_sizes, batch_size, notes, shared)
-        y0 = y1
+        return out_layout, leaves, y1
 
-        programs: dict[str, _Program | None] = {"": program, "64": program}
-        rules64 = True  # whether the float64 program's VJP/JVP are the user's rules
-        if wd != np.float64:
-            programs["64"], rules64 = self._float64_program(
-                call, raw64_factory, originals, layout, out_sizes, batch_size, notes, cached
-            )
-        fns: dict[str, BatchFn | None] = {}
-        rng = np.random.default_rng(0)
-        for suffix, prog in programs.items():
-            fns["evaluate" + suffix] = prog.evaluate if prog is not None else None
-            fns["vjp" + suffix] = fns["jvp" + suffix] = None
-            if prog is None or (suffix == "64" and not rules64):
-                continue
-            failed = cached(
-                "tf.vjp" + suffix,
-                partial(_probe_reverse, prog, rng.standard_normal(y0.size), suffix),
-            )
-            if failed is None:
-                fns["vjp" + suffix] = prog.vjp
-            else:
-                notes.append(failed)
-            fns["jvp" + suffix] = prog.jvp
+    def _deferred(
+        self,
+        call: _FlatCall,
+        leaves: list[Any],
+        originals: list[np.ndarray],
+        programs: dict[str, _Program | None],
+        cached: Any,
+        rng: np.random.Generator,
+        n: int,
+    ) -> dict[str, Callable[[Target], None]]:
+        """The target's work done only when a check asks for it: forward mode, mp."""
 
         def probe_forward(target: Target) -> None:
             # deferred until a check asks for forward mode: TensorFlow builds the forward
             # rules of a model's ops on first use, which costs more than a whole reverse check
             if cached("tf.custom_gradient", lambda: self._has_custom_gradient(call, leaves)):
                 target.jvp = target.jvp64 = None
-                target.notes.append(
+                target.note_unavailable(
+                    "fwd",
                     "the function uses tf.custom_gradient, which TensorFlow's forward mode "
-                    "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked"
+                    "(ForwardAccumulator) ignores; only reverse mode (GradientTape) is checked",
                 )
                 return
             for suffix, prog in programs.items():
                 if prog is None or getattr(target, "jvp" + suffix) is None:
                     continue
                 try:
-                    prog.jvp_one(rng.standard_normal(x0.size))
+                    prog.jvp_one(rng.standard_normal(n))
                 except Exception as exc:  # noqa: BLE001 - reported in the notes
                     setattr(target, "jvp" + suffix, None)
-                    target.notes.append(_mode_failed("forward", suffix, exc))
+                    target.note_unavailable("fwd", _mode_failed("forward", suffix, exc))
 
         def build_mp(target: Target) -> None:
             # deferred: capturing the graph again costs more than a float32 check
@@ -829,23 +868,7 @@ class TensorflowBackend(Backend):
                 "tf.mp", lambda: self._mp_evaluator(call, originals)
             )
 
-        return Target(
-            x0=x0,
-            y0=y0,
-            working_dtype=wd.name,
-            eps=eps,
-            evaluate=program.evaluate,
-            evaluate64=fns["evaluate64"],
-            vjp=fns["vjp"],
-            vjp64=fns["vjp64"],
-            jvp=fns["jvp"],
-            jvp64=fns["jvp64"],
-            input_layout=layout,
-            output_layout=out_layout,
-            backend=self.name,
-            notes=notes,
-            deferred={"forward": probe_forward, "mp": build_mp},
-        )
+        return {"forward": probe_forward, "mp": build_mp}
 
     def _mp_evaluator(
         self, call: _FlatCall, originals: list[np.ndarray]
@@ -1130,3 +1153,56 @@ def _mode_failed(mode: str, suffix: str, exc: BaseException) -> str:
         "working-dtype rule is checked, but without its float64 value a wrong rule cannot be "
         "told from round-off in the working dtype (no UNSTABLE verdict)"
     )
+
+
+def _check_options(supplied: Supplied, wrt: str) -> None:
+    """TensorFlow differentiates by itself, with respect to inputs or parameters.
+
+    Raises
+    ------
+    TypeError
+        A derivative was supplied (``grad=``, ``jac=``, ``vjp=``, ``jvp=``).
+    ValueError
+        ``wrt`` is neither ``"inputs"`` nor ``"parameters"``.
+    """
+    if supplied.given():
+        raise TypeError(
+            "TensorFlow functions are differentiated with tf.GradientTape; grad=, jac=, "
+            "vjp= and jvp= are for NumPy functions. Use tf.custom_gradient to supply a rule."
+        )
+    if wrt not in ("inputs", "parameters"):
+        raise ValueError(f"wrt must be 'inputs' or 'parameters', got {wrt!r}")
+
+
+def _rule_functions(
+    programs: dict[str, Any],
+    rules64: bool,
+    cached: Any,
+    rng: np.random.Generator,
+    m: int,
+    notes: list[str],
+    failed_notes: list[str],
+) -> dict[str, BatchFn | None]:
+    """``evaluate``, ``vjp``, ``jvp`` and their ``...64`` twins of the programs.
+
+    A VJP that fails its probe (one random cotangent of size ``m``) is left out
+    with a note, appended to ``notes`` and ``failed_notes``; JVPs are probed
+    later, when a check asks for forward mode.
+    """
+    fns: dict[str, BatchFn | None] = {}
+    for suffix, prog in programs.items():
+        fns["evaluate" + suffix] = prog.evaluate if prog is not None else None
+        fns["vjp" + suffix] = fns["jvp" + suffix] = None
+        if prog is None or (suffix == "64" and not rules64):
+            continue
+        failed = cached(
+            "tf.vjp" + suffix,
+            partial(_probe_reverse, prog, rng.standard_normal(m), suffix),
+        )
+        if failed is None:
+            fns["vjp" + suffix] = prog.vjp
+        else:
+            notes.append(failed)
+            failed_notes.append(failed)
+        fns["jvp" + suffix] = prog.jvp
+    return fns

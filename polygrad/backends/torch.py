@@ -392,6 +392,7 @@ class _Program:
         self._vjp_fn: Callable[..., Any] | None = None
         self._graph: tuple[list[Any], Any] | None = None
         self._jvp_mode = "vmap"
+        self._fallback_notes: dict[str, str] = {}  # what ("VJP", "JVP"...) -> its note
 
     # ----------------------------------------------------------------- helpers
     def leaves_from(self, X: np.ndarray) -> list[Any]:
@@ -411,11 +412,12 @@ class _Program:
         return np.concatenate(flat, axis=1) if flat else np.zeros((k, 0))
 
     def _note_fallback(self, what: str, exc: BaseException) -> None:
-        _add_note(
-            self.notes,
+        note = (
             f"torch.func.vmap could not batch the {what} ({_first_line(exc)}); "
-            "it is computed one point at a time",
+            "it is computed one point at a time"
         )
+        self._fallback_notes[what] = note
+        _add_note(self.notes, note)
 
     def call(self, *leaves: Any) -> Any:
         """The output for the checked tensors ``leaves``, flattened to one 1-D tensor."""
@@ -545,7 +547,7 @@ class _Program:
                 rows.append(torch.zeros_like(out) if tangent is None else tangent)
         return np.stack([_to_float64_numpy(torch, r) for r in rows])
 
-    def jvp_or_none(self, rng: np.random.Generator, label: str) -> Callable | None:
+    def jvp_or_none(self, rng: np.random.Generator, label: str, target: Target) -> Callable | None:
         """The JVP if forward mode works for this function, else None (with a note)."""
         n = sum(self.sizes)
         try:
@@ -553,14 +555,16 @@ class _Program:
                 warnings.simplefilter("ignore", DeprecationWarning)
                 self.jvp(rng.standard_normal((1, n)))
         except Exception as exc:  # noqa: BLE001 - forward mode unsupported
-            self.notes[:] = [n for n in self.notes if "batch the JVP" not in n]
-            if any("(JVP) is not available" in n for n in self.notes):
+            batched = self._fallback_notes.pop("JVP", None)  # moot: there is no JVP to batch
+            self.notes[:] = [n for n in self.notes if n != batched]
+            if target.mode_notes.get("fwd"):  # already said for the other program
                 return None
-            _add_note(
-                self.notes,
+            note = (
                 f"forward-mode AD (JVP) is not available{label} ({_first_line(exc)}); "
-                "only reverse mode (VJP) is checked",
+                "only reverse mode (VJP) is checked"
             )
+            _add_note(self.notes, note)
+            target.note_unavailable("fwd", note)
             return None
         return self.jvp
 
@@ -744,11 +748,11 @@ class TorchBackend(Backend):
         def probe_forward(target: Target) -> None:
             # deferred until a check asks for forward mode: the first forward-mode pass
             # through a model costs more than a whole reverse-mode check
-            target.jvp = work.jvp_or_none(rng, "")
+            target.jvp = work.jvp_or_none(rng, "", target)
             if wide is work:
                 target.jvp64 = target.jvp
             elif wide is not None:
-                target.jvp64 = wide.jvp_or_none(rng, " in float64")
+                target.jvp64 = wide.jvp_or_none(rng, " in float64", target)
 
         def build_mp(target: Target) -> None:
             # deferred: capturing the ATen graph costs more than a float32 check; cached per

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Target
+from ..details import Escalation
 from ..report import SEVERITY, Entries, Verdict
 from .autodiff import Setting, autodiff_roundoff, gather
 from .judge import concat_entries, judge
@@ -32,13 +33,26 @@ class Assessment:
         Every mode's entries (names prefixed VJP/JVP when several).
     setting : Setting
         The reference they were judged against (after any mp escalation).
-    details : dict
-        ``notes`` and, after an escalation, ``escalation``.
+    notes : tuple of str
+        What was done beyond the plain comparison (round-off allowance, mp).
+    escalation : Escalation or None
+        Entries in doubt re-examined with mp.
+    convention : str or None
+        ``"symmetric-subspace"`` when judged on that subspace (see
+        :mod:`polygrad.pipeline.subspace`).
+    subspace : dict or None
+        The subspace's arguments, directions and what was measured of them.
+    quantity : str or None
+        What the entries are, where not Jacobian entries or projections.
     """
 
     entries: Entries
     setting: Setting
-    details: dict[str, Any]
+    notes: tuple[str, ...]
+    escalation: Escalation | None = None
+    convention: str | None = None
+    subspace: dict[str, Any] | None = None
+    quantity: str | None = None
 
 
 def judge_modes(
@@ -107,7 +121,7 @@ def assess(
     ref_target : Target, optional
         The target the reference came from (default: ``prep.target``).
     """
-    details: dict[str, Any] = {"notes": []}
+    details: dict[str, Any] = {"notes": []}  # filled in by the escalation's functions
     blocks = judge_modes(prep.target, st, prep.modes, opts)
     blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
     if opts.reference == "auto" and method != "mp":
@@ -120,4 +134,8 @@ def assess(
             st = replace(st, dd=merged)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
             name_deciders(blocks, details, method)
-    return Assessment(concat_entries(blocks, prep.modes), st, details)
+    esc = details.get("escalation")
+    return Assessment(
+        concat_entries(blocks, prep.modes), st, tuple(details["notes"]),
+        None if esc is None else Escalation.from_dict(esc),
+    )  # fmt: skip

@@ -49,6 +49,7 @@ import gc
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..backends.base import Supplied
@@ -240,11 +241,10 @@ def make_report(
 ) -> Report:
     """The :class:`Report` of one implementation judged in full (verdict, details)."""
     verdict, ok = overall(judged.entries, opts.nonsmooth)
-    details = explain(prep, plan, ref, judged, verdict, opts)
-    details["seconds"] = time.perf_counter() - t_start
-    quantity = judged.details.get("quantity") or (
-        "Jacobian entries" if plan.full else "projections uᵀJw"
+    details = replace(
+        explain(prep, plan, ref, judged, verdict, opts), seconds=time.perf_counter() - t_start
     )
+    quantity = judged.quantity or ("Jacobian entries" if plan.full else "projections uᵀJw")
     return Report(verdict=verdict, ok=ok, entries=judged.entries, quantity=quantity,
                   details=details)  # fmt: skip
 

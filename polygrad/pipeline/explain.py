@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from .._lazy import LazyDetails
 from ..backends.base import Target
+from ..details import (
+    Details,
+    DetectionPower,
+    NaiveCentralDifference,
+    ReferenceInfo,
+    Rules,
+    TaylorSummary,
+)
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
 from ..reference.steps import F64_EPS, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
-from ..your_terms import your_terms_details
+from ..your_terms import your_terms_result
 from .assess import Assessment
 from .plan import Plan, raising_points_as_nan
 from .prepare import Options, Prepared
@@ -63,7 +71,7 @@ def edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:
 
 def naive_roundoff(
     target: Target, direction: np.ndarray, ref_fn: Callable[[np.ndarray], np.ndarray] | None
-) -> dict[str, Any] | None:
+) -> NaiveCentralDifference | None:
     """Predict the error of a plain fixed-step central difference in the working dtype.
 
     The same estimators as :func:`polygrad.sweep` (one random direction): the
@@ -95,9 +103,7 @@ def naive_roundoff(
             h_opt = (3 * sigma / third) ** (1 / 3)
             out["optimal_step"] = h_opt
             out["optimal_error"] = third * h_opt**2 / 6 + sigma / h_opt
-    out["example_step"] = 2.0**-13
-    out["example_error"] = sigma / 2.0**-13
-    return out
+    return NaiveCentralDifference(**out, example_step=2.0**-13, example_error=sigma / 2.0**-13)
 
 
 def median_relative(value: np.ndarray, error: np.ndarray) -> float:
@@ -112,7 +118,7 @@ def median_relative(value: np.ndarray, error: np.ndarray) -> float:
 
 def detection_power(
     entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray
-) -> dict[str, Any]:
+) -> DetectionPower:
     """What size of gradient error the projections would have caught."""
     tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
     tau = float(np.nanmin(tol)) if tol.size else float("nan")
@@ -121,39 +127,39 @@ def detection_power(
     # an error spread over many entries: delta·w is about N(0, |delta ⊙ s|²); all k
     # projections miss with probability (sqrt(2/pi) tau / |delta ⊙ s|)^k
     spread = float(np.sqrt(2 / np.pi) * tau / 0.01 ** (1.0 / k))
-    return {
-        "count": k,
-        "threshold": tau,
-        "single_entry_error_caught": float(np.median(single)),
-        "spread_error_norm_caught_99": spread,
-    }
+    return DetectionPower(
+        count=k,
+        threshold=tau,
+        single_entry_error_caught=float(np.median(single)),
+        spread_error_norm_caught_99=spread,
+    )
 
 
-def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> dict[str, Any]:
+def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> ReferenceInfo:
     p, info = opts.policy, ref.noise
     size = max(np.max(np.abs(plan.f0)), 1e-300)
-    return {
-        "method": ref.method,
-        "dps": opts.dps if ref.method == "mp" else None,
-        "noise": float(np.median(dd.central.noise)),
-        "noise_max": float(np.max(dd.central.noise)),
-        "noise_detected_fraction": info["detected"] / max(info["total"], 1),
-        "noise_measured_along": (
+    return ReferenceInfo(
+        method=ref.method,
+        dps=opts.dps if ref.method == "mp" else None,
+        noise=float(np.median(dd.central.noise)),
+        noise_max=float(np.max(dd.central.noise)),
+        noise_detected_fraction=info["detected"] / max(info["total"], 1),
+        noise_measured_along=(
             "each direction"
             if plan.shared_noise_dirs is None
             else f"{p.shared_noise_directions} sampled directions "
             f"({p.shared_noise_margin:g} x the smallest used for all)"
         ),
-        "target_accuracy": plan.accuracy,
-        "noise_relative": float(np.median(np.max(dd.central.noise, axis=1) / size)),
-        "median_step": float(np.median(dd.central.step)),
-        "median_scale": float(np.median(plan.s)),  # steps are relative to these powers of two
-        "f_abs": float(np.max(np.abs(plan.f0))),
-        "median_relative_error": median_relative(dd.central.value, dd.central.error),
-        "evaluations": int(dd.central.evaluations + info["evaluations"]),
-        "seconds": ref.seconds,
-        "cached": ref.cached,
-    }
+        target_accuracy=plan.accuracy,
+        noise_relative=float(np.median(np.max(dd.central.noise, axis=1) / size)),
+        median_step=float(np.median(dd.central.step)),
+        median_scale=float(np.median(plan.s)),  # steps are relative to these powers of two
+        f_abs=float(np.max(np.abs(plan.f0))),
+        median_relative_error=median_relative(dd.central.value, dd.central.error),
+        evaluations=int(dd.central.evaluations + info["evaluations"]),
+        seconds=ref.seconds,
+        cached=ref.cached,
+    )
 
 
 def _resolution_note(target: Target, method: str, small: bool, resolution: float) -> str:
@@ -171,30 +177,34 @@ def _resolution_note(target: Target, method: str, small: bool, resolution: float
     )
 
 
-def _summary(prep: Prepared, plan: Plan, ref: Reference, a: Assessment, opts: Options) -> dict:
+def _summary(
+    prep: Prepared, plan: Plan, ref: Reference, a: Assessment, opts: Options, notes: list[str]
+) -> Details:
     t, modes = prep.target, prep.modes
     has64 = (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
-    return dict(
+    return Details(
+        notes=tuple(notes),
+        escalation=a.escalation,
         nonsmooth=opts.nonsmooth,  # the option, for the report's explanation of NONSMOOTH
         backend=t.backend,
         working_dtype=t.working_dtype,
         eps=t.eps,
         inputs=t.n,
         outputs=t.m,
-        input_names=[leaf.name for leaf in t.input_layout.leaves],
-        modes=modes,
+        input_names=tuple(leaf.name for leaf in t.input_layout.leaves),
+        modes=tuple(modes),
         strategy="full" if plan.full else "projections",
         reference=_reference_details(plan, ref, a.setting.dd, opts),
-        rules={
-            "tolerance": f"2 x reference error bar + {opts.policy.c_ad:g} x eps x scale",
-            "has_float64_autodiff": bool(has64),
-        },
+        rules=Rules(
+            tolerance=f"2 x reference error bar + {opts.policy.c_ad:g} x eps x scale",
+            has_float64_autodiff=bool(has64),
+        ),
     )
 
 
 def _taylor(
     target: Target, mode: str, seed: int, subspace: dict[str, Any] | None = None
-) -> dict[str, Any] | None:
+) -> TaylorSummary | None:
     try:  # supporting evidence only: never fails a check
         from .. import taylor
 
@@ -203,63 +213,61 @@ def _taylor(
             from .subspace import symmetric_direction
 
             direction = symmetric_direction(target, subspace["arguments"], seed)
-        return taylor.taylor_target(target, mode=mode, direction=direction, seed=seed).to_dict()
+        result = taylor.taylor_target(target, mode=mode, direction=direction, seed=seed)
+        return TaylorSummary.from_dict(result.to_dict())
     except Exception:  # noqa: BLE001
         return None
 
 
 def explain(
     prep: Prepared, plan: Plan, ref: Reference, a: Assessment, verdict: Verdict, opts: Options
-) -> dict[str, Any]:
+) -> Details:
     """The report's ``details``: notes, the reference, the rules, supporting evidence."""
     t = prep.target
-    details: dict[str, Any] = {
-        "notes": prep.notes + plan.notes + ref.notes + a.details["notes"],
-        **{k: v for k, v in a.details.items() if k != "notes"},
-    }
-    details["notes"] += edge_notes(a.entries, plan.f0)
-    details.update(_summary(prep, plan, ref, a, opts))
-    if not plan.full and "subspace" not in details:
-        details["projections"] = detection_power(a.entries, opts.projections, plan.W, plan.s)
+    notes = prep.notes + plan.notes + ref.notes + list(a.notes) + edge_notes(a.entries, plan.f0)
+    details = _summary(prep, plan, ref, a, opts, notes)
+    details = replace(details, convention=a.convention, subspace=a.subspace)
+    if not plan.full and a.subspace is None:
+        details = replace(
+            details, projections=detection_power(a.entries, opts.projections, plan.W, plan.s)
+        )
     if ref.method != "mp" and t.working_dtype == "float64" and verdict == Verdict.PASS:
-        resolution = opts.policy.tolerance_factor * details["reference"]["median_relative_error"]
-        details["reference"]["resolution"] = resolution
-        details["notes"].append(_resolution_note(t, ref.method, plan.small, resolution))
+        resolution = opts.policy.tolerance_factor * details.reference.median_relative_error
+        details = replace(details, reference=replace(details.reference, resolution=resolution))
+        notes.append(_resolution_note(t, ref.method, plan.small, resolution))
     if plan.raised:
-        details["notes"].append(raised_note(plan.raised))
-    details["notes"] = list(dict.fromkeys(details["notes"] + list(t.notes)))
+        notes.append(raised_note(plan.raised))
+    details = replace(details, notes=tuple(dict.fromkeys(notes + list(t.notes))))
     return _supporting_evidence(details, prep, plan, a.entries, verdict, opts)
 
 
 def _supporting_evidence(
-    details: dict[str, Any],
+    details: Details,
     prep: Prepared,
     plan: Plan,
     entries: Entries,
     verdict: Verdict,
     opts: Options,
-) -> LazyDetails:
+) -> Details:
     """``details`` with the naive central difference's predicted error (working dtypes
     narrower than float64) and the Taylor-remainder test.
 
-    Neither decides a verdict. For a PASS they are computed when the report is first
-    read (printed, serialised, indexed); for any other verdict, now.
+    Neither decides a verdict. For a PASS they are computed when first read
+    (printed, serialised, indexed); for any other verdict, now.
     """
     t = prep.target
-    lazy = LazyDetails(details)
+    naive: Callable[[], NaiveCentralDifference | None] | None = None
     if t.working_dtype != "float64":
 
-        def naive() -> dict[str, Any] | None:
+        def naive() -> NaiveCentralDifference | None:
             g64 = None if t.evaluate64 is None else raising_points_as_nan(t.evaluate64, t.m, {})
             return naive_roundoff(t, plan.noise_dir, g64)
 
-        lazy.defer("naive_central_difference", naive)
-    sub = details.get("subspace")
-    lazy.defer("taylor", lambda: _taylor(t, prep.modes[0], opts.seed, sub))
+    sub = details.subspace
+    details = details.with_evidence(naive, lambda: _taylor(t, prep.modes[0], opts.seed, sub))
     if opts.tool is not None:  # asked for: computed now
-        lazy["your_terms"] = your_terms_details(
-            t, opts.tool, opts.tool_step, entries, plan.full, opts.seed
-        )
+        terms = your_terms_result(t, opts.tool, opts.tool_step, entries, plan.full, opts.seed)
+        details = replace(details, your_terms=terms)
     if verdict is not Verdict.PASS:
-        lazy.force()
-    return lazy
+        details.force()
+    return details

@@ -163,9 +163,7 @@ def choose_modes(target: Target, mode: str, autodiff: bool) -> list[str]:
         modes = ["rev", "fwd"] if mode == "both" else [mode]
     for md in modes:
         if not target.has_mode(md):
-            word = "reverse" if md == "rev" else "forward"
-            why = [n for n in target.notes if word in n and ("failed" in n or "ignores" in n)]
-            why += [n for n in target.notes if ("VJP" if md == "rev" else "JVP") in n]
+            why = target.mode_notes.get(md, [])
             raise ValueError(
                 f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
                 "function does not provide"

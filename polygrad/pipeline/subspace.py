@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Leaf, Target
+from ..details import Escalation
 from ..report import SEVERITY, Entries, Verdict
 from .assess import Assessment
 from .autodiff import Setting, function_scale, jacobian_scale
@@ -384,17 +385,17 @@ def recheck_on_subspace(
     infos = [None if block is None else _measured(lf, block) for lf in leaves]
     note = _note(sub, infos, passed, plan.full)
     if not _explains(entries, judged.entries, opts):
-        notes = [*judged.details["notes"], note]
-        return Rechecked(plan, ref, replace(judged, details={**judged.details, "notes": notes}))
-    details["notes"] = [note, *details["notes"]]
-    details.update(
+        return Rechecked(plan, ref, replace(judged, notes=(*judged.notes, note)))
+    esc = details.get("escalation")
+    return Rechecked(plan2, ref2, Assessment(
+        entries, st, (note, *details["notes"]),
+        None if esc is None else Escalation.from_dict(esc),
         convention=SYMMETRIC_SUBSPACE,
         subspace={"arguments": [lf.name for lf in leaves],
                   "directions": sub.names if plan.full else sub.W,
                   "measured": {lf.name: i for lf, i in zip(leaves, infos, strict=True)}},
         quantity="derivatives along symmetric directions (per output)",
-    )  # fmt: skip
-    return Rechecked(plan2, ref2, Assessment(entries, st, details))
+    ))  # fmt: skip
 
 
 def symmetric_direction(target: Target, names: list[str], seed: int) -> np.ndarray:
