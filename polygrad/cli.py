@@ -23,6 +23,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -233,12 +234,25 @@ def _prepare(args: argparse.Namespace) -> Call:
     return Call(f, fargs, options)
 
 
+def _print(text: str) -> None:
+    """``text`` on stdout; a reader that stopped reading (``| head``) is not an error.
+
+    The rest of the output is discarded (stdout is pointed at the null device, as
+    Python's documentation advises), so the exit status stays the check's.
+    """
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
 def _emit(args: argparse.Namespace, text: str, data: dict[str, Any]) -> None:
     """The text on stdout, or with ``--json`` alone the JSON instead; ``--json FILE`` writes it."""
     if args.json == "-":
-        print(json.dumps(data, indent=2))
+        _print(json.dumps(data, indent=2))
         return
-    print(text)
+    _print(text)
     if args.json:
         p = Path(args.json)
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -295,6 +295,14 @@ def _taylor_line(report: Report, taylor: TaylorSummary) -> str:
             "cross a kink (the remainder there is of first order at best, slower still at "
             "an infinite slope): no evidence against the gradient"
         )
+    if taylor.verdict == "wrong" and report.ok:
+        return (
+            "  Taylor test (supporting evidence): along its one random direction the "
+            f"remainder falls like h^{float(taylor.slope or 0):.2f}, not h^2, over steps "
+            "where it is near the round-off of f; every entry above agrees with a "
+            "reference whose error is measured, which decides: no evidence against the "
+            "gradient"
+        )
     if taylor.verdict == "consistent" and "MISMATCH" in report.counts():
         txt += (
             " — along one random direction only, which barely weighs a few wrong "
@@ -349,16 +357,25 @@ def _how_far_off(e: Any, i: int) -> str:
     own, tighter tolerance); the sentence then quotes that one.
     """
     diff, tol = float(e.difference[i]), float(e.tolerance[i])
-    if tol > 0 and diff <= tol:
-        diff64 = abs(float(e.autodiff64[i]) - float(e.reference[i]))
-        tol64 = float(e.tolerance64[i])
-        if np.isfinite(diff64) and tol64 > 0 and diff64 > tol64:
+    diff64 = abs(float(e.autodiff64[i]) - float(e.reference[i]))
+    tol64 = float(e.tolerance64[i])
+    if np.isfinite(diff64) and tol64 > 0 and diff64 > tol64:
+        # the float64 evaluation of the rule decides MISMATCH: quote it
+        if not (tol > 0 and diff / tol > diff64 / tol64):
             return (
                 f"the float64 evaluation of the rule is off by {_g(diff64, 2)}, "
                 f"{_g(diff64 / tol64, 2)} times its tolerance"
             )
     times = diff / tol if tol > 0 else float("inf")
     return f"off by {_g(diff, 2)}, {_g(times, 2)} times its tolerance"
+
+
+def _worst_of(e: Entries, verdict: str) -> int:
+    """Index of the worst entry whose verdict is ``verdict`` (a NaN elsewhere is no MISMATCH)."""
+    from .report import SEVERITY, Verdict
+
+    code = SEVERITY[Verdict(verdict)]
+    return next(int(i) for i in e.worst(len(e.names)) if int(e.status[i]) == code)
 
 
 def _why(report: Report) -> str:
@@ -372,7 +389,7 @@ def _why(report: Report) -> str:
             f"all {n} entries." if n > 1 else "its only entry."
         )
     if v == "MISMATCH":
-        i = int(e.worst(1)[0])
+        i = _worst_of(e, v)
         return (
             f"the gradient rule is wrong: {k} of {_entries(n)} "
             f"{_verb(k, 'differs', 'differ')} from the reference by far more "

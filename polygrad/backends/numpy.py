@@ -129,7 +129,9 @@ def _check_supplied(supplied: Supplied, wrt: str) -> None:
     if not given:
         raise TypeError(
             "NumPy functions have no autodiff: pass the derivative to check as grad= "
-            "(scalar functions), jac=, vjp= or jvp=."
+            "(scalar functions), jac=, vjp= or jvp=. If f is written with JAX, PyTorch or "
+            "TensorFlow operations, pass its arguments as that framework's arrays (for "
+            "example jnp.asarray(x)) or name it with backend='jax', 'torch' or 'tensorflow'."
         )
     if len(given) > 1:
         raise TypeError(f"pass only one of grad=, jac=, vjp=, jvp= (got {', '.join(given)}).")

@@ -75,7 +75,7 @@ def judge_modes(
 def _dither_note(opts: Options) -> str:
     p = opts.policy
     return (
-        f"some entries failed: their autodiff values were evaluated again at "
+        f"some entries exceeded the plain tolerance: their autodiff values were evaluated again at "
         f"{p.dithers} inputs moved by up to {p.dither_ulps} ulps (further where a value did not "
         f"move), and each entry is allowed {p.dither_allowance:g} times the largest move "
         "(the round-off of evaluating the rule; a wrong rule is wrong by the same amount there)"

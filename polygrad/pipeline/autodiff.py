@@ -256,14 +256,16 @@ def _allow(
     allow: np.ndarray, b: Entries, others: list[Entries], wd64: bool, factor: float
 ) -> np.ndarray:
     """One block's allowance after one size of move (entries not yet moved get theirs)."""
-    moves = [o.autodiff - b.autodiff for o in others]
-    # per entry, the smallest size of move that moved its value at all
-    new = np.isnan(allow) & (spread(moves) > 0)
-    if wd64:  # the even part of each pair: the derivative's linear change cancels
-        moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
-    else:  # the derivative's own change, from the float64 rule, taken out
-        moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in zip(moves, others, strict=True)]
-    return np.where(new, factor * spread(moves), allow)
+    with np.errstate(invalid="ignore"):  # an infinite autodiff value moves by NaN
+        moves = [o.autodiff - b.autodiff for o in others]
+        # per entry, the smallest size of move that moved its value at all
+        new = np.isnan(allow) & (spread(moves) > 0)
+        if wd64:  # the even part of each pair: the derivative's linear change cancels
+            moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
+        else:  # the derivative's own change, from the float64 rule, taken out
+            pairs = zip(moves, others, strict=True)
+            moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in pairs]
+        return np.where(new, factor * spread(moves), allow)
 
 
 def autodiff_roundoff(

@@ -194,7 +194,7 @@ def _summary(
         input_names=tuple(leaf.name for leaf in t.input_layout.leaves),
         modes=tuple(modes),
         strategy="full" if plan.full else "projections",
-        reference=_reference_details(plan, ref, a.setting.dd, opts),
+        reference=_reference_details(plan, ref, ref.dd, opts),
         rules=Rules(
             tolerance=f"2 x reference error bar + {opts.policy.c_ad:g} x eps x scale",
             has_float64_autodiff=bool(has64),
