@@ -512,3 +512,24 @@ def test_a_rule_error_seen_only_in_float64_is_quoted_against_the_float64_toleran
     assert off64 == pytest.approx(0.05 * 2 * float(x[i]), rel=1e-3)
     assert "float64 evaluation of the rule" in first
     assert f"{off64 / e.tolerance64[i]:.2g} times" in first
+
+
+@pytest.mark.parametrize("cell", ["GRU", "LSTM"])
+def test_recurrent_layers_closed_over_get_a_float64_reference(cell: str) -> None:
+    """nn.GRU / nn.LSTM compare their input's dtype with their weights' before any
+    operation; inside the float64 program both read as float64, so the reference is
+    float64 (it was float32 differences, with a note that the float64 run failed)."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = getattr(torch.nn, cell)(3, 4, batch_first=True)
+    xs = torch.randn(2, 4, 3)
+    before = {k: v.clone() for k, v in layer.state_dict().items()}
+    report = pg.check(lambda x: layer(x)[0].pow(2).mean(), xs)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    assert report.details["reference"]["method"] == "float64"
+    params = pg.check(lambda m, x: m(x)[0].pow(2).mean(), layer, xs, wrt="parameters")
+    assert params.verdict is pg.Verdict.PASS and params.ok, params
+    assert params.details["reference"]["method"] == "float64"
+    assert all(v.dtype == torch.float32 for v in layer.state_dict().values())
+    assert all(torch.equal(before[k], v) for k, v in layer.state_dict().items())

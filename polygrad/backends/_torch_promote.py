@@ -168,9 +168,12 @@ def _mode_class(torch: Any) -> type:
             self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
         ) -> Any:
             kwargs = kwargs or {}
-            if getattr(func, "__name__", "") == "__get__":  # w.dtype, w.T, p.data...
-                return func(*args, **kwargs)
             wide, renamed, _, constructors = self.tables
+            if getattr(func, "__name__", "") == "__get__":  # w.dtype, w.T, p.data...
+                out = func(*args, **kwargs)
+                # inside the scope every floating tensor is float64 to the code that asks
+                # (an RNN compares its input's dtype with its weights' before any operation)
+                return wide.get(out, out) if isinstance(out, torch.dtype) else out
             func = renamed.get(func, func)
             args = tuple(_widen(torch, self.tables, a) for a in args)
             kwargs = {k: _widen(torch, self.tables, v) for k, v in kwargs.items()}
