@@ -32,6 +32,7 @@ and into the block between the ``latency`` markers of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -200,26 +201,49 @@ ROWS: dict[str, Callable[[int, str], dict[str, Any]]] = {
 }
 
 
-def _torch_large_full(n: int) -> dict[str, Any]:
+def _large_full_functions(n: int) -> dict[str, Callable[[Any], Any]]:
+    """The n = 1e4 full-check functions: elementwise + reduction, and a dense coupling."""
+    import torch
+
+    w = torch.tensor(_weights(n, "float64"))
+
+    def elementwise(x: Any) -> Any:
+        return (x.sin() * x).sum() + (x**2).mean()
+
+    def coupled(x: Any) -> Any:  # every entry of the gradient depends on every input
+        return torch.logsumexp(w * x, 0) + x.sum() ** 2 / n
+
+    return {"(sin x · x).sum() + mean(x²)": elementwise, "logsumexp(w x) + (Σx)²/n": coupled}
+
+
+def _gradcheck(f: Callable[[Any], Any], x: Any) -> None:
+    import torch
+
+    torch.autograd.gradcheck(f, (x.clone().requires_grad_(),))
+
+
+def _torch_large_full(n: int) -> list[dict[str, Any]]:
     import torch
 
     import polygrad as pg
 
-    w = torch.tensor(_weights(n, "float64"))
     x = torch.tensor(_point(n, "float64"))
-
-    def f(x: Any) -> Any:
-        return (w * torch.tanh(x) + torch.roll(x, 1) ** 2 / 4).sum()
-
-    t_tool = _timed(lambda: torch.autograd.gradcheck(f, (x.clone().requires_grad_(),)))
-    t0 = time.perf_counter()
-    report = pg.check(f, x, strategy="full")
-    return {
-        "tool": "torch.autograd.gradcheck (float64)",
-        "tool_warm": t_tool,
-        "polygrad_warm": time.perf_counter() - t0,
-        "verdict": report.verdict.name,
-    }
+    pg.check(lambda v: (v**2).sum(), x[:10], strategy="full")  # one-time imports
+    rows = []
+    for name, f in _large_full_functions(n).items():
+        t_tool = _timed(functools.partial(_gradcheck, f, x))
+        t0 = time.perf_counter()
+        report = pg.check(f, x, strategy="full")
+        ref = report.details["reference"]
+        rows.append({
+            "function": name,
+            "tool": "torch.autograd.gradcheck (float64)",
+            "tool_warm": t_tool,
+            "polygrad_warm": time.perf_counter() - t0,
+            "verdict": report.verdict.name,
+            "evaluations_per_input": ref["evaluations"] / n,
+        })  # fmt: skip
+    return rows
 
 
 def _torch_projections(n: int) -> dict[str, Any]:
@@ -241,6 +265,7 @@ def _torch_projections(n: int) -> dict[str, Any]:
 
     fwd_bwd()
     t_fb = statistics.median(_timed(fwd_bwd) for _ in range(WARM_REPEATS))
+    pg.check(lambda v: (v**2).sum(), x[:10], strategy="projections")  # one-time imports
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
     report = pg.check(f, x, strategy="projections")
@@ -366,13 +391,8 @@ def _worker(job: str) -> None:
         rows = [{"n": 10, "framework": framework, "dtype": dtype, **ROWS[framework](10, dtype)}]
     elif kind == "full":
         rows = [
-            {
-                "n": int(arg),
-                "framework": "torch",
-                "dtype": "float64",
-                "strategy": "full",
-                **_torch_large_full(int(arg)),
-            }
+            {"n": int(arg), "framework": "torch", "dtype": "float64", "strategy": "full", **r}
+            for r in _torch_large_full(int(arg))
         ]
     else:
         rows = [
@@ -433,6 +453,10 @@ def render(rows: list[dict[str, Any]]) -> str:
         what = f"{r['framework']}, n = {r['n']:g}, {r['dtype']}"
         if "strategy" in r:
             what += f", {r['strategy']}"
+        if "function" in r:
+            what += f", {r['function']}"
+        if "evaluations_per_input" in r:
+            what += f" ({r['evaluations_per_input']:.1f} evaluations per input)"
         if "extra_peak_mb" in r:
             what += f" (+{r['extra_peak_mb']:.0f} MB peak)"
         out.append(
@@ -456,18 +480,39 @@ def write_markdown(table: str, path: Path, meta: str) -> None:
     path.write_text(text)
 
 
+def _row_job(row: dict[str, Any]) -> str:
+    """The job a stored row came from (``full:10000``), where it can be told."""
+    if row.get("strategy") in ("full", "projections"):
+        return f"{row['strategy']}:{row['n']}"
+    return row.get("job", "")
+
+
+def _kept_rows(path: Path, rerun: list[str]) -> list[dict[str, Any]]:
+    """The rows of the last run at ``path`` that ``rerun`` does not replace."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text()).get("rows", [])
+    return [r for r in old if _row_job(r) not in rerun]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks latency")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out-json", type=Path, default=OUT_JSON)
     parser.add_argument("--out-md", type=Path, default=OUT_MD)
+    parser.add_argument(
+        "--jobs",
+        help="comma-separated jobs to run again (e.g. full:10000,projections:1000000); "
+        "the other rows are kept from --out-json",
+    )
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.worker)
         return 0
-    rows: list[dict[str, Any]] = []
-    for job in jobs(args.quick):
+    selected = args.jobs.split(",") if args.jobs else jobs(args.quick)
+    rows = _kept_rows(args.out_json, selected) if args.jobs else []
+    for job in selected:
         if job.startswith("suite:"):
             rows.append(_suite_row(int(job.split(":")[1])))
         else:
@@ -478,10 +523,14 @@ def main(argv: list[str] | None = None) -> int:
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
     args.out_json.write_text(json.dumps({"quick": args.quick, "rows": rows}, indent=1) + "\n")
     if not args.quick:
+        threads = os.environ.get("OMP_NUM_THREADS")
         meta = (
             f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPU cores by "
             "`python -m benchmarks latency`; warm = median of 5 calls, first = first call "
-            "on a new function object."
+            "on a new function object"
+            + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
+            + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
+            "small input has paid the one-time imports)."
         )
         write_markdown(table, args.out_md, meta)
     return 0

@@ -45,6 +45,21 @@ class Policy:
     first_levels : int
         Steps of a short ladder evaluated first along every direction; the rest
         only where needed.
+    large_full_inputs : int
+        A full check of at least this many inputs aims its finite-difference
+        reference at ``large_full_accuracy`` at least: a short ladder of small
+        steps and the noise measured once along a sample of directions (see
+        ``shared_noise_directions``) then serve every entry, about four
+        evaluations per input instead of some forty.
+    large_full_accuracy : float
+        Relative accuracy such a reference aims at (below the ``sqrt(eps)``
+        beyond which an entry is INCONCLUSIVE; a direction whose error bar comes
+        near that is estimated again by the long ladder, and entries in doubt are
+        re-examined with mp where the function runs on mpmath numbers).
+    large_full_condition_allowance : float
+        The ``condition_allowance`` of such a check's short ladder: a function of
+        many inputs (a sum over them) is far larger than each partial derivative
+        times its input's scale.
     shared_noise_directions : int
         Directions sampled to measure the noise once for a large full check.
     shared_noise_margin : float
@@ -77,6 +92,9 @@ class Policy:
     progress_after_seconds: float = 2.0
     condition_allowance: float = 1e4
     first_levels: int = 2
+    large_full_inputs: int = 1024
+    large_full_accuracy: float = 1e-8
+    large_full_condition_allowance: float = 1e5
     shared_noise_directions: int = 32
     shared_noise_margin: float = 10.0
     borrow_share: float = 0.25

@@ -398,7 +398,9 @@ class _Program:
     def leaves_from(self, X: np.ndarray) -> list[Any]:
         """Split ``(B, n)`` float64 rows into batched leaves ``(B, *shape)``."""
         torch = self.torch
-        T = torch.tensor(np.asarray(X, dtype=np.float64))
+        # a view of the rows, not a copy (each part is copied once, to the leaf's dtype)
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        T = torch.from_numpy(X if X.flags.writeable else X.copy())
         parts, off = [], 0
         for p, size in zip(self.primals, self.sizes, strict=True):
             part = T[:, off : off + size].reshape((T.shape[0], *p.shape))

@@ -7,6 +7,7 @@ implementation against the one reference).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -103,6 +104,22 @@ def _with_roundoff(
     return judge_modes(prep.target, st, prep.modes, opts, allowances), allowances
 
 
+def _directions(st: Setting) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
+    """(number of directions, rows of the directions ``(k, n)`` by index): a full
+    check's coordinate directions are built only for the rows asked for."""
+    if not st.full:
+        W = st.W
+        assert W is not None
+        return W.shape[0], lambda idx: W[idx]
+
+    def rows(idx: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(idx), st.s.size))
+        out[np.arange(len(idx)), idx] = st.s[idx]
+        return out
+
+    return st.s.size, rows
+
+
 def assess(
     prep: Prepared, st: Setting, method: str, opts: Options, ref_target: Target | None = None
 ) -> Assessment:
@@ -126,10 +143,8 @@ def assess(
     blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
     if opts.reference == "auto" and method != "mp":
         # no entry fails on a finite-difference reference while a stronger one can be had
-        W = np.diag(st.s) if st.full else st.W
-        assert W is not None
         source = prep.target if ref_target is None else ref_target
-        merged = escalate(source, st.dd, blocks, W, opts, details)
+        merged = escalate(source, st.dd, blocks, _directions(st), opts, details)
         if merged is not None:
             st = replace(st, dd=merged)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)

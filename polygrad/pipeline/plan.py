@@ -10,6 +10,8 @@ import numpy as np
 
 from .._timing import probe_seconds
 from ..backends.base import Target
+from ..policy import Policy
+from ..reference.differences import rows_per_batch
 from ..reference.steps import F64_EPS, ladder, pow2_scales, rademacher
 from .prepare import Options
 
@@ -62,6 +64,10 @@ class Plan:
         The reference read from the cache (see :mod:`polygrad.pipeline.cache`).
     cache_slot : CacheSlot or None
         Where a newly computed reference is stored.
+    strict_accuracy : float or None
+        The accuracy a small check would aim at, where a large full check aims at a
+        looser one (``policy.large_full_accuracy``): directions that miss the loose
+        aim are estimated again at this one.
     """
 
     ref_fn: Callable[[np.ndarray], np.ndarray]
@@ -82,6 +88,7 @@ class Plan:
     notes: list[str]
     cached: CachedReference | None = None
     cache_slot: CacheSlot | None = None
+    strict_accuracy: float | None = None
 
     @property
     def d(self) -> int:
@@ -204,6 +211,30 @@ def target_accuracy(target: Target, ref_eps: float) -> float:
     return max(1e-12, 30 * ref_eps, working)
 
 
+def _ladder(target: Target, ref_eps: float, d: int, p: Policy) -> tuple[float, float, int]:
+    """(accuracy, largest step, levels) of the finite-difference reference along ``d``
+    directions.
+
+    The accuracy is a fraction of the working dtype's round-off; a large full check
+    (``policy.large_full_inputs``) aims at ``policy.large_full_accuracy`` at least, on
+    the short ladder of ``policy.large_full_condition_allowance`` (about a fifth of the
+    evaluations of the long one).
+    """
+    accuracy, allowance = target_accuracy(target, ref_eps), p.condition_allowance
+    if d >= p.large_full_inputs:
+        accuracy = max(accuracy, p.large_full_accuracy)
+        allowance = p.large_full_condition_allowance
+    h_max, levels = ladder(ref_eps, accuracy, allowance)
+    return accuracy, h_max, levels
+
+
+def _time_per_row(ref_fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray) -> float:
+    """Seconds per evaluated point, timed on a batch of copies of ``x0`` (at most 64,
+    and at most :data:`~polygrad.reference.differences.BATCH_BYTES` of points)."""
+    probe = min(x0.size, rows_per_batch(x0.size, 64))
+    return probe_seconds(lambda: ref_fn(np.repeat(x0[None, :], probe, axis=0))) / probe
+
+
 def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) -> Plan:
     """Choose the reference's arithmetic, the strategy, mp or not, and the directions.
 
@@ -219,15 +250,14 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     ref_fn = raising_points_as_nan(ref_fn, target.m, raised)
     rng = np.random.default_rng(opts.seed)
     s = pow2_scales(target.x0)
-    accuracy = target_accuracy(target, ref_eps)
-    h_max, levels = ladder(ref_eps, accuracy, p.condition_allowance)
-    probe = min(n, 64)
-    t_row = probe_seconds(lambda: ref_fn(np.repeat(target.x0[None, :], probe, axis=0))) / probe
-    full_cost = n * 2 * levels * t_row * 1.5
+    t_row = _time_per_row(ref_fn, target.x0)
+    full_cost = n * 2 * _ladder(target, ref_eps, n, p)[2] * t_row * 1.5
     if opts.strategy == "auto":
         full = n <= p.full_auto_inputs or full_cost <= opts.budget
     else:
         full = opts.strategy == "full"
+    accuracy, h_max, levels = _ladder(target, ref_eps, n if full else opts.projections, p)
+    strict = _ladder(target, ref_eps, 0, p)[0]
     d = n if full else opts.projections
     small = d * n <= p.mp_auto_size  # "auto" considers mp only then: the graph is captured
     slot, hit = cache.lookup(full, notes) if cache is not None else (None, None)
@@ -240,4 +270,4 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     shared = _shared_noise_dirs(n, s, levels, opts) if full else None
     return Plan(ref_fn, ref_eps, method, f0, raised, s, accuracy, (h_max, levels), t_row, full,
                 small, W, noise_dir, shared, rng.bit_generator.state, notes, hit,
-                slot)  # fmt: skip
+                slot, strict if strict < accuracy else None)  # fmt: skip

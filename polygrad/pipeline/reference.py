@@ -16,7 +16,7 @@ from ..reference import directional_derivatives, estimate_noise, mp_directional_
 from ..reference.differences import DirectionalDerivatives
 from ..reference.noise import output_resolution
 from ..reference.richardson import Estimate
-from ..reference.steps import ecnoise_step
+from ..reference.steps import ecnoise_step, ladder
 from ..report import SEVERITY, Entries
 from .judge import DOUBT
 from .plan import Plan
@@ -186,8 +186,47 @@ def _directional(
         spec = shard_spec(prep, opts) if prep is not None else None
         return sharded_reference(opts.executor, spec, target, fn, method, plan, opts, info,
                                  shared)  # fmt: skip
-    return _concat([along(method, fn, target, W, plan, opts, info, shared)
-                    for W in plan.chunks()])  # fmt: skip
+    dd = _concat([along(method, fn, target, W, plan, opts, info, shared)
+                  for W in plan.chunks()])  # fmt: skip
+    return _tighten(dd, method, fn, target, plan, opts, info) if method != "mp" else dd
+
+
+def _missed(dd: DirectionalDerivatives, s: np.ndarray, accuracy: float) -> np.ndarray:
+    """Indices of the coordinate directions whose error bar exceeds ``accuracy``
+    relative to the entry plus the RMS of its output's entries (the scale of the
+    verdict rule, see :func:`polygrad.pipeline.autodiff.jacobian_scale`)."""
+    with np.errstate(all="ignore"):
+        v = np.abs(dd.central.value) / s[:, None]
+        err = dd.central.error / s[:, None]
+        rms = np.sqrt(np.nanmean(np.where(np.isfinite(v), v, np.nan) ** 2, axis=0))
+        miss = err > accuracy * (np.nan_to_num(v) + np.nan_to_num(rms)[None, :])
+    return np.flatnonzero(np.any(miss, axis=1))
+
+
+def _tighten(
+    dd: DirectionalDerivatives, method: str, fn: Callable[..., Any], target: Target,
+    plan: Plan, opts: Options, info: dict[str, Any],
+) -> DirectionalDerivatives:  # fmt: skip
+    """A large full check's reference (aimed at a loose accuracy, see
+    ``Plan.strict_accuracy``) with the directions that missed that aim estimated again
+    by the long ladder, the noise measured along each: precision paid only there."""
+    if not plan.full or plan.strict_accuracy is None:
+        return dd
+    # half the widest error bar that still decides (``2 e <= sqrt(eps) scale``), or
+    # ten times the aim, whichever is less
+    p = opts.policy
+    bound = min(10.0 * plan.accuracy, np.sqrt(target.eps) / (2.0 * p.tolerance_factor))
+    idx = _missed(dd, plan.s, bound)
+    if idx.size == 0:
+        return dd
+    W = np.zeros((idx.size, plan.s.size))
+    W[np.arange(idx.size), idx] = plan.s[idx]
+    acc = plan.strict_accuracy
+    strict = replace(plan, accuracy=acc,
+                     ladder=ladder(plan.ref_eps, acc, p.condition_allowance))  # fmt: skip
+    info["tightened"] = int(idx.size)
+    return merge_directions(dd, _differences(fn, target, W, strict, method, opts, info,
+                                             None), idx)  # fmt: skip
 
 
 def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = None) -> Reference:
@@ -243,19 +282,23 @@ def _doubtful_directions(blocks: list[Entries], d: int) -> list[int]:
 
 
 def escalate(
-    target: Target, dd: DirectionalDerivatives, blocks: list[Entries], W: np.ndarray,
-    opts: Options, details: dict[str, Any],
+    target: Target, dd: DirectionalDerivatives, blocks: list[Entries],
+    directions: tuple[int, Callable[[np.ndarray], np.ndarray]], opts: Options,
+    details: dict[str, Any],
 ) -> DirectionalDerivatives | None:  # fmt: skip
     """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
 
-    Only the directions (rows of ``W``, ``(d, n)``) that hold a MISMATCH, UNSTABLE
+    ``directions`` is ``(d, rows)``: the number of directions and a function that
+    returns the rows ``(k, n)`` of the given indices (a full check's ``(n, n)``
+    diagonal is never built). Only the directions that hold a MISMATCH, UNSTABLE
     or INCONCLUSIVE entry are re-estimated, so a passing check costs nothing
     more; None when there are none, when the function does not run on mpmath
     numbers, or when mp along them would take more than
     ``policy.mp_auto_seconds`` (a note says so). ``details["escalation"]``
     records what was done; notes go to ``details["notes"]``.
     """
-    dirs = _doubtful_directions(blocks, W.shape[0])
+    d, rows = directions
+    dirs = _doubtful_directions(blocks, d)
     if not dirs:
         return None
     p = opts.policy
@@ -272,15 +315,15 @@ def escalate(
                 f"{seconds:.0f} s along their {len(dirs)} direction(s) (pass reference='mp')"
             )
             return None
-        sub = mp_directional_derivatives(target.evaluate_mp, target.x0, W[dirs], dps=opts.dps,
-                                         levels=p.mp_levels)  # fmt: skip
+        sub = mp_directional_derivatives(target.evaluate_mp, target.x0, rows(np.asarray(dirs)),
+                                         dps=opts.dps, levels=p.mp_levels)  # fmt: skip
     except Exception as exc:  # noqa: BLE001 - the escalation is optional: keep the verdicts
         details["notes"].append(
             f"entries in doubt could not be re-examined with mp ({describe_exception(exc)})"
         )
         return None
     details["escalation"] = {"reference": "mp", "dps": opts.dps, "directions": dirs,
-                             "d": W.shape[0]}  # fmt: skip
+                             "d": d}  # fmt: skip
     return merge_directions(dd, sub, np.asarray(dirs))
 
 

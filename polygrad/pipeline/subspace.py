@@ -247,7 +247,8 @@ def _judge_subspace(
     details: dict[str, Any] = {"notes": []}
     blocks = [judge(_gather(prep.target, st, sub, md, opts)) for md in prep.modes]
     if opts.reference == "auto" and method != "mp":
-        merged = escalate(prep.target, st.dd, blocks, sub.W, opts, details)
+        W = sub.W
+        merged = escalate(prep.target, st.dd, blocks, (W.shape[0], lambda i: W[i]), opts, details)
         if merged is not None:
             st = replace(st, dd=merged)
             blocks = [judge(_gather(prep.target, st, sub, md, opts)) for md in prep.modes]

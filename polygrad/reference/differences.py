@@ -26,7 +26,7 @@ from .richardson import Estimate, TableauResult, _to_float, neville, step_ladder
 
 __all__ = ["DirectionalDerivatives", "directional_derivatives", "evaluate_ladder", "rows_per_batch"]
 
-BATCH_BYTES = 1 << 28
+BATCH_BYTES = 1 << 25
 """Largest block of points (float64) built at once: a batch of rows of a large input is
 cut so that the points, not only the rows, stay within this many bytes."""
 
@@ -45,7 +45,7 @@ def rows_per_batch(n: int, max_rows: int) -> int:
     -------
     int
         ``min(max_rows, BATCH_BYTES // (8 n))``, at least 1: a batch of rows never
-        holds more than :data:`BATCH_BYTES` of points (256 MiB), whatever ``n``.
+        holds more than :data:`BATCH_BYTES` of points (32 MiB), whatever ``n``.
     """
     return max(1, min(int(max_rows), BATCH_BYTES // (8 * max(int(n), 1))))
 
