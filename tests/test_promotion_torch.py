@@ -533,3 +533,29 @@ def test_recurrent_layers_closed_over_get_a_float64_reference(cell: str) -> None
     assert params.details["reference"]["method"] == "float64"
     assert all(v.dtype == torch.float32 for v in layer.state_dict().values())
     assert all(torch.equal(before[k], v) for k, v in layer.state_dict().items())
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_custom_backward_over_a_closed_over_float32_constant(transposed: bool) -> None:
+    """A custom rule whose backward uses a closed-over float32 matrix: the float64
+    evaluation of that rule mixes dtypes and fails (torch runs a custom backward
+    outside the promoting mode); the check judges the rule in float32, says so, and
+    still tells the right rule (A^T ct) from the transposed one (A ct)."""
+    a = torch.tensor(np.random.default_rng(11).standard_normal((6, 6)), dtype=torch.float32)
+
+    class MatVec(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return a @ x
+
+        @staticmethod
+        def backward(ctx, ct):
+            return (a.T if transposed else a) @ ct
+
+    x = torch.tensor(np.random.default_rng(1).standard_normal(6), dtype=torch.float32)
+    report = pg.check(MatVec.apply, x)
+    if transposed:
+        assert report.verdict is pg.Verdict.PASS and report.ok, report
+    else:
+        assert report.verdict is pg.Verdict.MISMATCH and not report.ok, report
+    assert any("float64 evaluation of the rule failed" in n for n in report.details["notes"])

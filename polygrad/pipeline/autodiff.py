@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.base import Backend, Supplied, Target
+from ..backends.base import Backend, Supplied, Target, describe_exception
 from ..dither import dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
@@ -63,6 +63,30 @@ def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: i
     return np.concatenate(
         [np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)]
     )
+
+
+def _rows64(target: Target, md: str, M: np.ndarray) -> Any:
+    """The float64 evaluation of the rule along the rows of ``M``, or None.
+
+    It is optional evidence: where it fails (a custom rule whose backward mixes a
+    closed-over float32 tensor with the float64 cotangent), the rule is judged in the
+    working dtype alone, the failure is noted, and later calls skip it.
+    """
+    fn64 = target.vjp64 if md == "rev" else target.jvp64
+    if fn64 is None:
+        return None
+    try:
+        return _rows(fn64, M)
+    except Exception as exc:  # noqa: BLE001 - any failure: no float64 evaluation
+        if md == "rev":
+            target.vjp64 = None
+        else:
+            target.jvp64 = None
+        target.notes.append(
+            f"the float64 evaluation of the rule failed ({describe_exception(exc)}); the "
+            "rule is judged in the working dtype only"
+        )
+        return None
 
 
 def _exact_dot(A: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -120,9 +144,9 @@ def _full(target: Target, st: Setting, md: str) -> tuple[dict[str, Any], Any, An
     n, m, s = target.n, target.m, st.s
     # a scaled direction (s_j subnormal or huge) would underflow in the working dtype
     I = np.eye(m if md == "rev" else n)
-    fn, fn64 = (target.vjp, target.vjp64) if md == "rev" else (target.jvp, target.jvp64)
+    fn = target.vjp if md == "rev" else target.jvp
     ad = _rows(fn, I)
-    ad64 = _rows(fn64, I) if fn64 is not None else None
+    ad64 = _rows64(target, md, I)
     if md == "rev":
         ad, ad64 = ad.T, (ad64.T if ad64 is not None else None)
     with np.errstate(over="ignore"):
@@ -153,8 +177,8 @@ def _projected_rev(
     A = _rows(target.vjp, U)  # (k, n)
     # w holds powers of two, so the products are exact; fsum rounds the sum once
     ad, ad64, terms = _exact_dot(A, W), None, A * W
-    if target.vjp64 is not None:
-        A64 = _rows(target.vjp64, U)
+    A64 = _rows64(target, "rev", U)
+    if A64 is not None:
         ad64, terms = _exact_dot(A64, W), A64 * W
     q: dict[str, Any] = {}
     for key, v in _sides(st.dd).items():
@@ -173,7 +197,7 @@ def _projected_fwd(target: Target, st: Setting) -> tuple[dict[str, Any], Any, An
     W, m = st.W, target.m
     assert W is not None
     ad = _rows(target.jvp, W)  # (k, m)
-    ad64 = _rows(target.jvp64, W) if target.jvp64 is not None else None
+    ad64 = _rows64(target, "fwd", W)
     q: dict[str, Any] = dict(_sides(st.dd))
     scale = jacobian_scale(q["ref"])
     q["scale"] = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
