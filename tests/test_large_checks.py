@@ -58,7 +58,7 @@ class _Coupled(torch.nn.Module):
 
 
 def test_large_full_check_aims_at_the_loose_accuracy_on_the_short_ladder():
-    target = type("T", (), {"eps": F64_EPS})()
+    target = type("T", (), {"eps": F64_EPS, "vjp64": None, "jvp64": None})()
     accuracy, h_max, levels = _ladder(target, F64_EPS, N_FULL, DEFAULT_POLICY)  # type: ignore[arg-type]
     assert accuracy == DEFAULT_POLICY.large_full_accuracy
     assert levels == 4 and h_max == 2.0**-5
