@@ -426,16 +426,6 @@ def _why_unresolved(report: Report) -> str:
         rel = np.abs(e.reference_error[undecided]) / np.abs(e.reference[undecided])
     if not np.any(np.isfinite(rel)):
         return "the reference's error bars are unbounded" + notes
-    sharp = undecided[np.isfinite(rel) & (rel < np.sqrt(report.details.eps))]
-    if sharp.size == undecided.size:  # a precise reference: the rule's round-off undecided
-        i = int(sharp[int(np.argmax(e.difference[sharp]))])
-        return (
-            f"at {e.names[i]} autodiff differs from a precise reference by "
-            f"{_g(e.difference[i], 2)}, within the round-off a right rule can inherit from "
-            f"intermediates of the size of f in {report.details.working_dtype} "
-            f"({_g(e.tolerance[i], 2)}); with no float64 evaluation of the rule that cannot "
-            f"be told from a wrong rule{notes}"
-        )
     i = int(undecided[int(np.nanargmax(np.where(np.isfinite(rel), rel, -1.0)))])
     return (
         f"at {e.names[i]} the reference's error bar is ±{_g(e.reference_error[i], 2)}, "

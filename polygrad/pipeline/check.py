@@ -23,10 +23,12 @@ The decision rule (all quantities per compared entry):
   exactly 0, autodiff's own sets the scale, and where both are exactly 0
   (``floor`` away from its jumps, a stationary point), the function's size
   per input scale, ``|f_i| / s_j`` (:func:`polygrad.pipeline.autodiff.function_scale`);
-* every evaluation of the rule (working dtype, float64) is also allowed
-  ``c_ad · eps · |f_i| / s_j`` of its dtype: the round-off a right rule
-  inherits from intermediates of the size of ``f`` (``1 - tanh(x)^2`` from a
-  ``tanh(x)`` one ulp below 1, the cancelling terms of a layer norm's VJP);
+* where the rule is evaluated in float64 (promotion, or float64 code), each
+  evaluation is also allowed ``c_ad · eps · |f_i| / s_j`` of its dtype: the
+  round-off a right rule inherits from intermediates of the size of ``f``
+  (``1 - tanh(x)^2`` from a ``tanh(x)`` one ulp below 1, the cancelling terms
+  of a layer norm's VJP); a narrow dtype without a float64 evaluation gets no
+  such allowance (nothing would then tell it from a wrong rule);
 * ``tolerance = 2 e + c_ad · eps · scale`` (``e`` at least the accuracy a
   finite-difference reference was aimed at; where some entry fails, plus twice
   the largest move of the autodiff value a few ulps away, see

@@ -326,13 +326,14 @@ def findings(inp: JudgeInput) -> _Evidence:
             bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
                 inp.ad64, F64_EPS, coarse
             )
-        else:
+        elif inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
             bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f)
+        else:
+            # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
+            # of the rule's own intermediates (the gradient of a sum inherits none of the
+            # sum's round-off), so nothing is excused
+            bad_64 = bad_w
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
-        # a narrow working dtype with no float64 evaluation of the rule cannot tell a
-        # wrong rule from that round-off (the gradient of a large sum inherits none of
-        # the sum's): undecided, never PASS
-        undecided = excused & ~inp.have64 & (inp.eps_w > F64_EPS)
         fd = Findings(
             nonsmooth=nonsmooth,
             ad_finite=ad_finite,
@@ -340,7 +341,7 @@ def findings(inp: JudgeInput) -> _Evidence:
             bad_64=bad_64,
             bad_w=bad_w & ~excused,
             have64=inp.have64,
-            coarse=coarse | undecided,
+            coarse=coarse,
         )
     return _Evidence(ref, ref_err, np.where(excused, tol_f, tol_w), tol_64, within, fd)
 
