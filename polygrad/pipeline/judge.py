@@ -211,6 +211,23 @@ def judge(inp: JudgeInput) -> Entries:
     )
 
 
+_TINY = {
+    float(np.finfo(t).eps): float(np.finfo(t).tiny) for t in (np.float16, np.float32, np.float64)
+}
+_TINY[2.0**-7] = 2.0**-126  # bfloat16: float32's exponent range
+
+
+def underflow_floor(eps: float) -> float:
+    """The smallest normal number of the dtype whose machine epsilon is ``eps`` (0 for a
+    dtype not known here).
+
+    Below it a value keeps only absolute digits, and XLA and TensorFlow flush it to
+    zero (flush-to-zero): an autodiff value there can be wrong by about this much
+    whatever the rule.
+    """
+    return _TINY.get(float(eps), 0.0)
+
+
 class _Rule:
     """The tolerances of one :class:`JudgeInput` (helpers of :func:`findings`)."""
 
@@ -228,11 +245,17 @@ class _Rule:
         return np.where(e < self.least, self.least, e)  # NaN stays NaN
 
     def tolerances(self, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(working dtype, float64) tolerances around a reference with error bar ``e``."""
-        two_e = self.p.tolerance_factor * self.vouch(e)
+        """(working dtype, float64) tolerances around a reference with error bar ``e``.
+
+        The round-off allowed is ``c_ad`` ulps of the scale plus twice the dtype's
+        :func:`underflow_floor`, where round-off is absolute.
+        """
+        k, c = self.p.tolerance_factor, self.p.c_ad
+        two_e = k * self.vouch(e)
+        floor_w, floor_64 = k * underflow_floor(self.inp.eps_w), k * underflow_floor(F64_EPS)
         return (
-            two_e + self.p.c_ad * self.inp.eps_w * self.scale + self.extra_w,
-            two_e + self.p.c_ad * F64_EPS * self.scale + self.extra_64,
+            two_e + c * self.inp.eps_w * self.scale + floor_w + self.extra_w,
+            two_e + c * F64_EPS * self.scale + floor_64 + self.extra_64,
         )
 
     def agree(self, a: np.ndarray, ea: np.ndarray, b: np.ndarray, eb: np.ndarray) -> np.ndarray:
