@@ -293,21 +293,29 @@ class TorchRfft(torch.autograd.Function):
         return (g.conj() @ F).real * TorchRfft.scale
 
 
-@jax.custom_vjp
+def make_jax_rfft(scale: float):
+    """rfft with a custom VJP scaled by ``scale``: a new function per scale, as JAX
+    caches the trace of a rule per Python function (a global read in it is frozen)."""
+
+    @jax.custom_vjp
+    def rfft(x):
+        return jnp.fft.rfft(x)
+
+    def bwd(x, g):
+        # JAX's cotangent g = u - i v: dL/dx_j = Re(g F)
+        F = jnp.asarray(dft_rows(x.shape[-1]), dtype=g.dtype)
+        return ((g @ F).real.astype(x.dtype) * scale,)
+
+    rfft.defvjp(lambda x: (jnp.fft.rfft(x), x), bwd)
+    return rfft
+
+
+JAX_RFFT = {"f": make_jax_rfft(1.0)}
+
+
 def jax_rfft(x):
-    return jnp.fft.rfft(x)
+    return JAX_RFFT["f"](x)
 
-
-JAX_SCALE = {"scale": 1.0}
-
-
-def _jax_rfft_bwd(x, g):
-    # JAX's cotangent g = u - i v: dL/dx_j = Re(g F)
-    F = jnp.asarray(dft_rows(x.shape[-1]), dtype=g.dtype)
-    return ((g @ F).real.astype(x.dtype) * JAX_SCALE["scale"],)
-
-
-jax_rfft.defvjp(lambda x: (jnp.fft.rfft(x), x), _jax_rfft_bwd)
 
 TF_SCALE = {"scale": 1.0}
 
@@ -325,7 +333,7 @@ def tf_rfft(x):
 
 PLANTED = {
     "torch": (TorchRfft.apply, torch.tensor, lambda s: setattr(TorchRfft, "scale", s)),
-    "jax": (jax_rfft, jnp.asarray, lambda s: JAX_SCALE.update(scale=s)),
+    "jax": (jax_rfft, jnp.asarray, lambda s: JAX_RFFT.update(f=make_jax_rfft(s))),
     "tensorflow": (tf_rfft, tf.constant, lambda s: TF_SCALE.update(scale=s)),
 }
 
