@@ -526,7 +526,7 @@ def compare(
     ref_impl = _choose_reference(impls, reference)
     ref_prep, plan, ref = _reference_stages(ref_impl, argnums_t, opts)
     setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
-                      ref.vouched)  # fmt: skip
+                      ref.vouched, plan.f0)  # fmt: skip
     ref_report = make_report(ref_prep, plan, ref, assess(ref_prep, setting, ref.method, opts),
                              opts, t_start)  # fmt: skip
     y_ref, y_ref_err = _reference_primal(ref_prep.target, ref.method, dps)

@@ -81,6 +81,12 @@ class Policy:
         directions passes, or its worst ``|autodiff - reference| / tolerance``
         is at most this fraction of the full-space worst (see
         :mod:`polygrad.pipeline.subspace`).
+    c_lost : float
+        Hidden cancellation: where ``f`` itself is computed to a relative
+        accuracy ``rho`` only (its value made from intermediates far larger
+        than itself, ``40 + log1p(e^-28) - 40``), each entry of its row may be
+        off by ``c_lost * rho`` times its scale (see
+        :func:`polygrad.pipeline.judge.findings`).
     """
 
     c_ad: float = 64.0
@@ -102,6 +108,7 @@ class Policy:
     dither_ulps: int = 2
     dither_allowance: float = 2.0
     subspace_explains: float = 0.1
+    c_lost: float = 4.0
 
 
 DEFAULT_POLICY = Policy()

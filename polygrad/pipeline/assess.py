@@ -16,8 +16,8 @@ import numpy as np
 from ..backends.base import Target
 from ..details import Escalation
 from ..report import SEVERITY, Entries, Verdict
-from .autodiff import Setting, autodiff_roundoff, gather
-from .judge import concat_entries, judge
+from .autodiff import Setting, autodiff_roundoff, f_accuracy, gather
+from .judge import DOUBT, concat_entries, judge
 from .prepare import Options, Prepared
 from .reference import escalate, name_deciders
 
@@ -120,6 +120,59 @@ def _directions(st: Setting) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
     return st.s.size, rows
 
 
+def _with_f_mp(target: Target, st: Setting, blocks: list[Entries], opts: Options) -> Setting | None:
+    """``st`` with ``f`` at the point on mpmath numbers, where entries are still in doubt.
+
+    Where ``f`` itself is made from intermediates far larger than itself, its
+    float64 value keeps few digits, and so may a right rule's float64
+    evaluation; only mp can say how many (one evaluation). None where nothing
+    is in doubt, mp is not asked for or the function does not run on it.
+    """
+    codes = [SEVERITY[v] for v in DOUBT]
+    if st.f0_mp is not None or opts.reference not in ("auto", "mp"):
+        return None
+    if not any(np.isin(b.status, codes).any() for b in blocks):
+        return None
+    try:
+        if not target.mp_mode():
+            return None
+        assert target.evaluate_mp is not None
+        y = target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
+        f0_mp = np.array([float(v) for v in np.ravel(y)], dtype=np.float64)
+    except Exception:  # noqa: BLE001 - optional evidence: judge without it
+        return None
+    return replace(st, f0_mp=f0_mp)
+
+
+def _hidden(target: Target, st: Setting, opts: Options) -> bool:
+    """Whether ``f`` itself lost far more digits than its dtype's round-off."""
+    lost_w, _ = f_accuracy(target, st)
+    return lost_w is not None and bool(np.any(lost_w > opts.policy.c_ad * target.eps))
+
+
+def _hidden_note(target: Target, st: Setting, opts: Options) -> str | None:
+    """The note on ``f`` computed to far fewer digits than its dtype has, or None."""
+    lost_w, _ = f_accuracy(target, st)
+    if lost_w is None or lost_w.size == 0:
+        return None
+    i = int(np.argmax(lost_w))
+    if lost_w[i] <= opts.policy.c_ad * target.eps:
+        return None
+    best = st.f0_mp if st.f0_mp is not None else st.f0
+    assert best is not None
+    name = target.output_layout.name_of(i) if target.m > 1 else "f"
+    y0 = float(np.ravel(np.asarray(target.y0, dtype=np.float64))[i])
+    source = "mp" if st.f0_mp is not None else "float64"
+    none = " (no correct digit)" if lost_w[i] >= 0.5 else ""
+    return (
+        f"{name} itself is computed here with a relative error of {lost_w[i]:.2g}{none} in "
+        f"{target.working_dtype} ({y0:.6g}, against {float(np.ravel(best)[i]):.6g} in "
+        f"{source}): hidden cancellation, a value made from intermediates far larger than "
+        f"itself; a right rule computed from them loses as much, so each entry of that output "
+        f"is allowed {opts.policy.c_lost:g} times that share of its scale"
+    )
+
+
 def assess(
     prep: Prepared, st: Setting, method: str, opts: Options, ref_target: Target | None = None
 ) -> Assessment:
@@ -144,11 +197,20 @@ def assess(
     if opts.reference == "auto" and method != "mp":
         # no entry fails on a finite-difference reference while a stronger one can be had
         source = prep.target if ref_target is None else ref_target
-        merged = escalate(source, st.dd, blocks, _directions(st), opts, details)
+        kinks = _hidden(prep.target, st, opts)
+        merged = escalate(source, st.dd, blocks, _directions(st), opts, details, kinks)
         if merged is not None:
             st = replace(st, dd=merged)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
-            name_deciders(blocks, details, method)
+    with_mp = _with_f_mp(prep.target if ref_target is None else ref_target, st, blocks, opts)
+    if with_mp is not None:
+        st = with_mp
+        blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
+    if "escalation" in details:
+        name_deciders(blocks, details, method)
+    hidden = _hidden_note(prep.target, st, opts)
+    if hidden is not None:
+        details["notes"].append(hidden)
     esc = details.get("escalation")
     return Assessment(
         concat_entries(blocks, prep.modes), st, tuple(details["notes"]),

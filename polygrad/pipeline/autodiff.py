@@ -21,10 +21,19 @@ from ..backends.base import Backend, Supplied, Target, describe_exception
 from ..dither import dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
+from ..reference.steps import F64_EPS
 from ..report import Entries
 from .judge import JudgeInput
 
-__all__ = ["Setting", "autodiff_roundoff", "function_scale", "gather", "jacobian_scale"]
+__all__ = [
+    "Setting",
+    "autodiff_roundoff",
+    "digits_lost",
+    "f_accuracy",
+    "function_scale",
+    "gather",
+    "jacobian_scale",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,10 @@ class Setting:
         Machine epsilon of the reference's arithmetic.
     vouched : float
         Relative accuracy the reference vouches for (0 for mp).
+    f0 : ndarray, shape (m,), or None
+        ``f`` at the point in the reference's arithmetic (float64 where it has one).
+    f0_mp : ndarray, shape (m,), or None
+        ``f`` at the point on mpmath numbers, rounded to float64, where computed.
     """
 
     dd: DirectionalDerivatives
@@ -56,6 +69,8 @@ class Setting:
     rng_state: Any
     ref_eps: float
     vouched: float
+    f0: np.ndarray | None = None
+    f0_mp: np.ndarray | None = None
 
 
 def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256) -> Any:
@@ -122,6 +137,50 @@ def function_scale(y0: np.ndarray) -> np.ndarray:
     a = np.abs(np.where(np.isfinite(y0), y0, 0.0))
     rms = float(np.sqrt(np.mean(a**2))) if a.size else 0.0
     return np.where(a > 0, a, rms)
+
+
+def digits_lost(value: np.ndarray, accurate: np.ndarray) -> np.ndarray:
+    """``(m,)`` relative accuracy of ``value`` against ``accurate``, between 0 and 1.
+
+    ``|value - accurate| / max(|value|, |accurate|)``: 1 where one of them is 0
+    and the other not (every digit lost), 0 where both are 0 or either is not
+    finite (nothing measured).
+    """
+    v = np.ravel(np.asarray(value, dtype=np.float64))
+    a = np.ravel(np.asarray(accurate, dtype=np.float64))
+    with np.errstate(all="ignore"):
+        rho = np.abs(v - a) / np.maximum(np.abs(v), np.abs(a))
+    return np.where(np.isfinite(rho), rho, 0.0)
+
+
+def f_accuracy(target: Target, st: Setting) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(working, float64) relative accuracy of ``f`` itself at the point, per output.
+
+    The working dtype's value is measured against the most accurate value known
+    (mp, else float64). The float64 value is measured against mp where known;
+    otherwise, for a narrow working dtype, it is the working dtype's loss scaled
+    by the ratio of the machine epsilons (round-off of one computation is linear
+    in the unit round-off). None where nothing can be said.
+    """
+    best = st.f0_mp if st.f0_mp is not None else st.f0
+    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
+    if best is None or np.size(best) != y0.size:
+        return None, None
+    lost_w = digits_lost(y0, best)
+    if st.f0_mp is not None and st.f0 is not None and np.size(st.f0) == y0.size:
+        return lost_w, digits_lost(st.f0, st.f0_mp)
+    if target.eps > F64_EPS:
+        return lost_w, lost_w * (F64_EPS / target.eps)
+    return lost_w, None
+
+
+def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, ...]) -> Any:
+    """An output's accuracy on each of its entries (a projection mixing outputs: the worst)."""
+    if lost is None:
+        return None
+    if not st.full and md == "rev":
+        return np.full(shape, float(np.max(lost)) if lost.size else 0.0).ravel()
+    return np.broadcast_to(lost[None, :], shape).ravel()
 
 
 def _output_names(target: Target) -> list[str]:
@@ -244,6 +303,8 @@ def gather(
     ad = np.ravel(ad)
     flat = {k: np.ravel(q[k]) for k in ("ref", "ref_err", "left", "left_err", "right")}
     fscale = np.ravel(q["fscale"])
+    lost_w, lost_64 = f_accuracy(target, st)
+    shape = np.shape(q["ref"])
     return JudgeInput(
         names=q["names"],
         ad=ad,
@@ -259,6 +320,8 @@ def gather(
         allowance_w=None if allowance is None else allowance[0],
         allowance_64=None if allowance is None else allowance[1],
         policy=policy,
+        lost_w=_per_entry(lost_w, st, md, shape),
+        lost_64=_per_entry(lost_64, st, md, shape),
         **flat,
     )
 

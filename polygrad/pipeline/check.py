@@ -230,7 +230,7 @@ def check(
     plan = make_plan(prep.target, opts, cache_request(f, args, prep, opts))
     ref = compute_reference(prep.target, plan, opts, prep)
     setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
-                      ref.vouched)  # fmt: skip
+                      ref.vouched, plan.f0)  # fmt: skip
     judged = assess(prep, setting, ref.method, opts)
     again = recheck_on_subspace(prep, plan, ref, judged, opts)
     if again is not None:  # a gradient defined on the symmetric subspace: checked there

@@ -61,7 +61,11 @@ class JudgeInput:
     allowance_w, allowance_64 : ndarray or None
         Measured autodiff round-off (see :mod:`polygrad.dither`), or None.
     policy : Policy
-        ``c_ad`` and ``tolerance_factor``.
+        ``c_ad``, ``c_lost`` and ``tolerance_factor``.
+    lost_w, lost_64 : ndarray or None
+        The relative accuracy ``rho`` (at most 1) to which the entry's output of
+        ``f`` itself is computed in the working dtype and in float64 (see
+        :func:`polygrad.pipeline.autodiff.digits_lost`), or None where not known.
     """
 
     names: list[str]
@@ -83,6 +87,8 @@ class JudgeInput:
     allowance_w: np.ndarray | None = None
     allowance_64: np.ndarray | None = None
     policy: Policy = DEFAULT_POLICY
+    lost_w: np.ndarray | None = None
+    lost_64: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +247,20 @@ class _Rule:
         narrow = inp.have64 and inp.eps_w > F64_EPS
         self.scale_w = np.maximum(scale, fscale) if narrow else scale
 
+    def hidden(self) -> tuple[np.ndarray, np.ndarray]:
+        """(working, float64) round-off of ``f``'s own hidden cancellation, per entry.
+
+        Where ``f`` itself keeps only a relative accuracy ``rho`` in an arithmetic
+        (its value made from intermediates far larger than itself), a right rule
+        computed from the same intermediates can lose as much: ``c_lost * rho``
+        times the entry's scale.
+        """
+        c, inp = self.p.c_lost, self.inp
+        zero = np.zeros_like(inp.ad)
+        lost_w = zero if inp.lost_w is None else np.nan_to_num(inp.lost_w)
+        lost_64 = zero if inp.lost_64 is None else np.nan_to_num(inp.lost_64)
+        return c * lost_w * self.scale, c * lost_64 * self.scale
+
     def vouch(self, e: np.ndarray) -> np.ndarray:
         return np.where(e < self.least, self.least, e)  # NaN stays NaN
 
@@ -342,10 +362,12 @@ def findings(inp: JudgeInput) -> _Evidence:
         # intermediates of the size of f: in the float64 evaluation (or a float64
         # working dtype) that decides MISMATCH, and in the working dtype that decides
         # UNSTABLE; the entries it excuses show that tolerance
+        # (and, where f itself is computed to a few digits only, the digits it lost)
         inherited = np.maximum(inp.fscale - scale, 0.0)
-        tol_f = tol_w + p.c_ad * inp.eps_w * inherited
+        hidden_w, hidden_64 = rule.hidden()
+        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden_w
         if inp.have64:
-            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited
+            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + hidden_64
             bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
                 inp.ad64, F64_EPS, coarse
             )
@@ -354,8 +376,8 @@ def findings(inp: JudgeInput) -> _Evidence:
         else:
             # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
             # of the rule's own intermediates (the gradient of a sum inherits none of the
-            # sum's round-off), so nothing is excused
-            bad_64 = bad_w
+            # sum's round-off); only the digits f itself lost are excused
+            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_w + hidden_w)
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
         fd = Findings(
             nonsmooth=nonsmooth,

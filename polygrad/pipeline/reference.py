@@ -17,7 +17,7 @@ from ..reference.differences import DirectionalDerivatives
 from ..reference.noise import output_resolution
 from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder
-from ..report import SEVERITY, Entries
+from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
 from .plan import Plan
 from .prepare import Options
@@ -275,8 +275,8 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
     return ref
 
 
-def _doubtful_directions(blocks: list[Entries], d: int) -> list[int]:
-    codes = [SEVERITY[v] for v in DOUBT]
+def _doubtful_directions(blocks: list[Entries], d: int, kinks: bool = False) -> list[int]:
+    codes = [SEVERITY[v] for v in DOUBT] + ([SEVERITY[Verdict.NONSMOOTH]] if kinks else [])
     return sorted({int(i) // (b.status.size // d) for b in blocks
                    for i in np.flatnonzero(np.isin(b.status, codes))})  # fmt: skip
 
@@ -284,7 +284,7 @@ def _doubtful_directions(blocks: list[Entries], d: int) -> list[int]:
 def escalate(
     target: Target, dd: DirectionalDerivatives, blocks: list[Entries],
     directions: tuple[int, Callable[[np.ndarray], np.ndarray]], opts: Options,
-    details: dict[str, Any],
+    details: dict[str, Any], kinks: bool = False,
 ) -> DirectionalDerivatives | None:  # fmt: skip
     """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
 
@@ -295,10 +295,13 @@ def escalate(
     more; None when there are none, when the function does not run on mpmath
     numbers, or when mp along them would take more than
     ``policy.mp_auto_seconds`` (a note says so). ``details["escalation"]``
-    records what was done; notes go to ``details["notes"]``.
+    records what was done; notes go to ``details["notes"]``. With ``kinks``
+    (``f`` itself lost digits to hidden cancellation, so that its float64 values
+    can form a staircase whose one-sided differences look like a kink), the
+    directions of NONSMOOTH entries are re-estimated too.
     """
     d, rows = directions
-    dirs = _doubtful_directions(blocks, d)
+    dirs = _doubtful_directions(blocks, d, kinks)
     if not dirs:
         return None
     p = opts.policy

@@ -378,7 +378,8 @@ def recheck_on_subspace(
         sub = symmetric_projections(target, plan.W, leaves)
     plan2 = replace(plan, full=False, W=sub.W, cached=None, cache_slot=None)
     ref2 = compute_reference(target, plan2, opts, prep)
-    st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched)
+    st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched,
+                 plan.f0)  # fmt: skip
     blocks, st, details = _judge_subspace(prep, st, sub, ref2.method, opts)
     entries = concat_entries(blocks, prep.modes)
     passed = not np.any(np.isin(entries.status, _FAIL))
