@@ -237,6 +237,45 @@ def test_cancellation_of_the_rules_own_making_is_unstable(backend):
     assert report.entries.reference[0] == pytest.approx(truth, rel=1e-6)
 
 
+def clip_of_max(backend: Any) -> Any:
+    """``clip(max(x), -2, 1)`` with the framework's own max and clip."""
+    if backend.name == "torch":
+        import torch
+
+        return lambda x: torch.clamp(torch.max(x), -2.0, 1.0)
+    if backend.name == "tensorflow":
+        import tensorflow as tf
+
+        return lambda x: tf.clip_by_value(tf.reduce_max(x), -2.0, 1.0)
+    xp = backend.namespace
+    return lambda x: xp.clip(xp.max(x), -2.0, 1.0)
+
+
+def test_kink_hidden_from_every_axis_is_nonsmooth(backend):
+    """clip(max(x), -2, 1) at the tie x = (1, 1): f is flat along each axis (both partial
+    derivatives exist and are 0) but falls with slope 1 along -(1, 1), so f has no
+    derivative there, and autodiff's generalized derivative ((0.5, 0.5), (1, 0), ...)
+    differs from the partials. NONSMOOTH (ok under the default nonsmooth="allow"), with
+    the one-sided derivatives along the diagonal named; at x = (0.5, 0.2), where f is
+    smooth, a rule 1e-3 too large is still MISMATCH."""
+    fn = clip_of_max(backend)
+    x = np.array([1.0, 1.0], np.float32)
+    onehot = np.array([1.0, 0.0])
+    report = backend.check(fn, x, grad=lambda x: onehot)
+    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
+    np.testing.assert_array_equal(report.entries.reference, 0.0)
+    note = next(n for n in report.notes if "no single input shows" in n)
+    assert "left derivative is 1 and its right derivative 0" in note
+    assert not backend.check(fn, x, grad=lambda x: onehot, nonsmooth="fail").ok
+
+    def bad(x):
+        return fn(x) + 1e-3 * (x[0] - stop(backend, x)[0])
+
+    smooth = np.array([0.5, 0.2], np.float32)
+    planted = backend.check(bad, smooth, grad=lambda x: onehot * (1 + 1e-3))
+    assert planted.verdict == Verdict.MISMATCH, str(planted)
+
+
 # ---- NaN at a kink ------------------------------------------------------------------------
 
 

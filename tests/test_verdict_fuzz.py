@@ -301,12 +301,8 @@ def test_every_interpreter_computes_the_numpy_value(backend: Any) -> None:
 # ------------------------------------------------- minimal programs the fuzzer found
 
 
-HIDDEN_KINK = (
-    "polygrad bug: at a kink where every partial derivative exists (clip at its bound of a "
-    "max over tied entries: f is flat along each axis, not along the diagonal) autodiff "
-    "returns a Clarke subgradient (0.25, 0.25), the partials along the axes are 0, and the "
-    "verdict is MISMATCH instead of NONSMOOTH"
-)
+# clip at its bound of a max over tied entries: flat along each axis, a kink along the
+# diagonal; autodiff's Clarke subgradient (0.25, 0.25) differs from the partials (0, 0)
 TIED_CLIP = Program(
     op("clip", op("max", X, p=(None,)), p=(-2.0, 1.0)), (1, 2), "float32", (1.0, 1.0)
 )
@@ -409,19 +405,19 @@ FOUND = [
         ),
     ),
     _found("numpy", Program(op("layer_norm", X), (2,), "float64", (0.38789978764504374, -1.0))),
-    _found("numpy", TIED_CLIP, HIDDEN_KINK),
+    _found("numpy", TIED_CLIP),
     _found("numpy", LOG1P_TINY, HIDDEN_CANCELLATION),
     _found("numpy", ERF_OF_MEAN),
     _found("numpy", LOG_SOFTMAX),
     _found("torch", LOG_SOFTMAX),
     _found("jax", LOG_SOFTMAX),
     _found("tensorflow", LOG_SOFTMAX),
-    _found("torch", TIED_CLIP, HIDDEN_KINK),
+    _found("torch", TIED_CLIP),
     _found("torch", SOFTPLUS_LOG_SOFTMAX),
     _found("torch", LAYER_NORM_OF_TWO),
     _found("torch", _saturated("tanh", "float64", 20.0)),  # the rule gives exactly 0
-    _found("jax", TIED_CLIP, HIDDEN_KINK),
-    _found("tensorflow", TIED_CLIP, HIDDEN_KINK),
+    _found("jax", TIED_CLIP),
+    _found("tensorflow", TIED_CLIP),
     _found("torch", _saturated("sigmoid", "float64", 24.0)),
     _found("torch", _saturated("tanh", "float32", 15.0)),
     _found("jax", _saturated("sigmoid", "float64", 24.0)),
