@@ -126,19 +126,23 @@ def _between(
 
 
 def hidden_kinks(
-    prep: Prepared, plan: Plan, judged: Assessment, opts: Options
-) -> Assessment | None:
+    prep: Prepared, plan: Plan, judged: Assessment, opts: Options,
+    ref_prep: Prepared | None = None,
+) -> Assessment | None:  # fmt: skip
     """``judged`` with the MISMATCH entries at a kink hidden from the axes made NONSMOOTH.
 
+    ``prep`` is the implementation judged; the reference along the new directions
+    comes from ``ref_prep`` (default ``prep``), as in :func:`polygrad.compare`.
     None when the check is not full, has no MISMATCH, or no kink is found.
     """
     e = judged.entries
     target = prep.target
+    source = prep if ref_prep is None else ref_prep
     if not plan.full or not np.any(e.status == _MISMATCH) or e.status.size % target.n:
         return None
     W, outputs, members = disagreement_directions(e, target.x0, plan.s, target.m)
     plan2 = replace(plan, full=False, W=W, cached=None, cache_slot=None)
-    dd = compute_reference(target, plan2, opts, prep).dd
+    dd = compute_reference(source.target, plan2, opts, source).dd
     status, within = e.status.copy(), e.within_one_sided.copy()
     found = []
     for r, (i, hit) in enumerate(zip(outputs, members, strict=True)):
