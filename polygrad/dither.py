@@ -21,10 +21,11 @@ autodiff values there only when some entry fails, and allows each entry twice
 the largest move it saw (:data:`ALLOWANCE`). A wrong rule does not move with
 the input (it is wrong by the same amount a few ulps away), so it still
 fails; a rule that loses digits to cancellation of its own making, such as
-``1 - cos(x)`` for the derivative of ``x - sin(x)`` near 0, rounds the same
-way a few ulps away and is still ``UNSTABLE``. An autodiff value that does not move
-at all under a move of a few ulps (``1 - tanh(x)^2`` at ``x = 8`` in float64, whose
-``tanh(x)`` rounds to the same number) is moved further (:func:`move_sizes`).
+``sin(x)/x^2 - 2 (1 - cos x)/x^3`` for the derivative of ``(1 - cos x)/x^2``
+near 0, rounds the same way a few ulps away and is still ``UNSTABLE``. An
+autodiff value that does not move at all under a move of a few ulps
+(``1 - tanh(x)^2`` at ``x = 8`` in float64, whose ``tanh(x)`` rounds to the
+same number) is moved further (:func:`move_sizes`).
 """
 
 from __future__ import annotations

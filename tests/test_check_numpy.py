@@ -586,8 +586,9 @@ def test_round_off_of_a_right_rule_is_measured_a_few_ulps_away():
     terms, beyond 64 eps times the entry's scale; a few ulps away it moves by as much,
     so it is allowed (PASS against the mp reference). A planted error does not move:
     a float32 rule with one entry wrong by 1e-4 is still MISMATCH at that entry only,
-    and 1 - cos(x) for x - sin(x) near 0 (a cancellation of the rule's own making,
-    which rounds the same way a few ulps away) is still UNSTABLE."""
+    and the rule of (1 - cos x) / x^2 near 0 (a cancellation of the rule's own making,
+    far beyond what f itself loses, which rounds the same way a few ulps away) is still
+    UNSTABLE."""
     x = np.random.default_rng(0).normal(size=50) + 100
     var = pg.check(
         lambda x: np.mean(x**2) - np.mean(x) ** 2, x,
@@ -617,8 +618,9 @@ def test_round_off_of_a_right_rule_is_measured_a_few_ulps_away():
     assert bad.verdict == Verdict.MISMATCH
     assert np.flatnonzero(bad.entries.status == bad.entries.status.max()).tolist() == [3]
     own = pg.check(
-        lambda x: np.sum(x - np.sin(x)), np.array([1e-3], np.float32), grad=lambda x: 1 - np.cos(x)
-    )
+        lambda x: np.sum((1 - np.cos(x)) / x**2), np.array([1e-2], np.float32),
+        grad=lambda x: np.sin(x) / x**2 - 2 * (1 - np.cos(x)) / x**3,
+    )  # fmt: skip
     assert own.verdict == Verdict.UNSTABLE
 
 

@@ -87,7 +87,9 @@ def disagreement_directions(
             j = (k % per) // m
             w[j] = (sign[k] if sign[k] != 0 else 1.0) * s[j]
         tied = np.isin(x0, x0[w != 0]) & (w == 0)
-        for extra in [0.0] if not np.any(tied) else [0.0, 1.0, -1.0]:
+        # a single coordinate direction was measured already: only ties add one
+        first = [0.0] if np.count_nonzero(w) > 1 else []
+        for extra in first + ([1.0, -1.0] if np.any(tied) else []):
             rows.append(np.where(tied, extra * s, w))
             outputs.append(i)
             members.append(np.asarray(hit))
@@ -141,7 +143,11 @@ def hidden_kinks(
     if not plan.full or not np.any(e.status == _MISMATCH) or e.status.size % target.n:
         return None
     W, outputs, members = disagreement_directions(e, target.x0, plan.s, target.m)
-    plan2 = replace(plan, full=False, W=W, cached=None, cache_slot=None)
+    if W.shape[0] == 0:
+        return None
+    # where mp decided the entries in doubt, it also decides along the new directions
+    method = "mp" if judged.escalation is not None else plan.method
+    plan2 = replace(plan, full=False, W=W, cached=None, cache_slot=None, method=method)
     dd = compute_reference(source.target, plan2, opts, source).dd
     status, within = e.status.copy(), e.within_one_sided.copy()
     found = []
