@@ -3,8 +3,11 @@ reusing it never changes a value or a verdict."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import mpmath
 import numpy as np
+import pytest
 
 import polygrad as pg
 from polygrad.backends.mpmath import make_context, mp_evaluator
@@ -76,3 +79,52 @@ def test_a_float64_numpy_check_after_another_point_is_right() -> None:
         assert ok.details.reference.method == "mp"
         bad = pg.check(f, x, grad=wrong)
         assert bad.verdict == pg.Verdict.MISMATCH and not bad.ok
+
+
+def _counting_resolution(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    import polygrad.pipeline.reference as stage
+
+    calls: list[int] = []
+    real = stage.output_resolution
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(stage, "output_resolution", counted)
+    return calls
+
+
+def test_an_mp_reference_reads_no_value_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grid of f's values feeds the noise model of finite differences only."""
+    calls = _counting_resolution(monkeypatch)
+    x = np.array([0.3, -1.2, 2.0])
+    report = pg.check(lambda v: np.sum(np.sin(v) * v), x, grad=lambda v: np.cos(v) * v + np.sin(v))
+    assert report.details.reference.method == "mp"
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert calls == []
+    float64 = pg.check(
+        lambda v: np.sum(np.sin(v) * v), x, grad=lambda v: np.cos(v) * v + np.sin(v),
+        reference="float64",
+    )  # fmt: skip
+    assert float64.verdict == pg.Verdict.PASS and float64.ok and calls == [1]
+
+
+def test_an_mp_reference_that_fails_falls_back_with_the_value_grid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = _counting_resolution(monkeypatch)
+    x = np.array([0.3, -1.2, 2.0])
+
+    def f(v: np.ndarray) -> Any:
+        if v.dtype == object and not all(a == b for a, b in zip(v, x, strict=True)):
+            raise TypeError("this function runs on mpmath numbers only at x")
+        return np.sum(np.sin(v))
+
+    report = pg.check(f, x, grad=np.cos)
+    assert report.details.reference.method == "float64"
+    assert any("the mp reference failed" in note for note in report.details.notes)
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    assert calls == [1]
+    wrong = pg.check(f, x, grad=lambda v: np.cos(v) * (1 + 1e-6))
+    assert wrong.verdict == pg.Verdict.MISMATCH and not wrong.ok
