@@ -3,6 +3,8 @@ reusing it never changes a value or a verdict."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import mpmath
@@ -128,3 +130,16 @@ def test_an_mp_reference_that_fails_falls_back_with_the_value_grid(
     assert calls == [1]
     wrong = pg.check(f, x, grad=lambda v: np.cos(v) * (1 + 1e-6))
     assert wrong.verdict == pg.Verdict.MISMATCH and not wrong.ok
+
+
+def test_rerunning_the_small_latency_rows_replaces_them(tmp_path: Path) -> None:
+    """``python -m benchmarks latency --jobs small:...`` keeps the other rows, once each."""
+    from benchmarks.latency import _kept_rows
+
+    small = {"n": 10, "framework": "jax", "dtype": "float32", "verdict": "PASS"}
+    other = {"n": 10, "framework": "jax", "dtype": "float64", "verdict": "PASS"}
+    large = {"n": 10000, "framework": "torch", "dtype": "float64", "strategy": "full"}
+    path = tmp_path / "latency.json"
+    path.write_text(json.dumps({"rows": [small, other, large]}))
+    assert _kept_rows(path, ["small:jax,float32"]) == [other, large]
+    assert _kept_rows(path, ["full:10000"]) == [small, other]
