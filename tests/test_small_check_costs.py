@@ -39,6 +39,10 @@ def test_point_at_serves_a_new_point_or_context_anew() -> None:
     c = point_at(ctx30, x0, np.array([0.5, 0.0]))  # the first point, another context
     assert list(a) == [1, 2] and list(b) == [2, 3] and list(c) == [1.5, 2]
     assert all(isinstance(v, ctx30.mpf) for v in c)
+    # steps from one point reuse its conversion: entries not stepped are the same objects
+    d1, d2 = point_at(ctx50, x0, np.array([1e-20, 0.0])), point_at(ctx50, x0, np.zeros(2))
+    e1 = point_at(ctx50, x0, np.array([0.0, 1e-20]))
+    assert d1[1] is d2[1] and d2[0] is e1[0] and d1[0] is not d2[0]
     x0[0] = 5.0  # the same array object, changed in place: not served stale
     assert list(point_at(ctx50, x0, np.zeros(2))) == [5, 2]
 
