@@ -484,6 +484,8 @@ def _row_job(row: dict[str, Any]) -> str:
     """The job a stored row came from (``full:10000``), where it can be told."""
     if row.get("strategy") in ("full", "projections"):
         return f"{row['strategy']}:{row['n']}"
+    if row.get("n") == 10 and "framework" in row and "dtype" in row:
+        return f"small:{row['framework']},{row['dtype']}"
     return row.get("job", "")
 
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..mpexec.values import point_at
+
 __all__ = ["MP_UFUNC_METHODS", "make_context", "mp_array", "mp_evaluator", "MpmathBackend"]
 
 # ufunc name -> mpmath function name (unary unless listed in _BINARY)
@@ -159,11 +161,7 @@ def mp_evaluator(
 
     def evaluate(x0: np.ndarray, dx: np.ndarray, dps: int) -> np.ndarray:
         ctx = _shared_context(int(dps))
-        flat = np.empty(x0.size, dtype=object)
-        flat[:] = [
-            ctx.mpf(float(a)) + ctx.mpf(float(b))
-            for a, b in zip(x0.ravel(), dx.ravel(), strict=True)
-        ]
+        flat = point_at(ctx, x0, dx)
         leaves, off = [], 0
         for shape in shapes:
             size = int(np.prod(shape, dtype=np.int64))

@@ -14,7 +14,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["leaves_at", "mp_array", "mpf_of"]
+__all__ = ["leaves_at", "mp_array", "mpf_of", "point_at"]
+
+_LAST_POINT: dict[str, tuple[Any, bytes, list[Any]]] = {}
+"""The last point converted (its context, its bytes, its ``mpf`` values): an mp reference
+evaluates many steps from one point."""
 
 
 def mpf_of(ctx: Any, v: Any) -> Any:
@@ -81,14 +85,47 @@ def leaves_at(
     list of numpy.ndarray
         One object array of ``ctx.mpf`` per shape (each its own memory).
     """
-    flat = np.empty(np.size(x0), dtype=object)
-    flat[:] = [
-        ctx.mpf(float(a)) + ctx.mpf(float(b))
-        for a, b in zip(np.ravel(x0), np.ravel(dx), strict=True)
-    ]
+    flat = point_at(ctx, x0, dx)
     leaves, off = [], 0
     for shape in shapes:
         size = int(np.prod(shape, dtype=np.int64))
         leaves.append(flat[off : off + size].copy().reshape(shape))
         off += size
     return leaves
+
+
+def point_at(ctx: Any, x0: np.ndarray, dx: np.ndarray) -> np.ndarray:
+    """The flat point ``x0 + dx`` as an object array of ``ctx.mpf``, summed exactly.
+
+    ``x0`` is converted once for the steps taken from it (the last point is
+    kept), and only the nonzero entries of ``dx`` are added: a step along a
+    coordinate direction costs one conversion and one addition.
+
+    Parameters
+    ----------
+    ctx : mpmath.MPContext
+        Its precision must hold the exact sum (see :func:`leaves_at`).
+    x0, dx : numpy.ndarray
+        float64, ``n`` entries each (any shape; read flat).
+
+    Returns
+    -------
+    numpy.ndarray
+        dtype ``object``, shape ``(n,)``; a new array.
+    """
+    x = np.ravel(np.asarray(x0, dtype=np.float64))
+    d = np.ravel(np.asarray(dx, dtype=np.float64))
+    if x.shape != d.shape:
+        raise ValueError(f"x0 has {x.size} entries and dx {d.size}")
+    key = x.tobytes()
+    last = _LAST_POINT.get("point")
+    if last is not None and last[0] is ctx and last[1] == key:
+        base = last[2]
+    else:
+        base = [ctx.mpf(float(a)) for a in x]
+        _LAST_POINT["point"] = (ctx, key, base)
+    flat = np.empty(x.size, dtype=object)
+    flat[:] = base
+    for i in np.flatnonzero(d):
+        flat[i] = base[i] + ctx.mpf(float(d[i]))
+    return flat

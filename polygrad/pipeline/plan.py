@@ -235,6 +235,30 @@ def _time_per_row(ref_fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray) ->
     return probe_seconds(lambda: ref_fn(np.repeat(x0[None, :], probe, axis=0))) / probe
 
 
+def _strategy(
+    target: Target,
+    ref_fn: Callable[[np.ndarray], np.ndarray],
+    ref_eps: float,
+    t_one: float,
+    opts: Options,
+) -> tuple[float, bool]:
+    """(seconds per evaluated point, full Jacobian or not).
+
+    A batch of evaluations is timed only where it decides the strategy (``"auto"``
+    beyond ``policy.full_auto_inputs`` inputs); otherwise the time of the one
+    evaluation at ``x0``, ``t_one``, an upper bound of a batched point's, serves the
+    progress display.
+    """
+    n, p = target.n, opts.policy
+    if opts.strategy != "auto":
+        return t_one, opts.strategy == "full"
+    if n <= p.full_auto_inputs:
+        return t_one, True
+    t_row = _time_per_row(ref_fn, target.x0)
+    full_cost = n * 2 * _ladder(target, ref_eps, n, p)[2] * t_row * 1.5
+    return t_row, full_cost <= opts.budget
+
+
 def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) -> Plan:
     """Choose the reference's arithmetic, the strategy, mp or not, and the directions.
 
@@ -244,18 +268,15 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     notes: list[str] = []
     n, p = target.n, opts.policy
     ref_fn, ref_eps, method = _arithmetic(target, opts.reference, notes)
-    f0 = ref_fn(target.x0[None, :])[0]
+    at_x0: list[np.ndarray] = []
+    t_one = probe_seconds(lambda: at_x0.append(ref_fn(target.x0[None, :])[0]))
+    f0 = at_x0[0]
     # away from x, a point where f raises is a point where f is not finite
     raised: dict[str, Any] = {}
     ref_fn = raising_points_as_nan(ref_fn, target.m, raised)
     rng = np.random.default_rng(opts.seed)
     s = pow2_scales(target.x0)
-    t_row = _time_per_row(ref_fn, target.x0)
-    full_cost = n * 2 * _ladder(target, ref_eps, n, p)[2] * t_row * 1.5
-    if opts.strategy == "auto":
-        full = n <= p.full_auto_inputs or full_cost <= opts.budget
-    else:
-        full = opts.strategy == "full"
+    t_row, full = _strategy(target, ref_fn, ref_eps, t_one, opts)
     accuracy, h_max, levels = _ladder(target, ref_eps, n if full else opts.projections, p)
     strict = _ladder(target, ref_eps, 0, p)[0]
     d = n if full else opts.projections

@@ -229,6 +229,18 @@ def _tighten(
                                              None), idx)  # fmt: skip
 
 
+def _read_resolution(
+    fn: Callable[..., Any], target: Target, plan: Plan, opts: Options, info: dict[str, Any]
+) -> None:
+    """``info["_resolution"]``: the grid of f's values, which the noise model of finite
+    differences needs (a small result of cancelling terms rounds at their size); an mp
+    reference has no noise model and does without it."""
+    info["_resolution"], info["evaluations"] = output_resolution(
+        fn, target.x0, plan.f0, plan.s, ecnoise_step(plan.ref_eps),
+        np.random.default_rng([opts.seed, 2]),
+    )  # fmt: skip
+
+
 def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = None) -> Reference:
     """The reference along every direction of ``plan``; mp falls back to differences.
 
@@ -250,12 +262,9 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
             bar.update(X.shape[0])
             return out
 
-        # the grid of f's values: a small result of cancelling terms rounds at their size
-        info["_resolution"], info["evaluations"] = output_resolution(
-            counted, target.x0, plan.f0, plan.s, ecnoise_step(plan.ref_eps),
-            np.random.default_rng([opts.seed, 2]),
-        )  # fmt: skip
         method = plan.method
+        if method != "mp" or opts.executor is not None:
+            _read_resolution(counted, target, plan, opts, info)
         try:
             dd = _directional(method, counted, target, plan, opts, info, prep)
         except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation: fall back
@@ -264,8 +273,10 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
             notes.append(f"the mp reference failed ({type(exc).__name__}: {exc}); "
                          "float64 differences used")  # fmt: skip
             method = "float64" if target.evaluate64 is not None else "working"
+            if "_resolution" not in info:
+                _read_resolution(counted, target, plan, opts, info)
             dd = _directional(method, counted, target, plan, opts, info, prep)
-    info.pop("_resolution")
+    info.pop("_resolution", None)
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if method == "mp" else plan.accuracy
     ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
