@@ -77,7 +77,7 @@ def disagreement_directions(
     bad = entries.status == _MISMATCH
     sign = np.sign(entries.autodiff - entries.reference)
     rows, outputs, members = [], [], []
-    for i in range(m):
+    for i in _worst_outputs(entries, n, m):
         hit = [b * per + j * m + i for b in range(bad.size // per) for j in range(n)]
         hit = [k for k in hit if bad[k]]
         if not hit:
@@ -94,6 +94,19 @@ def disagreement_directions(
             outputs.append(i)
             members.append(np.asarray(hit))
     return np.asarray(rows).reshape(len(rows), n), outputs, members
+
+
+MOST_OUTPUTS = 32
+"""Outputs examined for a hidden kink, worst MISMATCH first: a wrong rule in every entry
+of a large Jacobian must not double the cost of its check (the rest stay MISMATCH)."""
+
+
+def _worst_outputs(entries: Entries, n: int, m: int) -> list[int]:
+    """Up to :data:`MOST_OUTPUTS` outputs with a MISMATCH entry, worst first."""
+    bad = (entries.status == _MISMATCH).reshape(-1, n, m)
+    worst = np.where(bad, entries.badness.reshape(-1, n, m), -np.inf).max(axis=(0, 1))
+    order = [int(i) for i in np.argsort(-worst, kind="stable") if np.isfinite(worst[i])]
+    return order[:MOST_OUTPUTS]
 
 
 def _kink(left: float, le: float, right: float, re: float, opts: Options, eps: float) -> bool:

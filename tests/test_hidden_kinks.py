@@ -1,0 +1,65 @@
+"""Kinks hidden from every axis (:mod:`polygrad.pipeline.kinks`): the directions tried,
+and compare() judging every implementation the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import polygrad as pg
+from polygrad import Verdict
+from polygrad.pipeline.kinks import along_w, disagreement_directions
+from polygrad.report import SEVERITY, Entries
+
+
+def _entries(autodiff: list[float], reference: list[float], status: list[Verdict]) -> Entries:
+    k = len(autodiff)
+    z = np.zeros(k)
+    return Entries(
+        names=[f"x[{j}]" for j in range(k)], autodiff=np.array(autodiff, float),
+        autodiff64=np.array(autodiff, float), reference=np.array(reference, float),
+        reference_error=z, left=z, left_error=z, right=z, right_error=z,
+        tolerance=np.full(k, 1e-6), tolerance64=np.full(k, 1e-12),
+        status=np.array([SEVERITY[v] for v in status]), within_one_sided=np.ones(k, bool),
+    )  # fmt: skip
+
+
+def test_directions_follow_the_disagreement_and_the_ties():
+    """Inputs 0 and 1 fail (autodiff above and below the reference); input 2 holds the same
+    value as input 0 (a tie), input 3 does not: the disagreement direction, then it plus
+    and minus the tied input, each scaled by s."""
+    P, M = Verdict.PASS, Verdict.MISMATCH
+    e = _entries([0.5, -0.5, 0.0, 2.0], [0.0, 0.0, 0.0, 2.0], [M, M, P, P])
+    x0 = np.array([1.0, 3.0, 1.0, 5.0])
+    s = np.array([1.0, 2.0, 1.0, 4.0])
+    W, outputs, members = disagreement_directions(e, x0, s, 1)
+    np.testing.assert_array_equal(W, [[1, -2, 0, 0], [1, -2, 1, 0], [1, -2, -1, 0]])
+    assert outputs == [0, 0, 0] and [m.tolist() for m in members] == [[0, 1]] * 3
+    np.testing.assert_allclose(along_w(e, W[1], 0, 1), [0.5 * 1 + 0.5 * 2 + 0.0])
+
+
+def test_a_single_failing_axis_without_ties_adds_no_direction():
+    """Its coordinate direction was measured already (its one-sided derivatives agreed)."""
+    P, M = Verdict.PASS, Verdict.MISMATCH
+    e = _entries([1.001, 2.0], [1.0, 2.0], [M, P])
+    W, outputs, _ = disagreement_directions(e, np.array([0.3, 0.7]), np.ones(2), 1)
+    assert W.shape == (0, 2) and outputs == []
+
+
+def test_compare_finds_the_hidden_kink_in_every_implementation():
+    """clip(max(x), -2, 1) at the tie (1, 1) in torch (autodiff (0.5, 0.5)) and JAX
+    ((0.5, 0.5) or (0.25, 0.25)): NONSMOOTH for both, ok, against one reference."""
+    import jax.numpy as jnp
+    import torch
+
+    x = np.array([1.0, 1.0], np.float32)
+    comparison = pg.compare(
+        {
+            "torch": lambda x: torch.clamp(torch.max(x), -2.0, 1.0),
+            "jax": lambda x: jnp.clip(jnp.max(x), -2.0, 1.0),
+        },
+        x,
+    )
+    for name in ("torch", "jax"):
+        entry = comparison.entries[name]
+        assert entry.report.verdict == Verdict.NONSMOOTH, str(comparison)
+        assert entry.report.ok
