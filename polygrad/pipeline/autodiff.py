@@ -21,6 +21,7 @@ from ..backends.base import Backend, Supplied, Target, describe_exception
 from ..dither import dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
+from ..reference.steps import RademacherDirections
 from ..report import Entries
 from .judge import JudgeInput
 
@@ -39,8 +40,9 @@ class Setting:
         The directions are the scaled coordinate directions (full Jacobian).
     s : ndarray, shape (n,)
         Direction scales (powers of two).
-    W : ndarray, shape (d, n), or None
-        The projection directions (None for a full check).
+    W : RademacherDirections or ndarray, shape (d, n), or None
+        The projection directions (None for a full check); rows are generated as they
+        are needed.
     rng_state : dict
         Random state the cotangents of every mode are drawn from.
     ref_eps : float
@@ -52,20 +54,24 @@ class Setting:
     dd: DirectionalDerivatives
     full: bool
     s: np.ndarray
-    W: np.ndarray | None
+    W: RademacherDirections | np.ndarray | None
     rng_state: Any
     ref_eps: float
     vouched: float
 
 
-def _rows(fn: Callable[[np.ndarray], np.ndarray] | None, M: np.ndarray, chunk: int = 256) -> Any:
+def _rows(
+    fn: Callable[[np.ndarray], np.ndarray] | None,
+    M: np.ndarray | RademacherDirections,
+    chunk: int = 256,
+) -> Any:
     assert fn is not None
     return np.concatenate(
         [np.asarray(fn(M[a : a + chunk]), dtype=np.float64) for a in range(0, M.shape[0], chunk)]
     )
 
 
-def _rows64(target: Target, md: str, M: np.ndarray) -> Any:
+def _rows64(target: Target, md: str, M: np.ndarray | RademacherDirections) -> Any:
     """The float64 evaluation of the rule along the rows of ``M``, or None.
 
     It is optional evidence: where it fails (a custom rule whose backward mixes a
@@ -127,20 +133,27 @@ def accurate_sum(t: np.ndarray) -> float:
     return math.fsum([float(t[0]) if t.size else 0.0, *parts])
 
 
-def _dots(A: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row-wise ``uᵀJw`` and the 2-norm of its terms: ``(k, n), (k, n) -> (k, 1), (k, 1)``.
+def _dots(
+    W: np.ndarray | RademacherDirections, *As: np.ndarray | None
+) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """Per ``A`` of ``As``, row-wise ``uᵀJw`` and the 2-norm of its terms, ``(k, 1)`` each.
 
-    ``A`` may broadcast (one row for all directions). Each row's products are exact
-    (``w`` holds ±powers of two) and summed by :func:`accurate_sum`; one row of
-    products is held at a time.
+    Each ``A`` is ``(k, n)`` or one row for all directions (None gives None). Each
+    direction is built once (generated, for :class:`RademacherDirections`) and
+    dropped; its products are exact (``w`` holds ±powers of two) and summed by
+    :func:`accurate_sum`.
     """
     k = W.shape[0]
-    dots, norms = np.empty((k, 1)), np.empty((k, 1))
+    out = [None if A is None else (np.empty((k, 1)), np.empty((k, 1))) for A in As]
     for i in range(k):
-        terms = A[i if A.shape[0] > 1 else 0] * W[i]
-        dots[i, 0] = accurate_sum(terms)
-        norms[i, 0] = np.sqrt(np.dot(terms, terms))
-    return dots, norms
+        w = W[i]
+        for A, o in zip(As, out, strict=True):
+            if A is None or o is None:
+                continue
+            terms = A[i if A.shape[0] > 1 else 0] * w
+            o[0][i, 0] = accurate_sum(terms)
+            o[1][i, 0] = np.sqrt(np.dot(terms, terms))
+    return out
 
 
 def jacobian_scale(J: np.ndarray) -> np.ndarray:
@@ -225,10 +238,11 @@ def _projected_rev(
     U = np.ones((k, m)) if m == 1 else rng.choice([-1.0, 1.0], size=(k, m))
     # one output: every cotangent is 1, and one VJP serves all directions
     rows = U[:1] if m == 1 else U
-    ad, norms = _dots(_rows(target.vjp, rows), W)  # (k, n) VJPs, or one
-    ad64, A64 = None, _rows64(target, "rev", rows)
-    if A64 is not None:
-        ad64, norms = _dots(A64, W)
+    work, wide = _dots(W, _rows(target.vjp, rows), _rows64(target, "rev", rows))
+    assert work is not None
+    ad, norms = work
+    ad64 = None if wide is None else wide[0]
+    norms = norms if wide is None else wide[1]
     q: dict[str, Any] = {}
     for key, v in _sides(st.dd).items():
         q[key] = np.sum((np.abs(U) if key.endswith("_err") else U) * v, axis=1, keepdims=True)

@@ -19,7 +19,7 @@ from ..details import (
 )
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
-from ..reference.steps import F64_EPS, ecnoise_step
+from ..reference.steps import F64_EPS, RademacherDirections, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
 from ..your_terms import your_terms_result
 from .assess import Assessment
@@ -117,7 +117,7 @@ def median_relative(value: np.ndarray, error: np.ndarray) -> float:
 
 
 def detection_power(
-    entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray
+    entries: Entries, k: int, W: np.ndarray | RademacherDirections | None, s: np.ndarray
 ) -> DetectionPower:
     """What size of gradient error the projections would have caught."""
     tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)

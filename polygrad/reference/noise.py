@@ -340,12 +340,15 @@ def estimate_noise(
         if idx.size == 0:
             break
         # directions in blocks, so that a large input's points stay within BATCH_BYTES
-        per = max(1, rows_per_batch(x0.size, 1 << 30) // (points + 1))
+        most = rows_per_batch(x0.size, 1 << 30)
+        per = max(1, most // (points + 1))
         blocks, buf = [], np.empty((min(per, idx.size), points + 1, x0.size))
         for a in range(0, idx.size, per):
             sub = idx[a : a + per]
             X = _samples(buf[: sub.size], x0, offsets[None, :] * delta[sub, None], directions[sub])
-            blocks.append(fn(X).reshape(sub.size, points + 1, -1))
+            # one direction's points of a large input are evaluated a batch at a time
+            Y = np.concatenate([fn(X[b : b + most]) for b in range(0, X.shape[0], most)])
+            blocks.append(Y.reshape(sub.size, points + 1, -1))
             evals += X.shape[0]
         Y = np.concatenate(blocks)
         for row, k in enumerate(idx):
