@@ -148,6 +148,8 @@ def test_wide_projections_in_torch(rel):
     before = w.clone()
     report = pg.check(f, x, strategy="projections")
     assert torch.equal(w, before)
+    # the noise is measured along two of the eight random directions and serves all
+    assert report.details["reference"]["noise_measured_along"].startswith("2 sampled")
     if rel:
         assert report.verdict is pg.Verdict.MISMATCH and not report.ok
     else:

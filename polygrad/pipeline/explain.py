@@ -147,8 +147,8 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> Re
         noise_measured_along=(
             "each direction"
             if plan.shared_noise_dirs is None
-            else f"{p.shared_noise_directions} sampled directions "
-            f"({p.shared_noise_margin:g} x the smallest used for all)"
+            else f"{plan.shared_noise_dirs.shape[0]} sampled directions "
+            f"({p.shared_noise_margin:g} x the smallest, at most the largest, used for all)"
         ),
         target_accuracy=plan.accuracy,
         noise_relative=float(np.median(np.max(dd.central.noise, axis=1) / size)),

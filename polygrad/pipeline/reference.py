@@ -84,8 +84,9 @@ def _shared_noise(
     the same along every coordinate), that noise serves all, and the directions
     that a tenfold noise would send to the long ladder stay on the short one.
     """
-    eps, res, dirs = plan.ref_eps, info["_resolution"], plan.shared_noise_dirs
-    assert dirs is not None
+    eps, res = plan.ref_eps, info["_resolution"]
+    assert plan.shared_noise_dirs is not None
+    dirs = np.asarray(plan.shared_noise_dirs)
     noise = estimate_noise(fn, target.x0, dirs, plan.f0, eps,
                            ecnoise_step(eps), resolution=res)  # fmt: skip
     _count(info, noise)
