@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .differences import rows_per_batch
+from .steps import rademacher
 
 __all__ = [
     "NoiseEstimate",
@@ -225,7 +226,7 @@ def output_resolution(
         rounding at this grid has standard deviation ``grid / sqrt(12)``.
     evaluations : int
     """
-    signs = rng.choice(np.array([-1.0, 1.0]), size=(points, x0.size))
+    signs = rademacher(rng, points, x0.size)
     X = x0 + step * scales * signs * rng.uniform(0.5, 1.0, size=(points, x0.size))
     values = np.vstack([np.asarray(f0, dtype=np.float64)[None, :], fn(X)])
     grid = value_grid(values)
