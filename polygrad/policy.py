@@ -64,7 +64,13 @@ class Policy:
         Directions sampled to measure the noise once for a large full check.
     shared_noise_margin : float
         The noise used for every direction: this many times the smallest
-        detected in the sample.
+        detected in the sample, at most the largest detected.
+    shared_noise_projections : int
+        Random projections of an input of at least ``large_full_inputs`` entries
+        measure the noise along this many of their directions only (random sign
+        directions are alike: each draws the same distribution of noise), and it
+        serves all, as for a large full check; each direction's own noise table
+        costs nine evaluations of ``f``, most of the cost of a check at n = 1e6.
     borrow_share : float
         Share of the directions that must detect noise before the others borrow it.
     dithers : int
@@ -103,6 +109,7 @@ class Policy:
     large_full_condition_allowance: float = 1e5
     shared_noise_directions: int = 32
     shared_noise_margin: float = 10.0
+    shared_noise_projections: int = 2
     borrow_share: float = 0.25
     dithers: int = 5
     dither_ulps: int = 2

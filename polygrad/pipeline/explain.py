@@ -19,7 +19,7 @@ from ..details import (
 )
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
-from ..reference.steps import F64_EPS, ecnoise_step
+from ..reference.steps import F64_EPS, RademacherDirections, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
 from ..your_terms import your_terms_result
 from .assess import Assessment
@@ -117,7 +117,7 @@ def median_relative(value: np.ndarray, error: np.ndarray) -> float:
 
 
 def detection_power(
-    entries: Entries, k: int, W: np.ndarray | None, s: np.ndarray
+    entries: Entries, k: int, W: np.ndarray | RademacherDirections | None, s: np.ndarray
 ) -> DetectionPower:
     """What size of gradient error the projections would have caught."""
     tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
@@ -147,8 +147,8 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> Re
         noise_measured_along=(
             "each direction"
             if plan.shared_noise_dirs is None
-            else f"{p.shared_noise_directions} sampled directions "
-            f"({p.shared_noise_margin:g} x the smallest used for all)"
+            else f"{plan.shared_noise_dirs.shape[0]} sampled directions "
+            f"({p.shared_noise_margin:g} x the smallest, at most the largest, used for all)"
         ),
         target_accuracy=plan.accuracy,
         noise_relative=float(np.median(np.max(dd.central.noise, axis=1) / size)),

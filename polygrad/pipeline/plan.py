@@ -12,7 +12,7 @@ from .._timing import probe_seconds
 from ..backends.base import Target
 from ..policy import Policy
 from ..reference.differences import rows_per_batch
-from ..reference.steps import F64_EPS, ladder, pow2_scales, rademacher
+from ..reference.steps import F64_EPS, RademacherDirections, ladder, pow2_scales, rademacher
 from .prepare import Options
 
 if TYPE_CHECKING:
@@ -51,12 +51,15 @@ class Plan:
         Compare every Jacobian entry (else random projections).
     small : bool
         Small enough for ``reference="auto"`` to consider mp.
-    W : ndarray, shape (projections, n), or None
-        Projection directions.
+    W : RademacherDirections or ndarray, shape (projections, n), or None
+        Projection directions: generated on demand (see
+        :class:`~polygrad.reference.steps.RademacherDirections`), or given (symmetric
+        directions, see :mod:`polygrad.pipeline.subspace`); None for a full check.
     noise_dir : ndarray, shape (n,)
         A random direction for the explanation of a naive difference.
-    shared_noise_dirs : ndarray or None
-        The sample of directions the noise is measured along, for large full checks.
+    shared_noise_dirs : ndarray or RademacherDirections or None
+        The sample of directions the noise is measured along, for large full checks
+        and projections of a large input.
     rng_state : dict
         Random state for the cotangents.
     notes : list of str
@@ -81,9 +84,9 @@ class Plan:
     t_row: float
     full: bool
     small: bool
-    W: np.ndarray | None
+    W: RademacherDirections | np.ndarray | None
     noise_dir: np.ndarray
-    shared_noise_dirs: np.ndarray | None
+    shared_noise_dirs: np.ndarray | RademacherDirections | None
     rng_state: Any
     notes: list[str]
     cached: CachedReference | None = None
@@ -97,8 +100,8 @@ class Plan:
 
     def chunks(self) -> Iterator[np.ndarray]:
         """The directions ``(k, n)``, in chunks of bounded memory."""
-        if self.W is not None:
-            yield self.W
+        if self.W is not None:  # a few directions: one chunk, built here, dropped after
+            yield np.asarray(self.W)
             return
         n, s = self.s.size, self.s
         chunk = max(1, min(n, (1 << 22) // max(n, 1)))
@@ -110,7 +113,7 @@ class Plan:
 
     def directions(self) -> np.ndarray:
         """All directions ``(d, n)``."""
-        return np.diag(self.s) if self.W is None else self.W
+        return np.diag(self.s) if self.W is None else np.asarray(self.W)
 
 
 def raising_points_as_nan(
@@ -179,9 +182,18 @@ def _use_mp(target: Target, opts: Options, small: bool, d: int, notes: list[str]
     return bool(mp_seconds <= opts.policy.mp_auto_seconds)
 
 
-def _shared_noise_dirs(n: int, s: np.ndarray, levels: int, opts: Options) -> np.ndarray | None:
+def _shared_noise_dirs(
+    n: int, s: np.ndarray, levels: int, opts: Options, W: RademacherDirections | None
+) -> np.ndarray | RademacherDirections | None:
     """A full check of many entries against a loose target measures the noise along a
-    sample of the coordinate directions only (it costs more than the short ladder)."""
+    sample of the coordinate directions only (it costs more than the short ladder);
+    projections of a large input along the first ``policy.shared_noise_projections``
+    of their directions."""
+    if W is not None:
+        k = opts.policy.shared_noise_projections
+        if levels > 4 or n < opts.policy.large_full_inputs or W.k <= k:
+            return None
+        return RademacherDirections(W.seed, k, W.s)  # the first k rows of W
     k = opts.policy.shared_noise_directions
     if levels > 4 or n < 8 * k:
         return None
@@ -287,8 +299,8 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     elif _use_mp(target, opts, small, d, notes):
         method = "mp"
     noise_dir = (rademacher(rng, 1, n) * s[None, :])[0]
-    W = None if full else rademacher(rng, opts.projections, n) * s[None, :]
-    shared = _shared_noise_dirs(n, s, levels, opts) if full else None
+    W = None if full else RademacherDirections((opts.seed, 4), opts.projections, s)
+    shared = _shared_noise_dirs(n, s, levels, opts, W)
     return Plan(ref_fn, ref_eps, method, f0, raised, s, accuracy, (h_max, levels), t_row, full,
                 small, W, noise_dir, shared, rng.bit_generator.state, notes, hit,
                 slot, strict if strict < accuracy else None)  # fmt: skip

@@ -78,17 +78,24 @@ def _shared_noise(
     ECnoise reads a kink as noise, and inputs at ties (a flat image background)
     can be most of the sample; so the smallest noise detected, times
     ``policy.shared_noise_margin``, serves all (directions along which ``f`` is
-    constant to the last bit, code 2, say nothing).
+    constant to the last bit, code 2, say nothing). The margin covers the scatter
+    of the estimates, and never goes beyond the largest noise detected: where every
+    sampled direction measures the same noise (the rounding grid of a large sum,
+    the same along every coordinate), that noise serves all, and the directions
+    that a tenfold noise would send to the long ladder stay on the short one.
     """
-    eps, res, dirs = plan.ref_eps, info["_resolution"], plan.shared_noise_dirs
-    assert dirs is not None
+    eps, res = plan.ref_eps, info["_resolution"]
+    assert plan.shared_noise_dirs is not None
+    dirs = np.asarray(plan.shared_noise_dirs)
     noise = estimate_noise(fn, target.x0, dirs, plan.f0, eps,
                            ecnoise_step(eps), resolution=res)  # fmt: skip
     _count(info, noise)
-    detected = np.where(noise.inform == 1, noise.sigma, np.inf)
-    low = np.min(detected, axis=0)
-    margin = opts.policy.shared_noise_margin
-    return margin * np.where(np.isfinite(low), low, noise.sigma.min(axis=0))
+    seen = noise.inform == 1
+    low = np.min(np.where(seen, noise.sigma, np.inf), axis=0)
+    high = np.max(np.where(seen, noise.sigma, -np.inf), axis=0)
+    low = np.where(np.isfinite(low), low, noise.sigma.min(axis=0))
+    high = np.where(np.isfinite(high), np.maximum(high, low), np.inf)
+    return np.minimum(opts.policy.shared_noise_margin * low, high)
 
 
 def borrow_unseen_noise(

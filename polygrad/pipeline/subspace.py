@@ -375,7 +375,7 @@ def recheck_on_subspace(
         sub = subspace_directions(target, plan.s, leaves)
     else:
         assert plan.W is not None
-        sub = symmetric_projections(target, plan.W, leaves)
+        sub = symmetric_projections(target, np.asarray(plan.W), leaves)
     plan2 = replace(plan, full=False, W=sub.W, cached=None, cache_slot=None)
     ref2 = compute_reference(target, plan2, opts, prep)
     st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched,

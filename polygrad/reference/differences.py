@@ -115,14 +115,18 @@ def evaluate_ladder(
     per_dir = 2 * L
     dirs_per_chunk = max(1, rows_per_batch(n, max_rows) // per_dir)
     out = []
-    signs = np.array([1.0, -1.0])
+    coef = (steps[:, None] * np.array([1.0, -1.0])[None, :]).reshape(-1)  # (2 L,): +h, -h
+    # one buffer reused from chunk to chunk: a fresh block of a large input costs more in
+    # first-touch page faults than in arithmetic
+    buf = np.empty((1 + min(d, dirs_per_chunk) * per_dir, n))
     for a in range(0, d, dirs_per_chunk):
         Wc = W[a : a + dirs_per_chunk]
         extra = 1 if center is not None and a == 0 else 0
-        X = np.empty((extra + Wc.shape[0] * per_dir, n))
+        X = buf[: extra + Wc.shape[0] * per_dir]
         X[:extra] = x0
-        offs = (steps[None, :, None, None] * signs[None, None, :, None]) * Wc[:, None, None, :]
-        np.add(x0, offs.reshape(-1, n), out=X[extra:])
+        pts = X[extra:].reshape(Wc.shape[0], per_dir, n)
+        np.multiply(coef[None, :, None], Wc[:, None, :], out=pts)
+        pts += x0
         Y = fn(X)
         if extra and center is not None:
             center["f0"] = Y[0]
