@@ -391,6 +391,18 @@ def softmax_minus_onehot(z: np.ndarray, target: int) -> np.ndarray:
     return p
 
 
+CROSS_ENTROPY_LIMIT = (
+    "known limit (hidden cancellation in the rule itself): the float64 evaluation of the "
+    "rule, p_0 - 1 with p_0 = 1 - 6.9e-13, loses 4 of its 16 digits to the same "
+    "cancellation as f (off by 7.8e-17, 1.1e-4 of the entry); from outside the rule that "
+    "is indistinguishable from an exact rule with a small error (an ill-conditioned "
+    "(x + 1e7)^2 - 1e14 - 2e7 x with the rule 2x (1 + 1e-9) shows the same signature, and "
+    "must stay MISMATCH), so the float64 rule is MISMATCH; only an mp evaluation of the "
+    "rule itself, which no framework offers, would decide"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=CROSS_ENTROPY_LIMIT)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cross_entropy_with_a_dominant_target_logit_passes(backend, dtype):
     """Softmax cross-entropy at logits [[40, 3, -5, 12]], target 0: the loss is ~6.9e-13,

@@ -157,7 +157,12 @@ def assert_planted_caught(program: Program, framework: str) -> None:
         assert SURVEY or not report.ok, f"{program!r}\n{report}"
         return
     if report is not None and report.verdict != pg.Verdict.MISMATCH:
-        assume(_beyond_stated_tolerance(report, check_correct(program, framework)))
+        correct = check_correct(program, framework)
+        # at a kink of f (max at a tie) autodiff may return any element of the generalized
+        # derivative, so a factor planted on it is no evidence either way: NONSMOOTH there
+        # is the verdict by design
+        assume(not (report.verdict == correct.verdict == pg.Verdict.NONSMOOTH))
+        assume(_beyond_stated_tolerance(report, correct))
     assert SURVEY or report is None or report.verdict == pg.Verdict.MISMATCH, (
         f"{program!r}\n{report}"
     )
@@ -477,7 +482,8 @@ def test_programs_respect_their_domain(program: Program) -> None:
     interp = _Recording()
     y = interp.run(program, program.x())
     assert all(np.all(u >= 1e-2) for u in interp.domain), str(program)
-    limit = np.sqrt(float(np.finfo(np.float16).max if program.dtype == "float16" else 3.4e38))
+    largest = {"float16": 65504.0, "float64": 1.7976931348623157e308}.get(program.dtype, 3.4e38)
+    limit = np.sqrt(largest)
     assert np.all(np.isfinite(y)) and np.all(np.abs(y) <= limit), str(program)
     assert program.x().shape == program.shape
     assert np.array_equal(_round(program.x(), program.dtype), program.x())  # exact in dtype

@@ -144,29 +144,15 @@ def _with_f_mp(target: Target, st: Setting, blocks: list[Entries], opts: Options
     return replace(st, f0_mp=f0_mp)
 
 
-def _relative_loss(target: Target, st: Setting) -> np.ndarray | None:
-    """``(m,)`` relative error of ``f``'s working-dtype value (narrow dtypes, against
-    float64 or mp), or of its float64 value against mp; None where not known."""
-    lost_w, error_64 = f_accuracy(target, st)
-    if lost_w is not None:
-        return lost_w
-    if error_64 is None or st.f0_mp is None:
-        return None
-    mp = np.abs(np.ravel(np.asarray(st.f0_mp, dtype=np.float64)))
-    with np.errstate(all="ignore"):
-        rel = np.where(mp > 0, error_64 / mp, 0.0)
-    return np.minimum(np.nan_to_num(rel), 1.0)
-
-
 def _hidden(target: Target, st: Setting, opts: Options) -> bool:
     """Whether ``f`` itself lost far more digits than its dtype's round-off."""
-    rel = _relative_loss(target, st)
+    rel = f_accuracy(target, st)
     return rel is not None and bool(np.any(rel > opts.policy.c_ad * target.eps))
 
 
 def _hidden_note(target: Target, st: Setting, opts: Options) -> str | None:
     """The note on ``f`` computed to far fewer digits than its dtype has, or None."""
-    rel = _relative_loss(target, st)
+    rel = f_accuracy(target, st)
     if rel is None or rel.size == 0 or not _hidden(target, st, opts):
         return None
     i = int(np.argmax(rel))
@@ -180,10 +166,9 @@ def _hidden_note(target: Target, st: Setting, opts: Options) -> str | None:
         f"{name} itself is computed here with a relative error of {rel[i]:.2g}{none} in "
         f"{target.working_dtype} ({y0:.6g}, against {float(np.ravel(best)[i]):.6g} in "
         f"{source}): hidden cancellation, a value made from intermediates far larger than "
-        f"itself; a right rule computed from them can lose as much, which is allowed as "
-        f"round-off ({opts.policy.c_lost:g} times that share of each entry's scale where "
-        f"only the working dtype is off, {opts.policy.c_lost:g} times f's float64 error "
-        f"against mp per input scale in the float64 evaluation of the rule)"
+        f"itself; a right rule computed from them can lose as much, so where only the "
+        f"working dtype is off, each entry of that output is allowed "
+        f"{opts.policy.c_lost:g} times that share of its scale"
     )
 
 

@@ -214,29 +214,18 @@ def digits_lost(value: np.ndarray, accurate: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(rho), rho, 0.0)
 
 
-def f_accuracy(target: Target, st: Setting) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """What is known of the accuracy of ``f`` itself at the point, per output.
+def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
+    """``(m,)`` relative accuracy of ``f``'s own value in a narrow working dtype, or None.
 
-    Returns
-    -------
-    lost_w : ndarray, shape (m,), or None
-        For a narrow working dtype, the relative accuracy of its value against the
-        most accurate one known (mp, else float64): :func:`digits_lost`.
-    error_64 : ndarray, shape (m,), or None
-        ``|f_float64 - f_mp|`` where ``f`` was evaluated on mpmath numbers.
+    Measured against the most accurate value known (mp, else float64) with
+    :func:`digits_lost`; None for a float64 working dtype or where no such value
+    is known.
     """
     y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
-    f0 = None if st.f0 is None else np.ravel(np.asarray(st.f0, dtype=np.float64))
-    mp = None if st.f0_mp is None else np.ravel(np.asarray(st.f0_mp, dtype=np.float64))
-    best = mp if mp is not None else f0
-    lost_w = None
-    if target.eps > F64_EPS and best is not None and best.size == y0.size:
-        lost_w = digits_lost(y0, best)
-    error_64 = None
-    if mp is not None and f0 is not None and f0.size == mp.size == y0.size:
-        with np.errstate(all="ignore"):
-            error_64 = np.nan_to_num(np.abs(f0 - mp), nan=0.0, posinf=0.0)
-    return lost_w, error_64
+    best = st.f0_mp if st.f0_mp is not None else st.f0
+    if target.eps <= F64_EPS or best is None or np.size(best) != y0.size:
+        return None
+    return digits_lost(y0, best)
 
 
 def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, ...]) -> Any:
@@ -247,21 +236,6 @@ def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, 
     if not st.full and md == "rev":
         return np.full(shape, float(np.max(lost)) if lost.size else 0.0).ravel()
     return np.broadcast_to(lost[None, :], shape).ravel()
-
-
-def _per_input_scale(err: np.ndarray | None, st: Setting, md: str, shape: tuple[int, ...]) -> Any:
-    """An error of ``f`` in each entry's units: ``err_i / min(s_j, 1)`` for a full check
-    (``f`` may vary on a length scale of 1 whatever the size of its inputs, as a softmax of
-    logits near 40 does, and on no longer one than ``s_j``), ``err`` along a scaled direction
-    (its RMS where a cotangent mixes outputs)."""
-    if err is None:
-        return None
-    if st.full:
-        with np.errstate(over="ignore"):
-            return (err[None, :] / np.minimum(st.s, 1.0)[:, None]).ravel()
-    if md == "rev":
-        return np.full(shape, float(np.sqrt(np.sum(err**2)))).ravel()
-    return np.broadcast_to(err[None, :], shape).ravel()
 
 
 def _output_names(target: Target) -> list[str]:
@@ -384,7 +358,7 @@ def gather(
     ad = np.ravel(ad)
     flat = {k: np.ravel(q[k]) for k in ("ref", "ref_err", "left", "left_err", "right")}
     fscale = np.ravel(q["fscale"])
-    lost_w, error_64 = f_accuracy(target, st)
+    lost_w = f_accuracy(target, st)
     shape = np.shape(q["ref"])
     return JudgeInput(
         names=q["names"],
@@ -402,7 +376,6 @@ def gather(
         allowance_64=None if allowance is None else allowance[1],
         policy=policy,
         lost_w=_per_entry(lost_w, st, md, shape),
-        f_error_64=_per_input_scale(error_64, st, md, shape),
         **flat,
     )
 

@@ -66,9 +66,6 @@ class JudgeInput:
         The relative accuracy ``rho`` (at most 1) to which the entry's output of
         ``f`` itself is computed in a narrow working dtype (see
         :func:`polygrad.pipeline.autodiff.f_accuracy`), or None where not known.
-    f_error_64 : ndarray or None
-        The error of ``f``'s float64 value against mp, per input scale (in the
-        entry's units), or None where not known.
     """
 
     names: list[str]
@@ -91,7 +88,6 @@ class JudgeInput:
     allowance_64: np.ndarray | None = None
     policy: Policy = DEFAULT_POLICY
     lost_w: np.ndarray | None = None
-    f_error_64: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -250,23 +246,21 @@ class _Rule:
         narrow = inp.have64 and inp.eps_w > F64_EPS
         self.scale_w = np.maximum(scale, fscale) if narrow else scale
 
-    def hidden(self) -> tuple[np.ndarray, np.ndarray]:
-        """(working, float64) round-off from ``f``'s own hidden cancellation, per entry.
+    def hidden(self) -> np.ndarray:
+        """Round-off from ``f``'s own hidden cancellation in a narrow dtype, per entry.
 
-        Where ``f`` itself keeps only a relative accuracy ``rho`` in a narrow dtype
-        (its value made from intermediates far larger than itself), a right rule
-        computed from the same intermediates can lose as much: ``c_lost * rho``
-        times the entry's scale, which only tells round-off from instability
-        (UNSTABLE), never a wrong rule (the gradient of a sum inherits none of the
-        sum's round-off). In float64, ``f``'s measured error against mp, per input
-        scale, is the round-off a right rule inherits from it, as ``c_ad eps |f|``
-        is where nothing cancels.
+        Where ``f`` itself keeps only a relative accuracy ``rho`` in the working
+        dtype (its value made from intermediates far larger than itself), a right
+        rule computed from the same intermediates can lose as much: ``c_lost * rho``
+        times the entry's scale. It only tells round-off from instability
+        (UNSTABLE), never a wrong rule: the gradient of a sum inherits none of the
+        sum's cancellation, and an exact rule of an ill-conditioned ``f`` with a
+        small error looks the same from outside as a rule that inherits f's.
         """
-        c, inp = self.p.c_lost, self.inp
-        zero = np.zeros_like(inp.ad)
-        lost_w = zero if inp.lost_w is None else np.nan_to_num(inp.lost_w)
-        err_64 = zero if inp.f_error_64 is None else np.nan_to_num(inp.f_error_64)
-        return c * lost_w * self.scale, c * err_64
+        lost_w = self.inp.lost_w
+        if lost_w is None:
+            return np.zeros_like(self.inp.ad)
+        return self.p.c_lost * np.nan_to_num(lost_w) * self.scale
 
     def vouch(self, e: np.ndarray) -> np.ndarray:
         return np.where(e < self.least, self.least, e)  # NaN stays NaN
@@ -369,17 +363,15 @@ def findings(inp: JudgeInput) -> _Evidence:
         # intermediates of the size of f: in the float64 evaluation (or a float64
         # working dtype) that decides MISMATCH, and in the working dtype that decides
         # UNSTABLE; the entries it excuses show that tolerance
-        # (and the digits f itself lost, see _Rule.hidden)
+        # (and, in a narrow dtype, the digits f itself lost: see _Rule.hidden)
         inherited = np.maximum(inp.fscale - scale, 0.0)
-        hidden_w, hidden_64 = rule.hidden()
-        wide = inp.eps_w <= F64_EPS  # float64 code: its own evaluation is the float64 one
-        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + (hidden_64 if wide else hidden_w)
+        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + rule.hidden()
         if inp.have64:
-            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + hidden_64
+            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited
             bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
                 inp.ad64, F64_EPS, coarse
             )
-        elif wide:
+        elif inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
             bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f)
         else:
             # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
