@@ -26,6 +26,7 @@ __all__ = [
     "Details",
     "DetectionPower",
     "Escalation",
+    "HiddenCancellation",
     "NaiveCentralDifference",
     "ReferenceInfo",
     "Rules",
@@ -201,6 +202,36 @@ class DetectionPower:
 
 
 @dataclass(frozen=True)
+class HiddenCancellation:
+    """``f`` itself computed to far fewer digits than its working dtype has.
+
+    Attributes
+    ----------
+    output : str
+        The output that lost the most (``"f"`` for a single output).
+    value : float
+        Its value in the working dtype.
+    accurate : float
+        Its value in ``source``.
+    relative_error : float
+        ``|value - accurate| / max(|value|, |accurate|)``, at most 1.
+    source : {"float64", "mp"}
+        Where the accurate value comes from.
+    allowance : float
+        ``Policy.c_lost``: each entry of an output may be off by this many times the
+        output's relative error times the entry's scale, where only the working
+        dtype is off (see :func:`polygrad.pipeline.judge.findings`).
+    """
+
+    output: str
+    value: float
+    accurate: float
+    relative_error: float
+    source: str
+    allowance: float
+
+
+@dataclass(frozen=True)
 class Escalation:
     """Entries in doubt re-examined with an mp reference along their directions.
 
@@ -345,6 +376,9 @@ class Details:
         of a matrix argument (see :mod:`polygrad.pipeline.subspace`).
     subspace : dict or None
         Its arguments, directions and what was measured of them.
+    hidden_cancellation : HiddenCancellation or None
+        Where ``f`` itself lost far more digits in the working dtype than its
+        round-off explains.
     naive_central_difference : NaiveCentralDifference or None
         Computed on first read (working dtypes narrower than float64).
     taylor : TaylorSummary or None
@@ -377,6 +411,7 @@ class Details:
     seconds: float | None = None
     convention: str | None = None
     subspace: dict[str, Any] | None = None
+    hidden_cancellation: HiddenCancellation | None = None
     _naive: Deferred[NaiveCentralDifference] = field(default_factory=_absent, repr=False)
     _taylor: Deferred[TaylorSummary] = field(default_factory=_absent, repr=False)
 
@@ -407,7 +442,8 @@ class Details:
     # -- the JSON form, and the mapping view of it ------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of :meth:`polygrad.Report.to_dict` (before NaN/inf are spelt out)."""
-        optional = ("escalation", "projections", "your_terms", "seconds", "convention", "subspace")
+        optional = ("escalation", "projections", "your_terms", "seconds", "convention",
+                    "subspace", "hidden_cancellation")  # fmt: skip
         out = _fields_dict(self, optional=optional)
         for key in _LAZY:
             value = getattr(self, key)

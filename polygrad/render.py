@@ -378,6 +378,17 @@ def _worst_of(e: Entries, verdict: str) -> int:
     return next(int(i) for i in e.worst(len(e.names)) if int(e.status[i]) == code)
 
 
+def _hidden_clause(report: Report) -> str:
+    """``"."``, or where f itself lost digits in the working dtype, what that means here."""
+    h = getattr(report.details, "hidden_cancellation", None)
+    if h is None:
+        return "."
+    return (
+        f", to the digits {h.output} itself keeps in {report.details.working_dtype} here "
+        f"(relative error {h.relative_error:.2g}: hidden cancellation, see the note)."
+    )
+
+
 def _why(report: Report) -> str:
     """One sentence: why this verdict, with the entry counts behind it."""
     e, c = report.entries, report.counts()
@@ -385,8 +396,10 @@ def _why(report: Report) -> str:
     v = str(report.verdict)
     k = c.get(v, 0)
     if v == "PASS":
-        return "autodiff agrees with the reference within the combined error bars on " + (
-            f"all {n} entries." if n > 1 else "its only entry."
+        return (
+            "autodiff agrees with the reference within the combined error bars on "
+            + (f"all {n} entries" if n > 1 else "its only entry")
+            + _hidden_clause(report)
         )
     if v == "MISMATCH":
         i = _worst_of(e, v)

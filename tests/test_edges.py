@@ -208,8 +208,14 @@ def test_cancellation_inherited_from_f_itself_passes(backend):
     report = backend.check(f, x, grad=lambda x: 1 - np.cos(x))
     assert_pass(report)
     assert any("hidden cancellation" in n for n in report.notes)
+    assert "hidden cancellation, see the note" in str(report).splitlines()[0]
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(report.entries.reference, 1 - np.cos(x64), rtol=1e-6)
+    h = report.details.hidden_cancellation
+    truth = float(mpmath.mpf(float(x64[0])) - mpmath.sin(mpmath.mpf(float(x64[0]))))
+    assert h.accurate == pytest.approx(truth, rel=1e-6)  # f at the point, in float64
+    assert h.relative_error == pytest.approx(abs(h.value - truth) / truth, rel=1e-6)
+    assert 0.05 < h.relative_error < 1 and report.details["hidden_cancellation"]["source"]
 
     def bad(x):
         return f(x) + 1e-3 * xp.sum((1 - xp.cos(x)) * (x - stop(backend, x)))

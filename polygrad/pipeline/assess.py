@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Target
-from ..details import Escalation
+from ..details import Escalation, HiddenCancellation
 from ..report import SEVERITY, Entries, Verdict
 from .autodiff import Setting, autodiff_roundoff, f_accuracy, gather
 from .judge import DOUBT, concat_entries, judge
@@ -45,6 +45,8 @@ class Assessment:
         The subspace's arguments, directions and what was measured of them.
     quantity : str or None
         What the entries are, where not Jacobian entries or projections.
+    hidden : HiddenCancellation or None
+        What ``f`` itself lost to hidden cancellation in the working dtype.
     """
 
     entries: Entries
@@ -54,6 +56,7 @@ class Assessment:
     convention: str | None = None
     subspace: dict[str, Any] | None = None
     quantity: str | None = None
+    hidden: HiddenCancellation | None = None
 
 
 def judge_modes(
@@ -150,25 +153,34 @@ def _hidden(target: Target, st: Setting, opts: Options) -> bool:
     return rel is not None and bool(np.any(rel > opts.policy.c_ad * target.eps))
 
 
-def _hidden_note(target: Target, st: Setting, opts: Options) -> str | None:
-    """The note on ``f`` computed to far fewer digits than its dtype has, or None."""
+def hidden_cancellation(target: Target, st: Setting, opts: Options) -> HiddenCancellation | None:
+    """What ``f`` itself lost to hidden cancellation in the working dtype, or None."""
     rel = f_accuracy(target, st)
     if rel is None or rel.size == 0 or not _hidden(target, st, opts):
         return None
     i = int(np.argmax(rel))
     best = st.f0_mp if st.f0_mp is not None else st.f0
     assert best is not None
-    name = target.output_layout.name_of(i) if target.m > 1 else "f"
-    y0 = float(np.ravel(np.asarray(target.y0, dtype=np.float64))[i])
-    source = "mp" if st.f0_mp is not None else "float64"
-    none = " (no correct digit)" if rel[i] >= 0.5 else ""
+    return HiddenCancellation(
+        output=target.output_layout.name_of(i) if target.m > 1 else "f",
+        value=float(np.ravel(np.asarray(target.y0, dtype=np.float64))[i]),
+        accurate=float(np.ravel(np.asarray(best, dtype=np.float64))[i]),
+        relative_error=float(rel[i]),
+        source="mp" if st.f0_mp is not None else "float64",
+        allowance=opts.policy.c_lost,
+    )
+
+
+def hidden_note(h: HiddenCancellation, dtype: str) -> str:
+    """The note on ``f`` computed to far fewer digits than its dtype has."""
+    none = " (no correct digit)" if h.relative_error >= 0.5 else ""
     return (
-        f"{name} itself is computed here with a relative error of {rel[i]:.2g}{none} in "
-        f"{target.working_dtype} ({y0:.6g}, against {float(np.ravel(best)[i]):.6g} in "
-        f"{source}): hidden cancellation, a value made from intermediates far larger than "
-        f"itself; a right rule computed from them can lose as much, so where only the "
-        f"working dtype is off, each entry of that output is allowed "
-        f"{opts.policy.c_lost:g} times that share of its scale"
+        f"{h.output} itself is computed here with a relative error of "
+        f"{h.relative_error:.2g}{none} in {dtype} ({h.value:.6g}, against {h.accurate:.6g} "
+        f"in {h.source}): hidden cancellation, a value made from intermediates far larger "
+        f"than itself; a right rule computed from them can lose as much, so where only the "
+        f"working dtype is off, each entry of that output is allowed {h.allowance:g} times "
+        f"that share of its scale"
     )
 
 
@@ -207,11 +219,11 @@ def assess(
         blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
     if "escalation" in details:
         name_deciders(blocks, details, method)
-    hidden = _hidden_note(prep.target, st, opts)
+    hidden = hidden_cancellation(prep.target, st, opts)
     if hidden is not None:
-        details["notes"].append(hidden)
+        details["notes"].append(hidden_note(hidden, prep.target.working_dtype))
     esc = details.get("escalation")
     return Assessment(
         concat_entries(blocks, prep.modes), st, tuple(details["notes"]),
-        None if esc is None else Escalation.from_dict(esc),
+        None if esc is None else Escalation.from_dict(esc), hidden=hidden,
     )  # fmt: skip

@@ -185,6 +185,7 @@ def _summary(
     return Details(
         notes=tuple(notes),
         escalation=a.escalation,
+        hidden_cancellation=a.hidden,
         nonsmooth=opts.nonsmooth,  # the option, for the report's explanation of NONSMOOTH
         backend=t.backend,
         working_dtype=t.working_dtype,
