@@ -17,7 +17,7 @@ from ..backends.base import Target
 from ..details import Escalation, HiddenCancellation
 from ..report import SEVERITY, Entries, Verdict
 from .autodiff import Setting, autodiff_roundoff, f_accuracy, gather
-from .judge import DOUBT, concat_entries, judge
+from .judge import concat_entries, judge
 from .prepare import Options, Prepared
 from .reference import escalate, name_deciders
 
@@ -123,28 +123,12 @@ def _directions(st: Setting) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
     return st.s.size, rows
 
 
-def _with_f_mp(target: Target, st: Setting, blocks: list[Entries], opts: Options) -> Setting | None:
-    """``st`` with ``f`` at the point on mpmath numbers, where entries are still in doubt.
-
-    Where ``f`` itself is made from intermediates far larger than itself, its
-    float64 value keeps few digits, and so may a right rule's float64
-    evaluation; only mp can say how many (one evaluation). None where nothing
-    is in doubt, mp is not asked for or the function does not run on it.
-    """
-    codes = [SEVERITY[v] for v in DOUBT]
-    if st.f0_mp is not None or opts.reference not in ("auto", "mp"):
-        return None
-    if not any(np.isin(b.status, codes).any() for b in blocks):
-        return None
+def _floats_or_none(y: Any) -> np.ndarray | None:
+    """mpmath values as float64, or None where they are not real numbers."""
     try:
-        if not target.mp_mode():
-            return None
-        assert target.evaluate_mp is not None
-        y = target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
-        f0_mp = np.array([float(v) for v in np.ravel(y)], dtype=np.float64)
-    except Exception:  # noqa: BLE001 - optional evidence: judge without it
+        return np.array([float(v) for v in np.ravel(y)], dtype=np.float64)
+    except (TypeError, ValueError):
         return None
-    return replace(st, f0_mp=f0_mp)
 
 
 def _hidden(target: Target, st: Setting, opts: Options) -> bool:
@@ -211,12 +195,11 @@ def assess(
         kinks = _hidden(prep.target, st, opts)
         merged = escalate(source, st.dd, blocks, _directions(st), opts, details, kinks)
         if merged is not None:
-            st = replace(st, dd=merged)
+            # f at the point on mpmath numbers (the escalation's probe) measures the
+            # digits f itself lost more exactly than its float64 value
+            f0_mp = _floats_or_none(details.pop("f0_mp", None))
+            st = replace(st, dd=merged, f0_mp=f0_mp)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
-    with_mp = _with_f_mp(prep.target if ref_target is None else ref_target, st, blocks, opts)
-    if with_mp is not None:
-        st = with_mp
-        blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
     if "escalation" in details:
         name_deciders(blocks, details, method)
     hidden = hidden_cancellation(prep.target, st, opts)

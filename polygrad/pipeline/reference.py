@@ -328,7 +328,11 @@ def escalate(
             return None
         assert target.evaluate_mp is not None
         evaluate_mp = target.evaluate_mp
-        once = probe_seconds(lambda: evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps))
+        at_x0: list[Any] = []  # f at the point on mpmath numbers, kept for the judge
+        once = probe_seconds(
+            lambda: at_x0.append(evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps))
+        )
+        details["f0_mp"] = at_x0[0]  # read by the assessment (hidden cancellation)
         seconds = once * (2 * p.mp_levels * len(dirs) + 1)
         if seconds > p.mp_auto_seconds:
             details["notes"].append(
