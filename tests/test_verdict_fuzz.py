@@ -410,7 +410,33 @@ ZERO_BY_CANCELLATION = (
     "and moving the input a few ulps does not show that round-off: MISMATCH"
 )
 
+# bfloat16, where the Jacobian entries are far smaller than the rule's intermediates: the
+# working-dtype rule's round-off is at the size of its intermediates, f itself keeps no
+# digit, and the allowance for that (c_lost times f's relative error times the entry's
+# scale) follows the tiny entries
+BF16_TINY_ENTRIES = (
+    "polygrad limit (hidden cancellation, bfloat16): the rule's round-off (5e-4) is at the "
+    "size of its intermediates, while the Jacobian entry is 3e-7; the allowance for the "
+    "digits f lost follows the entry's scale, and the bfloat16 value is called UNSTABLE "
+    "(the float64 rule agrees)"
+)
+_LOG_SOFTMAX_LN = op("log_softmax", op("layer_norm", X))
+TANH_EXP_MAX_BF16 = Program(
+    op("tanh", op("exp", op("maximum", _LOG_SOFTMAX_LN, op("affine", _LOG_SOFTMAX_LN,
+                                                          p=(3.0, 0.0))))),
+    (2,), "bfloat16", (-2.0, 1.0), jit=True,
+)  # fmt: skip
+LOG_SOFTMAX_LN_ERF_BF16 = Program(
+    op("log_softmax", op("layer_norm", op("erf", op("logsumexp", X, p=(-1,))))),
+    (3, 4), "bfloat16",
+    (-0.00081634521484375, -0.466796875, -0.5, -0.00107574462890625, -0.00113677978515625,
+     -0.0654296875, -0.275390625, 0.00107574462890625, -0.0118408203125, 0.00225830078125,
+     0.25, 0.10791015625),
+)  # fmt: skip
+
 FOUND = [
+    _found("tensorflow", TANH_EXP_MAX_BF16, BF16_TINY_ENTRIES),
+    _found("jax", LOG_SOFTMAX_LN_ERF_BF16, BF16_TINY_ENTRIES),
     _found("torch", MEAN_OF_LAYER_NORM, ZERO_BY_CANCELLATION),
     _found("jax", LAYER_NORM_NEAR_TIES),
     *[_found(fw, LOG_EXP_SMALL) for fw in ("numpy", "torch", "jax", "tensorflow")],
