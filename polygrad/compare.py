@@ -49,7 +49,7 @@ from .pipeline.assess import Assessment, assess
 from .pipeline.autodiff import Setting
 from .pipeline.check import make_report
 from .pipeline.judge import overall
-from .pipeline.kinks import hidden_kinks
+from .pipeline.kinks import hidden_kinks, kinks_of_intermediates
 from .pipeline.plan import make_plan
 from .pipeline.prepare import Options, Prepared, prepare
 from .pipeline.reference import compute_reference
@@ -530,6 +530,7 @@ def compare(
                       ref.vouched, plan.f0)  # fmt: skip
     ref_judged = assess(ref_prep, setting, ref.method, opts)
     ref_judged = hidden_kinks(ref_prep, plan, ref_judged, opts) or ref_judged
+    ref_judged = kinks_of_intermediates(ref_prep, ref_judged, opts) or ref_judged
     ref_report = make_report(ref_prep, plan, ref, ref_judged, opts, t_start)
     y_ref, y_ref_err = _reference_primal(ref_prep.target, ref.method, dps)
     entries = {}
@@ -539,6 +540,7 @@ def compare(
             prep = _prepared(impl, ref_prep)
             judged = assess(prep, setting, ref.method, opts, ref_prep.target)
             judged = hidden_kinks(prep, plan, judged, opts, ref_prep) or judged
+            judged = kinks_of_intermediates(prep, judged, opts) or judged
             report = _report(impl, judged, ref_report, ref_impl.name, nonsmooth)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
         entries[impl.name] = _entry(impl, report, fwd, argnums_t)

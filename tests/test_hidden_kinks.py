@@ -63,3 +63,32 @@ def test_compare_finds_the_hidden_kink_in_every_implementation():
         entry = comparison.entries[name]
         assert entry.report.verdict == Verdict.NONSMOOTH, str(comparison)
         assert entry.report.ok
+
+
+def test_a_kink_of_an_intermediate_that_cancels_is_nonsmooth_not_mismatch():
+    """Two torch LayerNorms around a leaky ReLU (slope 1/32) at the tie x = (1, 1): the
+    inner norm is exactly 0, autodiff takes the leaky ReLU's 1/32 side for both entries
+    and gives 1562.5, while the composition is differentiable there, with derivative
+    0.5 (33/64) / eps = 25781.25 (each side of the kink takes one branch per entry).
+    A few ulps away autodiff agrees: NONSMOOTH (ok), with the reason named; away from
+    the tie the same model is PASS."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    inner, outer = (
+        nn.LayerNorm(2, elementwise_affine=False),
+        nn.LayerNorm(2, elementwise_affine=False),
+    )
+
+    def f(x):
+        return outer(F.leaky_relu(inner(x), 1 / 32))[0, 0]
+
+    report = pg.check(f, torch.tensor([[1.0, 1.0]]))
+    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
+    assert any("conservative gradient" in n for n in report.notes)
+    truth = 0.5 * (33 / 64) / inner.eps
+    np.testing.assert_allclose(report.entries.reference, [truth, -truth], rtol=1e-6)
+    np.testing.assert_allclose(report.entries.autodiff, [truth / 16.5, -truth / 16.5], rtol=1e-6)
+    away = pg.check(f, torch.tensor([[1.0, 1.5]]))
+    assert away.verdict == Verdict.PASS and away.ok, str(away)

@@ -434,7 +434,23 @@ LOG_SOFTMAX_LN_ERF_BF16 = Program(
      0.25, 0.10791015625),
 )  # fmt: skip
 
+# a layer norm of a leaky ReLU of a layer norm at the tie (1, 1): the inner layer norm
+# is exactly 0, the leaky ReLU's kink is taken on one side for both entries, while the
+# composition is differentiable (the kink cancels): autodiff's conservative gradient is
+# not the derivative at the point, and a few ulps away it is
+LN_LEAKY_LN_AT_TIE = Program(
+    op("layer_norm", op("leaky", op("layer_norm", X), p=(0.03125,))),
+    (1, 2), "float32", (1.0, 1.0),
+)  # fmt: skip
+LN_SLICE_LEAKY_LN_AT_TIES = Program(
+    op("layer_norm", op("slice", op("leaky", op("layer_norm", op("mul", X, op("tanh", X))),
+                                    p=(0.03125,)), p=(0, 2))),
+    (3, 2), "float32", (-1.0, -0.16653510928153992, -1.0, 1.0, 1.0, 1.0), jit=True,
+)  # fmt: skip
+
 FOUND = [
+    *[_found(fw, LN_LEAKY_LN_AT_TIE) for fw in ("numpy", "torch", "jax", "tensorflow")],
+    _found("tensorflow", LN_SLICE_LEAKY_LN_AT_TIES),
     _found("tensorflow", TANH_EXP_MAX_BF16, BF16_TINY_ENTRIES),
     _found("jax", LOG_SOFTMAX_LN_ERF_BF16, BF16_TINY_ENTRIES),
     _found("torch", MEAN_OF_LAYER_NORM, ZERO_BY_CANCELLATION),

@@ -33,6 +33,7 @@ __all__ = [
     "function_scale",
     "gather",
     "jacobian_scale",
+    "kinks_at_the_point",
 ]
 
 
@@ -460,3 +461,72 @@ def autodiff_roundoff(
         al = np.nan_to_num(al)
         out.append((al, al) if wd64 else (al, np.zeros_like(al)))
     return out
+
+
+AT_THE_POINT_ONLY = 0.01
+"""An entry's difference from the reference must shrink below this share of itself at
+an input moved by a few ulps for its MISMATCH to belong to the point alone (the
+reference is the point's: what remains there is the derivative's true change over the
+move, which can be large next to such a kink)."""
+
+
+def kinks_at_the_point(
+    be: Backend,
+    call: tuple[Callable[..., Any], tuple[Any, ...], tuple[int, ...], Supplied, int],
+    seed: int,
+    blocks: list[Entries],
+    judge_target: Callable[[Target], list[Entries]],
+    target: Target,
+    policy: Policy = DEFAULT_POLICY,
+) -> list[np.ndarray] | None:
+    """Per block, the MISMATCH entries that a move of a few ulps of the input resolves.
+
+    At a point where an intermediate of ``f`` sits exactly at a kink (two entries of a
+    tie that a layer norm maps to exactly 0, then a leaky ReLU), autodiff takes one side
+    of the kink for it, while ``f`` itself can be differentiable there (the kink cancels
+    in the composition): autodiff returns an element of a conservative gradient that is
+    not the derivative (Bolte & Pauwels, 2020). A few ulps away the tie is broken and
+    the same rule agrees with the reference; a wrong rule does not. An entry is
+    returned when, at some of the inputs moved by up to ``policy.dither_ulps`` ulps,
+    its difference from the point's reference (float64 rule where there is one)
+    shrank below :data:`AT_THE_POINT_ONLY` of what it was and of the reference itself
+    (round-off of a rule at an exact zero moves a few ulps away too, but stays far
+    from the reference in relative terms). None where the inputs cannot be moved.
+    """
+    wd64 = target.working_dtype == "float64"
+    dtype = _moved_dtype(target, blocks, wd64)
+    if dtype is None:
+        return None
+    f, args, argnums, supplied, batch_size = call
+    rng = np.random.default_rng([seed, 5])
+    moved = dithered_args(be, args, argnums, rng, policy.dither_ulps, paired=False,
+                          copies=policy.dithers)  # fmt: skip
+    if moved is None:
+        return None
+    try:
+        others = [judge_target(be.make_target(f, a, argnums, supplied, batch_size))
+                  for a in moved]  # fmt: skip
+    except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
+        return None
+    return [_resolved_nearby(b, [o[j] for o in others], wd64) for j, b in enumerate(blocks)]
+
+
+def _resolved_nearby(b: Entries, others: list[Entries], wd64: bool) -> np.ndarray:
+    """MISMATCH entries of ``b`` whose difference some moved copy all but removes."""
+    from ..report import SEVERITY, Verdict
+
+    mismatch = SEVERITY[Verdict.MISMATCH]
+
+    def gap(e: Entries) -> np.ndarray:
+        value = e.autodiff if wd64 or np.all(np.isnan(e.autodiff64)) else e.autodiff64
+        with np.errstate(invalid="ignore"):
+            return np.abs(value - e.reference)
+
+    here = gap(b)
+    near = AT_THE_POINT_ONLY * np.abs(b.reference)  # a branch taken, not round-off
+    found = np.zeros(b.status.shape, dtype=bool)
+    for o in others:
+        with np.errstate(invalid="ignore"):
+            g = gap(o)
+            found |= (g < AT_THE_POINT_ONLY * here) & (g < near)
+    return (b.status == mismatch) & found

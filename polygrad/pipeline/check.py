@@ -63,7 +63,7 @@ from .autodiff import Setting
 from .cache import cache_request
 from .explain import explain
 from .judge import overall
-from .kinks import hidden_kinks
+from .kinks import hidden_kinks, kinks_of_intermediates
 from .plan import Plan, make_plan
 from .prepare import Options, Prepared, prepare
 from .reference import Reference, compute_reference
@@ -237,6 +237,7 @@ def check(
     if again is not None:  # a gradient defined on the symmetric subspace: checked there
         plan, ref, judged = again.plan, again.ref, again.judged
     judged = hidden_kinks(prep, plan, judged, opts) or judged  # kinks the axes do not see
+    judged = kinks_of_intermediates(prep, judged, opts) or judged  # kinks at the point only
     return make_report(prep, plan, ref, judged, opts, t_start)
 
 

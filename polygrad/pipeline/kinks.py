@@ -33,12 +33,13 @@ from dataclasses import replace
 import numpy as np
 
 from ..report import SEVERITY, Entries, Verdict
-from .assess import Assessment
+from .assess import Assessment, judge_modes
+from .autodiff import kinks_at_the_point
 from .plan import Plan
 from .prepare import Options, Prepared
 from .reference import compute_reference
 
-__all__ = ["along_w", "disagreement_directions", "hidden_kinks"]
+__all__ = ["along_w", "disagreement_directions", "hidden_kinks", "kinks_of_intermediates"]
 
 _MISMATCH = SEVERITY[Verdict.MISMATCH]
 
@@ -191,3 +192,60 @@ def _note(e: Entries, hit: np.ndarray, left: float, right: float) -> str:
         f"partial derivative exists; autodiff returns an element of the generalized "
         f"(Clarke) derivative there, not the partials, so these entries are NONSMOOTH"
     )
+
+
+def _blocks(e: Entries, modes: int) -> list[Entries]:
+    """The per-mode blocks of concatenated entries (names as they are)."""
+    k = e.status.size // modes
+    fields = {f: getattr(e, f) for f in _ARRAYS}
+    return [
+        Entries(names=e.names[i * k : (i + 1) * k],
+                **{f: v[i * k : (i + 1) * k] for f, v in fields.items()})
+        for i in range(modes)
+    ]  # fmt: skip
+
+
+_ARRAYS = (
+    "autodiff", "autodiff64", "reference", "reference_error", "left", "left_error",
+    "right", "right_error", "tolerance", "tolerance64", "status", "within_one_sided",
+)  # fmt: skip
+
+
+def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) -> Assessment | None:
+    """``judged`` with the MISMATCH entries that only the point itself shows made NONSMOOTH.
+
+    After :func:`hidden_kinks` (a kink of ``f`` itself is named as such first): where
+    an intermediate of ``f`` sits exactly at a kink at the point and the composition is
+    differentiable, autodiff's value is not the derivative at the point but is a few
+    ulps away (see :func:`polygrad.pipeline.autodiff.kinks_at_the_point`). None when
+    nothing changes.
+    """
+    e = judged.entries
+    if opts.wrt != "inputs" or opts.order != 1 or prep.complex_any:
+        return None
+    if not np.any(e.status == _MISMATCH):
+        return None
+    blocks = _blocks(e, len(prep.modes))
+    st = judged.setting
+    found = kinks_at_the_point(
+        prep.backend, (*prep.batch_call, opts.batch_size), opts.seed, blocks,  # type: ignore[arg-type]
+        lambda t: judge_modes(t, st, prep.modes, opts), prep.target, opts.policy,
+    )  # fmt: skip
+    if found is None or not any(fl.any() for fl in found):
+        return None
+    hit = np.concatenate(found)
+    entries = replace(
+        e, status=np.where(hit, SEVERITY[Verdict.NONSMOOTH], e.status),
+        within_one_sided=e.within_one_sided & ~hit,
+    )  # fmt: skip
+    names = [e.names[i] for i in np.flatnonzero(hit)]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    note = (
+        f"{shown}: autodiff differs from the reference at this point, but at inputs moved "
+        f"by a few ulps the same rule all but agrees with it: an intermediate of f sits "
+        f"exactly at a kink here (a tie, a ReLU at 0), where the framework takes one side "
+        f"of it, while f itself is differentiable along every axis; autodiff returns an "
+        f"element of a conservative gradient, not the derivative (Bolte & Pauwels, 2020), "
+        f"so these entries are NONSMOOTH"
+    )
+    return replace(judged, entries=entries, notes=(*judged.notes, note))
