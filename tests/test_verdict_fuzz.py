@@ -404,10 +404,11 @@ MEAN_OF_LAYER_NORM = Program(
     (-17.75310516357422, 8.0, 1.0, 1.0),
 )
 ZERO_BY_CANCELLATION = (
-    "polygrad limit (hidden cancellation in the rule at an exact zero): the float64 "
-    "evaluation of the VJP of mean(layer_norm(u)) cancels O(1) terms to 1.8e-15 where the "
-    "Jacobian is exactly 0; the tolerance follows the entry's scale (the reference, ~1e-38), "
-    "and moving the input a few ulps does not show that round-off: MISMATCH"
+    "polygrad limit (hidden cancellation in the rule at an exact zero): where the Jacobian "
+    "is exactly 0 (the mean of a layer norm, a layer norm of copies of one input), the "
+    "float64 evaluation of the VJP cancels terms of size 1 to 1/sqrt(eps) to about 1e-15; "
+    "the tolerance follows the entry's scale (the reference, ~1e-38 or 0), and moving the "
+    "input a few ulps does not show that round-off: MISMATCH"
 )
 
 # bfloat16, where the Jacobian entries are far smaller than the rule's intermediates: the
@@ -448,7 +449,27 @@ LN_SLICE_LEAKY_LN_AT_TIES = Program(
     (3, 2), "float32", (-1.0, -0.16653510928153992, -1.0, 1.0, 1.0, 1.0), jit=True,
 )  # fmt: skip
 
+# tanh(exp(exp(1))) = tanh(15.2): its float64 rule 1 - tanh^2 is 2.8e-13 computed from a
+# tanh one ulp from 1 (the documented float64 saturation limit)
+EXP_TANH_SATURATED = Program(
+    op("exp", op("tanh", op("exp", op("exp", X)))), (1,), "float32", (1.0,)
+)
+TANH_SATURATION_LIMIT = (
+    "polygrad limit (documented in the error model): a float64 tanh rule deep in "
+    "saturation (tanh(15.2), 1 - tanh^2 = 2.8e-13 from a tanh one ulp below 1) loses most "
+    "of its digits, and moves large enough to show that round-off would excuse rules that "
+    "round through float32: MISMATCH"
+)
+# a layer norm of four copies of one input (gathered): its Jacobian is exactly 0, reached
+# by cancelling terms of size 1/sqrt(eps) in the rule
+LAYER_NORM_OF_COPIES = Program(
+    op("layer_norm", op("sin", op("gather", op("gather", X, p=(0, 0)), p=(0, 0, 0, 0)))),
+    (1,), "float32", (-0.19640561938285828,), jit=True,
+)  # fmt: skip
+
 FOUND = [
+    _found("jax", EXP_TANH_SATURATED, TANH_SATURATION_LIMIT),
+    _found("tensorflow", LAYER_NORM_OF_COPIES, ZERO_BY_CANCELLATION),
     *[_found(fw, LN_LEAKY_LN_AT_TIE) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("tensorflow", LN_SLICE_LEAKY_LN_AT_TIES),
     _found("tensorflow", TANH_EXP_MAX_BF16, BF16_TINY_ENTRIES),
