@@ -89,10 +89,11 @@ class Policy:
         :mod:`polygrad.pipeline.subspace`).
     c_lost : float
         Hidden cancellation: where ``f`` itself is computed to a relative
-        accuracy ``rho`` only (its value made from intermediates far larger
-        than itself, ``40 + log1p(e^-28) - 40``), each entry of its row may be
-        off by ``c_lost * rho`` times its scale (see
-        :func:`polygrad.pipeline.judge.findings`).
+        accuracy ``rho`` only in a narrow working dtype (its value made from
+        intermediates far larger than itself, ``x - sin(x)`` near 0), each
+        entry of its row may be off by ``c_lost * rho`` times its scale where
+        only the working dtype is off: it turns UNSTABLE into PASS, never a
+        MISMATCH (see :func:`polygrad.pipeline.judge.findings`).
     """
 
     c_ad: float = 64.0
