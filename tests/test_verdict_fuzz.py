@@ -31,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import polygrad as pg
+from polygrad.report import SEVERITY
 from polygrad.testing.programs import (
     Node,
     NumpyInterpreter,
@@ -135,11 +136,32 @@ def assert_never_mismatch(program: Program, framework: str) -> None:
     (issue 15): intermediates far larger than f, as in ``log(exp(y))`` at small y or a
     layer norm of nearly equal entries; each such program found is a strict expected
     failure in ``FOUND`` (see ``assert_correct``) rather than a random failure of CI.
+    So is a MISMATCH whose float64 rule is within round-off of the Jacobian's largest
+    entry (hidden cancellation in the float64 rule itself, another known limit).
     """
     report = _run(check_correct, program, framework, "correct")
+    if report is not None and _within_round_off_of_the_largest(report):
+        # the float64 rule's own hidden cancellation (1 - p with p one ulp from 1, in a
+        # log_softmax with a dominant entry): a known limit, pinned in FOUND and in
+        # test_edges (the cross-entropy), reported but not a random failure of CI
+        return
     assert SURVEY or report is None or report.verdict != pg.Verdict.MISMATCH, (
         f"{program!r}\n{report}"
     )
+
+
+def _within_round_off_of_the_largest(report: pg.Report) -> bool:
+    """Every MISMATCH entry's float64 rule is within 64 eps64 of the Jacobian's largest
+    entry: round-off at the size of the largest terms, which no check from outside the
+    rule can tell from a wrong rule."""
+    e = report.entries
+    bad = e.status == SEVERITY[pg.Verdict.MISMATCH]
+    if not bad.any():
+        return False
+    with np.errstate(invalid="ignore"):
+        gap = np.where(np.isnan(e.autodiff64), e.autodiff, e.autodiff64) - e.reference
+        largest = np.nanmax(np.abs(e.reference))
+        return bool(np.all(np.abs(gap[bad]) <= 64 * np.finfo(np.float64).eps * largest))
 
 
 def assert_planted_caught(program: Program, framework: str) -> None:
