@@ -22,7 +22,7 @@ from ..dither import dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections
-from ..report import Entries
+from ..report import SEVERITY, Entries, Verdict
 from .judge import JudgeInput
 
 __all__ = [
@@ -513,8 +513,6 @@ def kinks_at_the_point(
 
 def _resolved_nearby(b: Entries, others: list[Entries], wd64: bool) -> np.ndarray:
     """MISMATCH entries of ``b`` whose difference some moved copy all but removes."""
-    from ..report import SEVERITY, Verdict
-
     mismatch = SEVERITY[Verdict.MISMATCH]
 
     def gap(e: Entries) -> np.ndarray:

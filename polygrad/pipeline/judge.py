@@ -23,6 +23,7 @@ __all__ = [
     "Findings",
     "JudgeInput",
     "concat_entries",
+    "split_entries",
     "findings",
     "judge",
     "overall",
@@ -435,3 +436,13 @@ def concat_entries(blocks: list[Entries], modes: list[str]) -> Entries:
         names += [f"{tag} {nm}" for nm in b.names]
     fields = {name: np.concatenate([getattr(b, name) for b in blocks]) for name in _FIELDS}
     return Entries(names=names, **fields)
+
+
+def split_entries(e: Entries, modes: int) -> list[Entries]:
+    """The per-mode blocks of :func:`concat_entries`'s entries (names kept as they are)."""
+    k = e.status.size // modes
+    return [
+        Entries(names=e.names[i * k : (i + 1) * k],
+                **{f: getattr(e, f)[i * k : (i + 1) * k] for f in _FIELDS})
+        for i in range(modes)
+    ]  # fmt: skip

@@ -35,6 +35,7 @@ import numpy as np
 from ..report import SEVERITY, Entries, Verdict
 from .assess import Assessment, judge_modes
 from .autodiff import kinks_at_the_point
+from .judge import split_entries
 from .plan import Plan
 from .prepare import Options, Prepared
 from .reference import compute_reference
@@ -194,23 +195,6 @@ def _note(e: Entries, hit: np.ndarray, left: float, right: float) -> str:
     )
 
 
-def _blocks(e: Entries, modes: int) -> list[Entries]:
-    """The per-mode blocks of concatenated entries (names as they are)."""
-    k = e.status.size // modes
-    fields = {f: getattr(e, f) for f in _ARRAYS}
-    return [
-        Entries(names=e.names[i * k : (i + 1) * k],
-                **{f: v[i * k : (i + 1) * k] for f, v in fields.items()})
-        for i in range(modes)
-    ]  # fmt: skip
-
-
-_ARRAYS = (
-    "autodiff", "autodiff64", "reference", "reference_error", "left", "left_error",
-    "right", "right_error", "tolerance", "tolerance64", "status", "within_one_sided",
-)  # fmt: skip
-
-
 def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) -> Assessment | None:
     """``judged`` with the MISMATCH entries that only the point itself shows made NONSMOOTH.
 
@@ -225,7 +209,7 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
         return None
     if not np.any(e.status == _MISMATCH):
         return None
-    blocks = _blocks(e, len(prep.modes))
+    blocks = split_entries(e, len(prep.modes))
     st = judged.setting
     found = kinks_at_the_point(
         prep.backend, (*prep.batch_call, opts.batch_size), opts.seed, blocks,  # type: ignore[arg-type]
