@@ -159,3 +159,53 @@ def test_a_numpy_round_trip_names_the_blocking_primitive():
     t = target(f, X)
     assert t.evaluate64 is None
     assert any("at pure_callback" in n for n in t.notes), t.notes
+
+
+# -- float64 inputs that the function computes with in float32 --------------------------------
+
+
+@jax.custom_vjp
+def _planted_tanh(x):
+    return jnp.tanh(x)
+
+
+def _planted_fwd(x):
+    y = jnp.tanh(x)
+    return y, y
+
+
+def _planted_bwd(y, g):
+    return (g * (1 - y * y) * (1 + 1e-3),)  # a wrong rule: off by 1e-3
+
+
+_planted_tanh.defvjp(_planted_fwd, _planted_bwd)
+
+
+def _x64_point(seed, shape):
+    with jax.enable_x64(True):
+        return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float64)
+
+
+W32 = jax.random.normal(KEYS[0], (5, 4), dtype=jnp.float32)
+
+
+def test_float64_input_computed_in_float32_is_judged_at_float32():
+    x = _x64_point(3, (2, 5))
+    report = pg.check(jax.jit(lambda v: jnp.tanh(v.astype(jnp.float32) @ W32)), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, report
+    assert report.details["working_dtype"] == "float32"
+    assert any("computes in float32 inside" in n for n in report.notes), report.notes
+
+
+def test_float64_input_computed_in_float32_still_catches_a_wrong_rule():
+    x = _x64_point(3, (2, 5))
+    report = pg.check(lambda v: _planted_tanh(v.astype(jnp.float32) @ W32), x)
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok, report
+
+
+def test_float32_constant_does_not_narrow_a_float64_check():
+    x = _x64_point(4, (6,))
+    c = jnp.float32(0.1)
+    report = pg.check(lambda v: jnp.sum(jnp.sin(v * c.astype(jnp.float64))), x)
+    assert report.details["working_dtype"] == "float64"
+    assert report.verdict == pg.Verdict.PASS and report.ok, report

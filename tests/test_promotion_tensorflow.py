@@ -382,3 +382,46 @@ def test_multi_head_attention_closure_completes_in_a_subprocess():
     result = json.loads(line[len("RESULT ") :])
     assert result["auto"] == ["PASS", True, "float64"]
     assert result["working"] == ["PASS", True, "working"]
+
+
+# -- float64 inputs that the function computes with in float32 --------------------------------
+
+
+@tf.custom_gradient
+def _planted_tanh(x):
+    y = tf.tanh(x)
+
+    def grad(g):
+        return g * (1 - y * y) * (1 + 1e-3)  # a wrong rule: off by 1e-3
+
+    return y, grad
+
+
+def test_keras_layer_with_float32_policy_on_float64_input_is_judged_at_float32():
+    # a Keras layer computes in its dtype policy's float32 whatever the input's dtype
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.Dense(4, activation="tanh")
+    x = tf.constant(np.random.default_rng(3).normal(size=(2, 5)))
+    assert layer(x).dtype == tf.float32
+    before = snapshot(layer)
+    report = pg.check(lambda v: layer(v), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, report
+    assert report.details["working_dtype"] == "float32"
+    assert any("computes in float32 inside" in n for n in report.notes), report.notes
+    assert_unchanged(layer, before)
+
+
+def test_float64_input_computed_in_float32_still_catches_a_wrong_rule():
+    keras.utils.set_random_seed(0)
+    layer = keras.layers.Dense(4)
+    x = tf.constant(np.random.default_rng(3).normal(size=(2, 5)))
+    report = pg.check(lambda v: _planted_tanh(layer(v)), x)
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok, report
+
+
+def test_float32_constant_does_not_narrow_a_float64_check():
+    x = tf.constant(np.random.default_rng(4).normal(size=6))
+    c = tf.constant(0.1, tf.float32)
+    report = pg.check(lambda v: tf.reduce_sum(tf.sin(v * tf.cast(c, tf.float64))), x)
+    assert report.details["working_dtype"] == "float64"
+    assert report.verdict == pg.Verdict.PASS and report.ok, report

@@ -299,9 +299,11 @@ def test_dtype_requests_and_python_constants_are_computed_in_float64():
     soft = np.exp(x) / np.exp(x).sum()
     want = x * 0.1 + x * 0.3 + x * w64 + x + 1 / 3 + soft + x / 7 + np.arange(3) * 0.1 * x + x / 3
     t = target(f, torch.tensor(x, dtype=torch.float32))
-    assert t.working_dtype == "float16"
+    # x.bfloat16() rounds the input itself to bfloat16: the least precise value computed
+    assert t.working_dtype == "bfloat16"
     np.testing.assert_allclose(t.evaluate64(x[None])[0], want, rtol=1e-15)
-    assert t.notes == [] and w.dtype == torch.float32
+    assert len(t.notes) == 1 and "computes in bfloat16 inside" in t.notes[0]
+    assert w.dtype == torch.float32
     assert torch.get_default_dtype() == torch.float32
 
 
@@ -559,3 +561,52 @@ def test_custom_backward_over_a_closed_over_float32_constant(transposed: bool) -
     else:
         assert report.verdict is pg.Verdict.MISMATCH and not report.ok, report
     assert any("float64 evaluation of the rule failed" in n for n in report.details["notes"])
+
+
+# -- float64 inputs that the function computes with in float32 --------------------------------
+
+
+class _PlantedTanh(torch.autograd.Function):
+    """tanh whose backward is off by the factor 1 + 1e-3 (a wrong rule)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.tanh(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y) * (1 + 1e-3)
+
+
+def _float32_inside(act):
+    """A float32 layer closed over, fed float64 input cast down, its output cast back."""
+    torch.manual_seed(0)
+    layer = nn.Linear(5, 4)
+    return lambda x: act(layer(x.float())).double()
+
+
+def test_float64_input_computed_in_float32_is_judged_at_float32():
+    x = torch.tensor(np.random.default_rng(3).normal(size=(2, 5)))
+    report = pg.check(_float32_inside(torch.tanh), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, report
+    assert report.details["working_dtype"] == "float32"
+    assert any("computes in float32 inside (first at Tensor.float)" in n for n in report.notes)
+    # the reference is the float64 program: .float() promoted
+    assert report.details["reference"]["method"] in ("float64", "mp"), report.notes
+
+
+def test_float64_input_computed_in_float32_still_catches_a_wrong_rule():
+    x = torch.tensor(np.random.default_rng(3).normal(size=(2, 5)))
+    report = pg.check(_float32_inside(_PlantedTanh.apply), x)
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok, report
+
+
+def test_float32_constant_does_not_narrow_a_float64_check():
+    # torch.tensor(0.1) is float32, but nothing computed from x is: float64 stays
+    x = torch.tensor(np.random.default_rng(4).normal(size=6))
+    report = pg.check(lambda v: (v * torch.tensor(0.1)).sin().sum(), x)
+    assert report.details["working_dtype"] == "float64"
+    assert report.verdict == pg.Verdict.PASS and report.ok, report

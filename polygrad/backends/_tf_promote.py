@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from .base import describe_exception
+from .base import describe_exception, dtype_eps
 
-__all__ = ["Float64Graph", "promote_to_float64"]
+__all__ = ["Float64Graph", "narrowest_computed", "promote_to_float64"]
 
 _PYTHON_OPS = {
     "EagerPyFunc": "tf.py_function",
@@ -124,6 +124,44 @@ def promote_to_float64(
             None, f"its float64 graph cannot be built ({describe_exception(exc)})", custom
         )
     return Float64Graph(function, None, custom)
+
+
+def narrowest_computed(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> tuple[np.dtype, str] | None:
+    """The widest-eps floating dtype among the values ``call`` computes from its checked
+    leaves (a complex one as its real part's), with the type of the first op that
+    produced it; None when nothing does, or when ``call`` cannot be captured.
+
+    Only values that depend on a checked leaf count (a float32 constant that the code
+    widens before use rounds nothing of the computation). The dependence is followed
+    op by op through the captured graph with nested ``tf.function`` calls inlined; a
+    ``tf.cond``/``tf.while_loop`` counts by its outputs.
+    """
+    try:
+        graph_def, inputs, outputs = _freeze(tf, _trace(tf, call, specs))
+        graph = _import(tf, graph_def, inputs, outputs).graph
+    except Exception:  # noqa: BLE001 - not capturable: nothing is known
+        return None
+    dependent = {graph.get_tensor_by_name(n).ref() for n in inputs[: len(specs)]}
+    reached: set[str] = set()
+    found: tuple[float, np.dtype, str] | None = None
+    grew = True
+    while grew:  # until no op is added (an imported graph need not be in topological order)
+        grew = False
+        for op in graph.get_operations():
+            if op.name in reached or not any(t.ref() in dependent for t in op.inputs):
+                continue
+            reached.add(op.name)
+            grew = True
+            for t in op.outputs:
+                dependent.add(t.ref())
+                dt = t.dtype.real_dtype if t.dtype.is_complex else t.dtype
+                if dt.is_floating:
+                    eps = dtype_eps(dt.as_numpy_dtype)
+                    if found is None or eps > found[0]:
+                        found = (eps, np.dtype(dt.as_numpy_dtype), op.type)
+    return None if found is None else (found[1], found[2])
 
 
 def failed_run_reason(exc: BaseException) -> str:

@@ -46,7 +46,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Mutation", "PromotionLog", "float64_scope", "op_name", "outer_mutations"]
+__all__ = [
+    "Mutation",
+    "PromotionLog",
+    "float64_scope",
+    "narrowest_computed",
+    "op_name",
+    "outer_mutations",
+]
 
 
 @dataclass
@@ -227,6 +234,60 @@ def _tensors(torch: Any, items: Any) -> list[Any]:
         elif isinstance(a, dict):
             out += _tensors(torch, a.values())
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def _dtype_watch_class(torch: Any) -> type:
+    """The mode that records the narrowest float computed from the watched tensors."""
+
+    class DtypeWatch(torch.overrides.TorchFunctionMode):
+        """Follows which tensors depend on the inputs; notes the widest eps among them."""
+
+        def __init__(self, inputs: list[Any]) -> None:
+            super().__init__()
+            self.keep = list(inputs)  # held, so that no id is reused during the call
+            self.dependent = {id(t) for t in inputs}
+            self.found: tuple[float, Any, str] | None = None
+
+        def __torch_function__(
+            self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if getattr(func, "__name__", "") == "__get__":
+                return out
+            if not any(id(t) in self.dependent for t in _tensors(torch, [*args, *kwargs.values()])):
+                return out
+            for t in _tensors(torch, [out]):
+                self.keep.append(t)
+                self.dependent.add(id(t))
+                if t.is_floating_point() or t.is_complex():
+                    real = t.real.dtype if t.is_complex() else t.dtype
+                    e = torch.finfo(real).eps
+                    if self.found is None or e > self.found[0]:
+                        self.found = (e, real, op_name(func))
+            return out
+
+    return DtypeWatch
+
+
+def narrowest_computed(
+    torch: Any, call: Callable[..., Any], inputs: list[Any]
+) -> tuple[Any, tuple[Any, str] | None]:
+    """``call(*inputs)``, and the widest-eps floating dtype among the values it computes
+    from ``inputs`` with the first operator that produced it (None when nothing does).
+
+    Only values that depend on an input count (a float32 constant that the code
+    widens before use rounds nothing of the computation); the dependence is followed
+    operator by operator through a :class:`torch.overrides.TorchFunctionMode`, so what
+    runs inside one C++ operator (a fused kernel) counts by its output only.
+    """
+    watch = _dtype_watch_class(torch)(inputs)
+    with contextlib.ExitStack() as stack:
+        _run_eagerly(torch, stack)
+        stack.enter_context(watch)
+        out = call(*inputs)
+    return out, None if watch.found is None else (watch.found[1], watch.found[2])
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ __all__ = [
     "BatchFn",
     "change_under_a_move",
     "chunked",
+    "computed_in_note",
     "dtype_eps",
     "validate_float_array",
 ]
@@ -288,6 +289,25 @@ def dtype_eps(dtype: Any) -> float:
         import ml_dtypes  # bfloat16 and friends come from ml_dtypes
 
         return float(ml_dtypes.finfo(dt).eps)
+
+
+def computed_in_note(inputs: str, computed: str, where: str) -> str:
+    """The note for a function that computes in a narrower float than its inputs.
+
+    Parameters
+    ----------
+    inputs : str
+        Name of the checked inputs' dtype (``"float64"``).
+    computed : str
+        Name of the narrowest floating dtype computed from them (``"float32"``).
+    where : str
+        The first operation that produced it (``"aten.linear"``, ``"Cast"``...).
+    """
+    return (
+        f"f computes in {computed} inside (first at {where}), although its checked inputs "
+        f"are {inputs} (a cast, or a layer's {computed} dtype policy): the working dtype is "
+        f"{computed}, and round-off is judged at its precision"
+    )
 
 
 def change_under_a_move(evaluate: BatchFn, x0: np.ndarray, y0: np.ndarray, eps: float) -> float:

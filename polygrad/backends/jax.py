@@ -50,6 +50,7 @@ from .base import (
     Target,
     change_under_a_move,
     chunked,
+    computed_in_note,
     dtype_eps,
     validate_float_array,
 )
@@ -629,19 +630,25 @@ class JaxBackend(Backend):
         with _x64():  # promote as JAX does, without truncating float64 leaves to float32
             wd = np.dtype(jnp.result_type(*flat.dtypes)) if flat.dtypes else np.dtype(np.float32)
         is64 = any(np.dtype(d).itemsize >= 8 for d in flat.dtypes)
+        notes: list[str] = []
+        narrow = CAPTURES.get(
+            "jax.narrowest", flat.capture_key(), flat.frozen(), lambda: _narrowest_computed(flat)
+        )
+        if narrow is not None:  # f casts its inputs down: it computes in that dtype
+            notes.append(computed_in_note(wd.name, narrow[0].name, narrow[1]))
+            wd = narrow[0]
 
         def working_ctx() -> contextlib.AbstractContextManager[Any]:
             return _x64() if is64 else contextlib.nullcontext()
 
         with working_ctx():
             _, out_leaves = as_float_output([np.asarray(o) for o in flat(*flat.leaves)])
-        notes: list[str] = []
         work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
         y0 = work.evaluate(flat.x0[None])[0]
         with working_ctx():
             _check_gradient_flows(flat, work.evaluate, y0, dtype_eps(wd))
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
-        if not is64:
+        if not is64 or narrow is not None:
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
 
         # the jaxpr behind the mp evaluator, cached like the compiled callables
@@ -831,6 +838,49 @@ def _narrow_intermediates(g: Callable[..., list[Any]], flat: _FlatFunction) -> b
                 return True
         todo.extend(subjaxprs(jaxpr))
     return False
+
+
+def _narrowest_computed(flat: _FlatFunction) -> tuple[np.dtype, str] | None:
+    """The narrowest float ``f`` computes from its checked leaves, and the first primitive
+    that produced it (under x64, the leaves as they are); None when there is none
+    narrower than the leaves or ``f`` cannot be traced.
+
+    Only values that depend on a checked leaf count: a float32 constant that ``f``
+    widens before use rounds nothing of the computation. An equation with inner jaxprs
+    (``pjit``, ``custom_jvp_call``, ``scan``...) that reads a dependent value is scanned
+    inside as if each of its own inputs depended on the leaves.
+    """
+    import jax
+    from jax.extend.core import jaxprs_in_params
+
+    with _x64():
+        try:
+            closed = jax.make_jaxpr(flat)(*flat.leaves)
+        except Exception:  # noqa: BLE001 - untraceable f: nothing is known
+            return None
+    widest = max(dtype_eps(d) for d in flat.dtypes)
+    found: tuple[float, np.dtype, str] | None = None
+    todo = [(closed.jaxpr, [True] * len(closed.jaxpr.invars))]
+    while todo:
+        jaxpr, marks = todo.pop()
+        tainted = {id(v) for v, t in zip(jaxpr.invars, marks, strict=True) if t}
+        for eqn in jaxpr.eqns:
+            reads = [id(v) in tainted for v in eqn.invars]
+            if not any(reads):
+                continue
+            tainted.update(id(v) for v in eqn.outvars)
+            for sub in jaxprs_in_params(eqn.params):
+                # operands map one to one onto pjit/custom_jvp bodies; otherwise all count
+                same = len(sub.invars) == len(reads)
+                todo.append((sub, reads if same else [True] * len(sub.invars)))
+            for v in eqn.outvars:
+                dt = getattr(v.aval, "dtype", None)
+                if dt is None or not jax.numpy.issubdtype(dt, jax.numpy.inexact):
+                    continue
+                e = dtype_eps(np.dtype(dt))
+                if e > widest and (found is None or e > found[0]):
+                    found = (e, np.dtype(dt), str(eqn.primitive))
+    return None if found is None else (found[1], found[2])
 
 
 def _tangent_free(closed: Any) -> bool:

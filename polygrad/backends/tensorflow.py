@@ -99,6 +99,7 @@ from ._tf_promote import (
     Float64Graph,
     disconnection_cause,
     failed_run_reason,
+    narrowest_computed,
     promote_to_float64,
 )
 from .base import (
@@ -111,6 +112,7 @@ from .base import (
     Target,
     change_under_a_move,
     chunked,
+    computed_in_note,
     dtype_eps,
 )
 from .base import describe_exception as _describe
@@ -748,6 +750,11 @@ class TensorflowBackend(Backend):
         out_layout, leaves, y0 = self._plain_calls(raw, call, originals, is_var, models, eps)
         out_sizes = [leaf.size for leaf in out_layout.leaves]
         cached = _cache_for(f, args, argnums, wrt, layout, originals, is_var)
+        specs = [self.tf.TensorSpec(a.shape, self.tf.as_dtype(a.dtype)) for a in originals]
+        narrow = cached("tf.narrowest", lambda: narrowest_computed(self.tf, call, specs))
+        if narrow is not None and dtype_eps(narrow[0]) > eps:  # a cast down, a dtype policy
+            notes.append(computed_in_note(wd.name, narrow[0].name, narrow[1]))
+            wd, eps = narrow[0], dtype_eps(narrow[0])
         shared = cached("tf.compiled", lambda: _Compiled(eps > dtype_eps(np.float64)))
         program = _Program(self.tf, call, leaves, layout, out_sizes, batch_size, notes, shared)
         programs: dict[str, _Program | None] = {"": program, "64": program}

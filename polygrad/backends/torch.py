@@ -74,7 +74,7 @@ from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
-from ._torch_promote import PromotionLog, float64_scope, outer_mutations
+from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -84,6 +84,7 @@ from .base import (
     Target,
     change_under_a_move,
     chunked,
+    computed_in_note,
     validate_float_array,
 )
 
@@ -724,10 +725,14 @@ class TorchBackend(Backend):
         state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
         _refuse_outer_mutations(torch, f, raw, primals, modules)
         out_a = work.first_call()
-        out_b = work.call(*[p.clone() for p in primals])
+        out_b, narrow = narrowest_computed(torch, work.call, [p.clone() for p in primals])
         _check_module_state(torch, modules, state)
         in_dtype = functools.reduce(torch.promote_types, [p.dtype for p in primals])
         wd = max((in_dtype, out_a.dtype), key=lambda d: torch.finfo(d).eps)
+        if narrow is not None and torch.finfo(narrow[0]).eps > torch.finfo(wd).eps:
+            name = str(narrow[0]).removeprefix("torch.")
+            notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
+            wd = narrow[0]
         eps = float(torch.finfo(wd).eps)
         self._check_deterministic(out_a, out_b, eps, notes)
 
