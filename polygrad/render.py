@@ -238,6 +238,18 @@ def _one_sided_line(e: Entries, i: int) -> str:
     return f"  {'':<28}   {sides[0]}, {sides[1]}{tail}"
 
 
+def _all_kinks_clause(report: Report) -> str:
+    """What projections that all sit at a kink can say, and what can say more."""
+    counts = report.counts()
+    if set(counts) != {"NONSMOOTH"}:
+        return ""
+    return (
+        "; here every one of them crosses a kink at x (ties, ReLUs at 0), so they "
+        "verify nothing of the gradient: a full check (strategy='full') tests each input "
+        "alone, and where most of them are smooth it can"
+    )
+
+
 def _evidence_lines(report: Report) -> list[str]:
     """Projections' detection power, round-off, your own check, the Taylor test."""
     d = report.details
@@ -248,7 +260,7 @@ def _evidence_lines(report: Report) -> list[str]:
             f"  projections: {proj.count} random directions; a single wrong entry is caught "
             f"when off by more than ~{_g(proj.single_entry_error_caught, 2)}, an error spread "
             f"over many entries with 99% probability when its scaled 2-norm exceeds "
-            f"{_g(proj.spread_error_norm_caught_99, 2)}"
+            f"{_g(proj.spread_error_norm_caught_99, 2)}" + _all_kinks_clause(report)
         )
     naive = d.naive_central_difference
     if naive is not None:
@@ -452,8 +464,12 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
     option = report.details.nonsmooth
     at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
     outside = int(np.sum(~np.asarray(e.within_one_sided, dtype=bool)[at_kink]))
-    txt = (
+    smooth = (
         f"the gradient agrees with the reference at the {_entries(n - k)} where f is smooth; "
+        if k < n
+        else "none of the entries lies where f is smooth: "
+    )
+    txt = smooth + (
         f"{k} of {_entries(n)} {_verb(k, 'sits', 'sit')} at a kink of f, where f has no "
         "derivative (its left and right derivatives differ), which is not a gradient error"
     )

@@ -305,7 +305,7 @@ def computed_in_note(inputs: str, computed: str, where: str) -> str:
     """
     return (
         f"f computes in {computed} inside (first at {where}), although its checked inputs "
-        f"are {inputs} (a cast, or a layer's {computed} dtype policy): the working dtype is "
+        f"are {inputs} (a cast, autocast, or a layer's dtype policy): the working dtype is "
         f"{computed}, and round-off is judged at its precision"
     )
 

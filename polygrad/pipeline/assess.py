@@ -20,6 +20,7 @@ from .autodiff import Setting, autodiff_roundoff, f_accuracy, gather
 from .judge import concat_entries, judge
 from .prepare import Options, Prepared
 from .reference import escalate, name_deciders
+from .sides import FINE_LEVELS, FINE_STEP, sharpen_sides
 
 __all__ = ["Assessment", "assess", "judge_modes"]
 
@@ -105,6 +106,33 @@ def _with_roundoff(
         return blocks, None
     notes.append(_dither_note(opts))
     return judge_modes(prep.target, st, prep.modes, opts, allowances), allowances
+
+
+def _fine_sides(
+    source: Target, prep: Prepared, st: Setting, blocks: list[Entries], method: str,
+    opts: Options, allowances: Any, details: dict[str, Any],
+) -> tuple[Setting, list[Entries]]:  # fmt: skip
+    """Without mp, MISMATCH entries judged again on one-sided derivatives at fine steps
+    (see :mod:`polygrad.pipeline.sides`); a note says what changed."""
+    rng = np.random.default_rng([opts.seed, 7])
+    sharp = sharpen_sides(source, st.dd, blocks, _directions(st), method, st.s, rng)
+    if sharp is None:
+        return st, blocks
+    st2 = replace(st, dd=sharp[0])
+    blocks2 = judge_modes(prep.target, st2, prep.modes, opts, allowances)
+    code = SEVERITY[Verdict.NONSMOOTH]
+    kinks = sum(int(np.sum((b2.status == code) & (b.status != code)))
+                for b, b2 in zip(blocks, blocks2, strict=True))  # fmt: skip
+    if kinks == 0:
+        return st, blocks
+    details["notes"].append(
+        f"the one-sided derivatives along the {len(sharp[1])} direction(s) of MISMATCH "
+        f"entries were estimated again in {method} at steps of {FINE_STEP:g} to "
+        f"{FINE_STEP * 2.0 ** (1 - FINE_LEVELS):g} times the direction, with the noise "
+        f"measured there (mp cannot evaluate this function): {kinks} of those entries sit "
+        f"at a kink of f that the first steps, crossing it, read as noise (NONSMOOTH)"
+    )
+    return st2, blocks2
 
 
 def _directions(st: Setting) -> tuple[int, Callable[[np.ndarray], np.ndarray]]:
@@ -200,6 +228,8 @@ def assess(
             f0_mp = _floats_or_none(details.pop("f0_mp", None))
             st = replace(st, dd=merged, f0_mp=f0_mp)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
+        else:
+            st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
     if "escalation" in details:
         name_deciders(blocks, details, method)
     hidden = hidden_cancellation(prep.target, st, opts)
