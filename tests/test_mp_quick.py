@@ -1,4 +1,5 @@
-"""The quick mp reference: one central difference at 50 digits, checked by halving."""
+"""The quick mp reference: one central difference at a step of 2^-80 and 75 digits, the
+gap between its one-sided differences deciding whether it can stand."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import numpy as np
 import pytest
 
 import polygrad as pg
-from polygrad.reference.mp import mp_directional_derivatives, quick_mp_derivatives
+from polygrad.reference.mp import (
+    QUICK_EXTRA_DIGITS,
+    QUICK_STEP,
+    mp_directional_derivatives,
+    quick_mp_derivatives,
+)
+
+DIGITS = 50 + QUICK_EXTRA_DIGITS  # f(x) is given at the quick difference's digits
 
 
 def _mp_fn(fn):
@@ -42,9 +50,10 @@ def test_quick_estimate_is_right_within_its_error_bar(seed):
     rng = np.random.default_rng(seed)
     x0 = rng.uniform(-3, 3, 2)
     W = np.eye(2)
-    f0 = _mp_fn(_smooth)(x0, np.zeros(2), 50)
+    f0 = _mp_fn(_smooth)(x0, np.zeros(2), DIGITS)
     derivs, settled = quick_mp_derivatives(_mp_fn(_smooth), x0, W, f0, 50)
     assert settled.all()
+    assert derivs.central.evaluations == 2 * 2 + 1  # two per direction, and f(x)
     truth = _smooth_jacobian(x0).T  # (d, m)
     with mpmath.workdps(60):
         exact = np.array(
@@ -73,7 +82,7 @@ def test_a_kink_at_the_point_is_not_settled_and_goes_to_the_ladder():
 
     x0 = np.array([0.0, 0.5])
     fn = _mp_fn(kinked)
-    f0 = fn(x0, np.zeros(2), 50)
+    f0 = fn(x0, np.zeros(2), DIGITS)
     _, settled = quick_mp_derivatives(fn, x0, np.eye(2), f0, 50)
     assert settled.tolist() == [False, True]
     full = mp_directional_derivatives(fn, x0, np.eye(2))
@@ -84,18 +93,48 @@ def test_a_kink_at_the_point_is_not_settled_and_goes_to_the_ladder():
 
 
 def test_a_kink_closer_than_the_step_is_not_settled():
-    """A kink between x and x + h changes D(h) but not D(h/2)... or the one-sided gap."""
-    step = 2.0**-40
+    """A kink between x and x + h shows as the gap between the one-sided differences;
+    so close to x, no step tells it from a kink at x: the ladder reports both sides."""
 
     def near_kink(ctx, x):
-        return [abs(x[0] - ctx.mpf(0.75) * step)]
+        return [abs(x[0] - ctx.mpf(0.75) * QUICK_STEP)]
 
     x0 = np.zeros(1)
     fn = _mp_fn(near_kink)
-    _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), 50), 50)
+    _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), DIGITS), 50)
     assert not settled[0]
     full = mp_directional_derivatives(fn, x0, np.eye(1))
-    assert full.central.value[0, 0] == pytest.approx(-1.0, rel=1e-12)
+    assert full.right.value[0, 0] == pytest.approx(1.0, rel=1e-15)
+    assert full.left.value[0, 0] == pytest.approx(-1.0, rel=1e-15)
+
+
+def test_a_kink_near_x_but_beyond_the_step_gives_the_derivative_at_x():
+    """|x - 7e-13| at 0: smooth on the quick step's scale, slope -1 there."""
+
+    def near_kink(ctx, x):
+        return [abs(x[0] - ctx.mpf(0.75) * 2.0**-40)]
+
+    x0 = np.zeros(1)
+    fn = _mp_fn(near_kink)
+    derivs, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), DIGITS), 50)
+    assert settled[0]
+    assert derivs.central.value[0, 0] == -1.0
+
+
+def test_a_length_scale_below_the_step_ratio_goes_to_the_ladder():
+    """sin(1e6 x): its gap h g'' is 1e-12 of g', beyond the quick step's reach."""
+
+    def fast(ctx, x):
+        return [ctx.sin(ctx.mpf(10) ** 6 * x[0])]
+
+    x0 = np.array([0.3])
+    fn = _mp_fn(fast)
+    _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), DIGITS), 50)
+    assert not settled[0]
+    full = mp_directional_derivatives(fn, x0, np.eye(1))
+    with mpmath.workdps(50):
+        exact = float(mpmath.mpf(10) ** 6 * mpmath.cos(mpmath.mpf(10) ** 6 * mpmath.mpf(0.3)))
+    assert full.central.value[0, 0] == pytest.approx(exact, rel=1e-15)
 
 
 def test_float64_check_with_the_quick_mp_reference_passes_and_catches_1e_9():

@@ -9,14 +9,15 @@ truncation estimate and a noise level of a few units in the last of ``dps``
 digits. At 50 digits this gives derivatives good to far beyond float64
 (≲ 1e-25 relative for smooth functions).
 
-Most directions need no ladder at all. At 50 digits a central difference
-with a step far below float64's resolution has a truncation error of order
-``h²`` and a round-off error of order ``10^-dps / h``, both far below what a
-float64 comparison can use; :func:`quick_mp_derivatives` takes one such
-difference and checks it once by halving the step (four evaluations per
-direction). Only the directions where the two steps disagree, or where the
-one-sided differences do not close like ``h`` (a kink at or near ``x``), go
-through the full ladder.
+Most directions need no ladder at all. At 75 digits a central difference
+with a step of ``2^-80`` has a truncation error of order ``h²`` and a
+round-off error of order ``10^-75 / h``, both far below what a float64
+comparison can use; :func:`quick_mp_derivatives` takes one such difference
+(two evaluations per direction, and ``f(x)`` once) and reads the gap between
+the one-sided differences from the same points: ``h g''`` where ``g`` is
+smooth, the size of the jump where a kink lies within the step. Only the
+directions whose gap is not negligible (a kink at or near ``x``, or a length
+scale below about ``1e-4`` of the direction) go through the full ladder.
 """
 
 from __future__ import annotations
@@ -44,10 +45,15 @@ MP_TARGET = 1e-20
 """Relative accuracy below which the finest steps of an mp ladder are trusted as they
 are (far beyond what a float64 comparison can use)."""
 
-QUICK_STEP = 2.0**-40
-"""Step (in units of the direction) of the quick mp difference; it is checked by
-halving. At 50 digits the round-off of a difference is ``~10^-50 / h ≈ 1e-38`` of
-the values and its truncation ``~h² ≈ 1e-24`` of the derivative's length scale."""
+QUICK_STEP = 2.0**-80
+"""Step (in units of the direction) of the quick mp difference, about 8e-25. At
+``dps + QUICK_EXTRA_DIGITS`` digits the round-off of a difference is ``~10^-75 / h
+≈ 1e-50`` of the values; a kink or a curvature shows as the gap ``h g''`` between
+the one-sided differences, which must stay below :data:`MP_TARGET`."""
+
+QUICK_EXTRA_DIGITS = 25
+"""Digits beyond ``dps`` at which the quick difference is evaluated (its step is far
+smaller than the ladder's)."""
 
 
 def mp_directional_derivatives(
@@ -91,7 +97,7 @@ def mp_directional_derivatives(
         (see :func:`polygrad.reference.richardson.neville`). Directions that
         :func:`quick_mp_derivatives` settles skip the ladder.
     """
-    f0 = evaluate_mp(x0, np.zeros_like(x0), dps)
+    f0 = evaluate_mp(x0, np.zeros_like(x0), dps + QUICK_EXTRA_DIGITS)
     quick, settled = quick_mp_derivatives(evaluate_mp, x0, W, f0, dps)
     if np.all(settled):
         return quick
@@ -243,34 +249,36 @@ def quick_mp_derivatives(
     dps: int,
     h: float = QUICK_STEP,
 ) -> tuple[DirectionalDerivatives, np.ndarray]:
-    """One mp central difference per direction, checked by halving its step.
+    """One mp central difference per direction, at a step far below any length scale.
 
-    With ``D(h) = (g(h) - g(-h)) / 2h`` for ``g(t) = f(x + t w)``, the estimate is
-    the Richardson combination ``D(h/2) + (D(h/2) - D(h)) / 3`` and its error bar
-    ``|D(h/2) - D(h)|`` (the truncation of ``D(h/2)`` alone is a third of that, and
-    the combination removes its leading term) plus the round-off of the
-    differences, ``10^(1-dps) max|g| / h``. The one-sided derivatives come from
-    the same four evaluations, the same way.
-
-    A direction is *settled* when, for every output, the two steps agree to
-    :data:`MP_TARGET` of the entry's size and the gap between the one-sided
-    differences shrinks like ``h`` (it is ``h g''`` for a smooth ``g``; a kink
-    keeps it at the size of the jump). The others need the full ladder.
+    With ``g(t) = f(x + t w)``, evaluated at :data:`QUICK_EXTRA_DIGITS` more than
+    ``dps`` digits, the estimate is ``D = (g(h) - g(-h)) / 2h`` and the one-sided
+    derivatives are ``(g(h) - g(0)) / h`` and ``(g(0) - g(-h)) / h``. Their gap
+    ``r - l`` is ``h g''`` for a smooth ``g``, and of the size of the jump where a
+    kink lies within ``h`` of ``x`` (the central difference is then off by at most
+    half of it). A direction is *settled* when, for every output, the gap and the
+    round-off of the difference, ``10^(1-digits) max|g| / h``, are within
+    :data:`MP_TARGET` of the entry's size. That asks of ``g`` only a length scale
+    above ``h / MP_TARGET`` (about ``1e-4`` of the direction), and the truncation
+    ``h^2 g''' / 6`` is then far smaller still. The error bar is half the gap plus
+    the round-off plus ``MP_TARGET`` times the entry's size. The other directions
+    need the full ladder.
 
     Parameters
     ----------
     evaluate_mp : callable
         ``(x0, dx, dps) -> y``, ``y`` an object array ``(m,)`` of mpmath numbers.
-    x0 : ndarray, shape (n,), float64
+    x0 : ndarray, shape (n,)
         The point.
     W : ndarray, shape (d, n), float64
         Directions.
     f0 : ndarray, shape (m,), object
-        ``f(x0)`` on mpmath numbers.
+        ``f(x0)`` on mpmath numbers, at ``dps + QUICK_EXTRA_DIGITS`` digits (with
+        fewer, its round-off bounds the one-sided differences').
     dps : int
         Decimal digits of the mpmath arithmetic.
     h : float
-        The larger step, a power of two (default :data:`QUICK_STEP`).
+        The step, a power of two (default :data:`QUICK_STEP`).
 
     Returns
     -------
@@ -281,62 +289,46 @@ def quick_mp_derivatives(
         The directions whose estimate can be used as it is.
     """
     d, m = W.shape[0], f0.size
-    Y = np.empty((d, 4, m), dtype=object)  # g(h), g(-h), g(h/2), g(-h/2)
+    digits = dps + QUICK_EXTRA_DIGITS
+    Y = np.empty((d, 2, m), dtype=object)  # g(h), g(-h)
     for k in range(d):
-        for j, t in enumerate((h, -h, h / 2, -h / 2)):
-            Y[k, j] = evaluate_mp(x0, t * W[k], dps)
-    gp1, gm1, gp2, gm2 = (Y[:, j] for j in range(4))
+        for j, t in enumerate((h, -h)):
+            Y[k, j] = evaluate_mp(x0, t * W[k], digits)
+    gp, gm = Y[:, 0], Y[:, 1]
     fz = f0[None, :]
-    c1, c2 = (gp1 - gm1) / (2 * h), (gp2 - gm2) / h
-    r1, r2 = (gp1 - fz) / h, (gp2 - fz) / (h / 2)
-    l1, l2 = (fz - gm1) / h, (fz - gm2) / (h / 2)
+    central, right, left = (gp - gm) / (2 * h), (gp - fz) / h, (fz - gm) / h
     with np.errstate(all="ignore"):
         mag = np.max(np.abs(_floats(Y)), axis=1)  # (d, m)
-        roundoff = 10.0 ** (1 - dps) * np.maximum(mag, np.abs(_floats(f0)))[None] / (h / 2)
+        roundoff = 10.0 ** (1 - digits) * np.maximum(mag, np.abs(_floats(f0)))[None] / h
         roundoff = roundoff.reshape(d, m)
-        central = _two_step(c1, c2, 3.0, roundoff)
-        right = _two_step(r1, r2, 1.0, roundoff)
-        left = _two_step(l1, l2, 1.0, roundoff)
-        size = _size_of_values(_floats(central[0]), np.sqrt(np.einsum("ij,ij->i", W, W)))
-        curvature_gap = _floats((r1 - l1) - 2 * (r2 - l2))
-        ok = (np.abs(_floats(c2 - c1)) <= MP_TARGET * size) & (
-            np.abs(curvature_gap) <= MP_TARGET * size
-        )
-        ok &= np.isfinite(mag) & np.isfinite(central[1])
+        size = _size_of_values(_floats(central), np.sqrt(np.einsum("ij,ij->i", W, W)))
+        gap = np.abs(_floats(right - left))
+        ok = (gap <= MP_TARGET * size) & (roundoff <= MP_TARGET * size)
+        ok &= np.isfinite(mag) & np.isfinite(gap)
+        error = 0.5 * gap + roundoff + MP_TARGET * size
     settled = np.all(ok, axis=1)
-    step = np.full((d, m), h / 2)
-    sigma = np.broadcast_to(10.0 ** (-dps) * np.abs(_floats(f0)), (d, m)).copy()
+    step = np.full((d, m), h)
+    sigma = np.broadcast_to(10.0 ** (-digits) * np.abs(_floats(f0)), (d, m)).copy()
 
-    def est(pair: tuple[np.ndarray, np.ndarray]) -> Estimate:
-        value_mp, error = pair
+    def est(value_mp: np.ndarray, err: np.ndarray) -> Estimate:
         value = _floats(value_mp)
         return Estimate(
             value=value,
-            error=error + 0.5 * np.finfo(np.float64).eps * np.abs(value),
+            error=err + 0.5 * np.finfo(np.float64).eps * np.abs(value),
             step=step,
             noise=sigma,
             method="mp",
-            evaluations=4 * d + 1,
+            evaluations=2 * d + 1,
             value_mp=value_mp,
-            error_mp=error,
+            error_mp=err,
         )
 
     no_jump = np.zeros((d, m), dtype=bool)
-    derivs = DirectionalDerivatives(est(central), est(right), est(left), no_jump, no_jump.copy())
+    derivs = DirectionalDerivatives(
+        est(central, error), est(right, gap + roundoff), est(left, gap + roundoff),
+        no_jump, no_jump.copy(),
+    )  # fmt: skip
     return derivs, settled
-
-
-def _two_step(
-    a: np.ndarray, b: np.ndarray, denominator: float, roundoff: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Richardson combination of differences on steps ``h`` (``a``) and ``h/2`` (``b``).
-
-    ``denominator`` is ``2^p - 1`` for a leading error of order ``h^p`` (3 for
-    central, 1 for one-sided differences). Returns ``(value, error)``: the
-    value as mpmath numbers, the error bar ``|b - a| + roundoff`` in float64.
-    """
-    value = b + (b - a) / denominator
-    return value, np.abs(_floats(b - a)) + roundoff
 
 
 def _floats(a: np.ndarray) -> np.ndarray:
