@@ -230,6 +230,14 @@ class HiddenCancellation:
     source: str
     allowance: float
 
+    def cause(self, dtype: str) -> str:
+        """``"underflow"`` where the value is below ``dtype``'s smallest normal number
+        (a subnormal keeps fewer digits), else ``"hidden cancellation"``."""
+        from .backends.base import dtype_tiny
+
+        small = max(abs(self.value), abs(self.accurate)) < dtype_tiny(dtype)
+        return "underflow" if small else "hidden cancellation"
+
 
 @dataclass(frozen=True)
 class Escalation:

@@ -199,8 +199,8 @@ def _worst_lines(report: Report, max_rows: int, color: bool) -> list[str]:
     verdicts = e.verdicts()
     for i in e.worst(max_rows):
         name = e.names[i]
-        if len(name) > 28:
-            name = name[:25] + "..."
+        if len(name) > 28:  # keep the end: the index tells the entries of one leaf apart
+            name = name[:10] + "..." + name[-15:]
         v = str(verdicts[i])
         vtxt = _paint(f"{v:<12}", _COLORS.get(v, "0"), color)
         lines.append(
@@ -397,7 +397,8 @@ def _hidden_clause(report: Report) -> str:
         return "."
     return (
         f", to the digits {h.output} itself keeps in {report.details.working_dtype} here "
-        f"(relative error {h.relative_error:.2g}: hidden cancellation, see the note)."
+        f"(relative error {h.relative_error:.2g}: {h.cause(report.details.working_dtype)}, "
+        "see the note)."
     )
 
 

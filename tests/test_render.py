@@ -179,3 +179,27 @@ def test_taylor_line_at_a_kink_does_not_call_the_gradient_wrong():
     line = next(ln for ln in text.splitlines() if "Taylor test" in ln)
     assert f"h^{report.details['taylor']['slope']:.2f}" in line
     assert "no evidence against the gradient" in line and "wrong by about" not in line
+
+
+def test_a_subnormal_output_is_named_underflow_not_hidden_cancellation():
+    """softmax at logits 50 and -50 in float32: exp(-100) = 3.7e-44 is subnormal and
+    keeps about two digits; nothing cancels."""
+
+    def softmax(z):
+        e = np.exp(z - z.max())
+        return e / e.sum()
+
+    def softmax_vjp(u, z):
+        s = softmax(z)
+        return s * (u - np.sum(u * s))
+
+    z = np.array([50.0, 49.0, -50.0, 0.0], dtype=np.float32)
+    report = pg.check(softmax, z, vjp=softmax_vjp)
+    assert report.verdict == pg.Verdict.PASS and report.ok, report
+    h = report.details.hidden_cancellation
+    assert h is not None and h.output == "f[2]"
+    exact = np.exp(-100.0) / (np.exp(0.0) + np.exp(-1.0) + np.exp(-100.0) + np.exp(-50.0))
+    assert h.accurate == pytest.approx(exact, rel=1e-12)
+    assert 0 < h.value < np.finfo(np.float32).tiny
+    assert h.cause("float32") == "underflow"
+    assert "underflow, see the note" in str(report).splitlines()[0]

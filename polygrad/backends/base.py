@@ -48,6 +48,7 @@ __all__ = [
     "chunked",
     "computed_in_note",
     "dtype_eps",
+    "dtype_tiny",
     "validate_float_array",
 ]
 
@@ -289,6 +290,20 @@ def dtype_eps(dtype: Any) -> float:
         import ml_dtypes  # bfloat16 and friends come from ml_dtypes
 
         return float(ml_dtypes.finfo(dt).eps)
+
+
+def dtype_tiny(dtype: Any) -> float:
+    """Smallest normal number of a NumPy (or ml_dtypes) floating dtype (of a complex
+    dtype's parts)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        dt = np.dtype(dt.char.lower())
+    try:
+        return float(np.finfo(dt).tiny)
+    except ValueError:
+        import ml_dtypes  # bfloat16 and friends come from ml_dtypes
+
+        return float(ml_dtypes.finfo(dt).tiny)
 
 
 def computed_in_note(inputs: str, computed: str, where: str) -> str:

@@ -186,13 +186,17 @@ def hidden_cancellation(target: Target, st: Setting, opts: Options) -> HiddenCan
 def hidden_note(h: HiddenCancellation, dtype: str) -> str:
     """The note on ``f`` computed to far fewer digits than its dtype has."""
     none = " (no correct digit)" if h.relative_error >= 0.5 else ""
+    why = (
+        f"underflow, a value below {dtype}'s smallest normal number, which keeps fewer digits"
+        if h.cause(dtype) == "underflow"
+        else "hidden cancellation, a value made from intermediates far larger than itself"
+    )
     return (
         f"{h.output} itself is computed here with a relative error of "
         f"{h.relative_error:.2g}{none} in {dtype} ({h.value:.6g}, against {h.accurate:.6g} "
-        f"in {h.source}): hidden cancellation, a value made from intermediates far larger "
-        f"than itself; a right rule computed from them can lose as much, so where only the "
-        f"working dtype is off, each entry of that output is allowed {h.allowance:g} times "
-        f"that share of its scale"
+        f"in {h.source}): {why}; a right rule computed in the same arithmetic can lose as "
+        f"much, so where only the working dtype is off, each entry of that output is allowed "
+        f"{h.allowance:g} times that share of its scale"
     )
 
 

@@ -12,6 +12,7 @@ from .._timing import probe_seconds
 from ..backends.base import Target
 from ..policy import Policy
 from ..reference.differences import rows_per_batch
+from ..reference.mp import expected_mp_evaluations
 from ..reference.steps import F64_EPS, RademacherDirections, ladder, pow2_scales, rademacher
 from .prepare import Options
 
@@ -173,7 +174,7 @@ def _use_mp(target: Target, opts: Options, small: bool, d: int, notes: list[str]
         notes.append(
             f"the mp reference failed ({type(exc).__name__}: {exc}); float64 differences used"
         )
-    mp_seconds = per_eval * (2 * opts.policy.mp_levels * d + 1)
+    mp_seconds = per_eval * expected_mp_evaluations(d)
     if np.isfinite(mp_seconds) and mp_seconds > opts.policy.mp_auto_seconds:
         notes.append(
             f"an mp reference would take about {mp_seconds:.0f} s here; float64 "

@@ -14,6 +14,7 @@ from ..backends.base import Target, describe_exception
 from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from ..reference.differences import DirectionalDerivatives
+from ..reference.mp import expected_mp_evaluations
 from ..reference.noise import output_resolution
 from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder
@@ -333,7 +334,7 @@ def escalate(
             lambda: at_x0.append(evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps))
         )
         details["f0_mp"] = at_x0[0]  # read by the assessment (hidden cancellation)
-        seconds = once * (2 * p.mp_levels * len(dirs) + 1)
+        seconds = once * expected_mp_evaluations(len(dirs))
         if seconds > p.mp_auto_seconds:
             details["notes"].append(
                 f"entries in doubt were not re-examined with mp: it would take about "
@@ -392,11 +393,12 @@ def name_deciders(blocks: list[Entries], details: dict[str, Any], method: str) -
             by["mp" if int(i) // per in redone else method].append(b.names[i])
     esc["decided_by"] = by
     text = (
-        f"entries in doubt on the {method} reference were re-examined with mp at "
-        f"{esc['dps']} digits along their {len(redone)} direction(s)"
+        f"entries that did not pass on the {method} reference were re-examined with mp at "
+        f"{esc['dps']} digits along their {len(redone)} direction(s) (no entry fails on "
+        "finite differences alone)"
     )
     for who, names in by.items():
         if names:
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            text += f"; still in doubt, decided by {who}: {shown}"
+            text += f"; not passing after it, decided by {who}: {shown}"
     details["notes"].append(text)

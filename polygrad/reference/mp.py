@@ -36,7 +36,7 @@ from .differences import (
 )
 from .richardson import Estimate, TableauResult, step_ladder
 
-__all__ = ["mp_directional_derivatives", "quick_mp_derivatives"]
+__all__ = ["expected_mp_evaluations", "mp_directional_derivatives", "quick_mp_derivatives"]
 
 MpFn = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
@@ -54,6 +54,17 @@ the one-sided differences, which must stay below :data:`MP_TARGET`."""
 QUICK_EXTRA_DIGITS = 25
 """Digits beyond ``dps`` at which the quick difference is evaluated (its step is far
 smaller than the ladder's)."""
+
+
+def expected_mp_evaluations(d: int) -> int:
+    """mp evaluations a reference along ``d`` directions is expected to take.
+
+    The quick difference along each (two) and ``f(x)`` once, plus the ladder (two
+    per step, ``levels`` steps) along one direction in ``levels``: kinks near ``x``
+    and length scales below the quick step's reach are the exception. Used to
+    decide whether mp is affordable before it runs.
+    """
+    return 4 * d + 1
 
 
 def mp_directional_derivatives(
@@ -97,12 +108,16 @@ def mp_directional_derivatives(
         (see :func:`polygrad.reference.richardson.neville`). Directions that
         :func:`quick_mp_derivatives` settles skip the ladder.
     """
-    f0 = evaluate_mp(x0, np.zeros_like(x0), dps + QUICK_EXTRA_DIGITS)
-    quick, settled = quick_mp_derivatives(evaluate_mp, x0, W, f0, dps)
+    zero = np.zeros_like(x0)
+    quick, settled = quick_mp_derivatives(
+        evaluate_mp, x0, W, evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS), dps
+    )
     if np.all(settled):
         return quick
+    # f(x) again in the ladder's own arithmetic: its noise model reads the rounding of f0
+    f0 = evaluate_mp(x0, zero, dps)
     rest = _ladder_derivatives(evaluate_mp, x0, W[~settled], f0, dps, h_max, levels, max_extensions)
-    return _merge(quick, rest, settled, evaluations=quick.central.evaluations)
+    return _merge(quick, rest, settled, evaluations=quick.central.evaluations + 1)
 
 
 def _ladder_derivatives(
