@@ -691,3 +691,28 @@ def test_fmax_fmin_ignore_nan_constants_like_torch():
     y_mp = torch_mp_evaluator(f, [x])(x.numpy(), np.zeros(3), 30)
     np.testing.assert_array_equal([float(v) for v in y_mp], f(x).numpy())
     np.testing.assert_array_equal(f(x).numpy(), [1.5, 7.0, 5.0])
+
+
+def test_a_nearly_constant_loss_is_decided_by_mp_under_auto():
+    """The mean square of a layer norm is 1 - eps/(var + eps) per row: its gradient,
+    eps/(var + eps)^2 * 2 (x - mean) / 8 / rows, is about 1e-8, below what float64
+    differences resolve in a function of size 1. ``reference="auto"`` re-examines those
+    entries with mp (it was refused on an estimate of the full mp ladder's cost, and
+    the correct gradient was INCONCLUSIVE): PASS, with the closed form."""
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(8).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    report = pg.check(lambda v: ln(v).pow(2).mean(), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, report
+    xs = x.numpy().reshape(10, 8)
+    var = xs.var(axis=1, keepdims=True)
+    exact = 1e-5 / (var + 1e-5) ** 2 * 2 * (xs - xs.mean(axis=1, keepdims=True)) / 8 / 10
+    e = report.entries
+    # every reference value is right within its error bar (and the closed form's own
+    # float64 rounding); those mp decided, to 1e-12
+    slack = 8 * np.finfo(np.float64).eps * np.abs(exact.ravel())
+    assert np.all(np.abs(e.reference - exact.ravel()) <= e.reference_error + slack), report
+    redone = report.details.escalation
+    assert redone is not None
+    by_mp = [e.names.index(name) for name in redone.decided_by.get("mp", ())]
+    np.testing.assert_allclose(e.reference[by_mp], exact.ravel()[by_mp], rtol=1e-12)
