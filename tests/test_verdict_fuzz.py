@@ -570,6 +570,25 @@ def test_planted_error_found_by_the_fuzzer() -> None:
     assert check_planted(program, "numpy").verdict == pg.Verdict.MISMATCH
 
 
+# sin(log(2 + softplus(s + softplus(s)))), s = x0 + x1, in float16: smooth, but its
+# derivative changes by about 1% over a move of a few float16 ulps, so one moved copy of
+# the planted (x 1.01) float64 rule landed on the point's reference and the plant was
+# taken for a kink of an intermediate (NONSMOOTH); most copies must agree now
+_S = op("sum", X, p=(None,))
+SOFTPLUS_CHAIN_F16 = Program(
+    op("sin", op("log", op("add_const", op("softplus", op("add", _S, op("softplus", _S))),
+                           p=(2.0,)))),
+    (2,), "float16", (1.0, 0.045257568359375),
+)  # fmt: skip
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+def test_planted_error_in_float16_is_not_taken_for_a_kink() -> None:
+    assert check_planted(SOFTPLUS_CHAIN_F16, "tensorflow").verdict == pg.Verdict.MISMATCH
+    correct = check_correct(SOFTPLUS_CHAIN_F16, "tensorflow")
+    assert correct.verdict == pg.Verdict.PASS and correct.ok, correct
+
+
 class _Recording(NumpyInterpreter):
     """NumPy's interpreter, keeping the arguments of log and sqrt."""
 
