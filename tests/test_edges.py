@@ -97,6 +97,36 @@ def test_zero_jacobian_checked_by_projections(backend):
     assert planted.verdict == Verdict.MISMATCH
 
 
+def _min_max_jacobian(x: np.ndarray) -> np.ndarray:
+    """Closed-form Jacobian of ``(x - min x) / (max x - min x)`` (distinct entries)."""
+    lo, hi = int(np.argmin(x)), int(np.argmax(x))
+    span = x[hi] - x[lo]
+    J = np.eye(x.size) / span
+    J[:, lo] -= 1 / span
+    J[:, hi] -= (x - x[lo]) / span**2
+    J[:, lo] += (x - x[lo]) / span**2
+    J[[lo, hi]] = 0.0  # the outputs 0 and 1, whatever x is (exactly, not by rounding)
+    return J
+
+
+def test_outputs_that_are_constant_pass(backend):
+    """A min-max normalisation in float64: the minimum's output is always 0 and the
+    maximum's always 1, so their rows of the Jacobian are exactly 0. An mp reference
+    gives the maximum's row round-off (~1e-50: the product with the reciprocal rounds)
+    with an error bar of its own size, which set no scale (every error bar was too coarse
+    on it: INCONCLUSIVE); such rows take the Jacobian's scale."""
+    xp = backend.namespace
+
+    def f(x):  # as keras.layers.AutoContrast writes it: a product with the reciprocal
+        return (x - xp.min(x)) * (1.0 / (xp.max(x) - xp.min(x)))
+
+    x = np.array([0.3, -1.2, 2.5, 0.9, -0.4])
+    report = backend.check(f, x, jac=_min_max_jacobian)
+    assert_pass(report)
+    J = _min_max_jacobian(x)
+    np.testing.assert_allclose(report.entries.reference, J.T.ravel(), rtol=1e-12, atol=1e-40)
+
+
 def test_clamped_entries_pass(backend):
     """clip to [-1, 1] with some entries clamped (their derivative is exactly 0) and with
     all of them clamped (the whole Jacobian is 0): PASS."""

@@ -171,13 +171,19 @@ def _dots(
     return out
 
 
-def jacobian_scale(J: np.ndarray) -> np.ndarray:
+def jacobian_scale(J: np.ndarray, error: np.ndarray | None = None) -> np.ndarray:
     """``(n, m)`` scale of each entry of a Jacobian ``J`` (``(n, m)``, rows are inputs).
 
     ``|J_ji|`` plus the RMS of output ``i``'s entries; an output whose entries are all
     0 (at a stationary point) takes the RMS of the whole Jacobian: on its own scale, 0,
-    every error bar would be too coarse. Non-finite entries count as absent.
+    every error bar would be too coarse. Non-finite entries count as absent. With
+    ``error`` (the error bars of a reference ``J``), an entry within its error bar of 0
+    counts as 0: an output that is constant (the minimum of a min-max normalisation is
+    always 0) has an mp reference of round-off, ``1e-48``, which is no scale.
     """
+    if error is not None:
+        with np.errstate(invalid="ignore"):
+            J = np.where(np.abs(J) <= error, 0.0, J)
     finite = np.where(np.isfinite(J), J, np.nan)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column
@@ -267,7 +273,7 @@ def _full(target: Target, st: Setting, md: str) -> tuple[dict[str, Any], Any, An
     with np.errstate(over="ignore"):
         q = {k: v / s[:, None] for k, v in _sides(st.dd).items()}
         fscale = function_scale(target.y0)[None, :] / s[:, None]
-    scale = jacobian_scale(q["ref"])
+    scale = jacobian_scale(q["ref"], q["ref_err"])
     # a reference Jacobian that is exactly 0 takes its scale from autodiff's: a nonzero
     # autodiff value within a wide error bar is then undecided, never agreement with 0
     scale = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
@@ -314,7 +320,7 @@ def _projected_fwd(target: Target, st: Setting) -> tuple[dict[str, Any], Any, An
     ad = _rows(target.jvp, W)  # (k, m)
     ad64 = _rows64(target, "fwd", W)
     q: dict[str, Any] = dict(_sides(st.dd))
-    scale = jacobian_scale(q["ref"])
+    scale = jacobian_scale(q["ref"], q["ref_err"])
     q["scale"] = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
     q["fscale"] = np.broadcast_to(function_scale(target.y0), q["ref"].shape)
     q["jumps"] = st.dd.jump_left | st.dd.jump_right

@@ -223,7 +223,7 @@ def _gather(target: Target, st: Setting, sub: Subspace, md: str, opts: Options) 
         }  # fmt: skip
         fscale = function_scale(target.y0)[None, :] / sc
         ad, ad64 = ad / sc, (ad64 / sc if ad64 is not None else None)
-    scale = jacobian_scale(q["ref"])
+    scale = jacobian_scale(q["ref"], q["ref_err"])
     scale = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
     m = target.m
     out = [target.output_layout.name_of(i) for i in range(m)]
