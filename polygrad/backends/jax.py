@@ -848,7 +848,9 @@ def _narrowest_computed(flat: _FlatFunction) -> tuple[np.dtype, str] | None:
     Only values that depend on a checked leaf count: a float32 constant that ``f``
     widens before use rounds nothing of the computation. An equation with inner jaxprs
     (``pjit``, ``custom_jvp_call``, ``scan``...) that reads a dependent value is scanned
-    inside as if each of its own inputs depended on the leaves.
+    inside: its inputs that stand for dependent operands depend (all of them where they
+    do not map one to one onto the operands). A complex value counts as its real part's
+    dtype.
     """
     import jax
     from jax.extend.core import jaxprs_in_params
@@ -877,9 +879,11 @@ def _narrowest_computed(flat: _FlatFunction) -> tuple[np.dtype, str] | None:
                 dt = getattr(v.aval, "dtype", None)
                 if dt is None or not jax.numpy.issubdtype(dt, jax.numpy.inexact):
                     continue
-                e = dtype_eps(np.dtype(dt))
+                complex_ = jax.numpy.issubdtype(dt, jax.numpy.complexfloating)
+                real = np.finfo(dt).dtype if complex_ else np.dtype(dt)
+                e = dtype_eps(real)
                 if e > widest and (found is None or e > found[0]):
-                    found = (e, np.dtype(dt), str(eqn.primitive))
+                    found = (e, real, str(eqn.primitive))
     return None if found is None else (found[1], found[2])
 
 

@@ -129,7 +129,7 @@ def _fine_sides(
         f"the one-sided derivatives along the {len(sharp[1])} direction(s) of MISMATCH "
         f"entries were estimated again in {method} at steps of {FINE_STEP:g} to "
         f"{FINE_STEP * 2.0 ** (1 - FINE_LEVELS):g} times the direction, with the noise "
-        f"measured there (mp cannot evaluate this function): {kinks} of those entries sit "
+        f"measured there (mp did not re-examine them): {kinks} of those entries sit "
         f"at a kink of f that the first steps, crossing it, read as noise (NONSMOOTH)"
     )
     return st2, blocks2

@@ -18,9 +18,10 @@ their difference is plain; the judge then finds the kink (NONSMOOTH) as it does
 wherever the first reference resolved it. At a smooth point the sharper sides agree
 with the central estimate, and a wrong rule stays MISMATCH.
 
-The sides replace the first reference's only where their error bars are smaller,
-for at most :data:`MOST_DIRECTIONS` directions (worst entries first), so a wrong rule
-in every entry of a large Jacobian does not multiply the cost of its check.
+The sides replace the first reference's only where they split from each other by more
+than :data:`SPLIT` times their error bars and those bars are smaller, for at most
+:data:`MOST_DIRECTIONS` directions (worst entries first), so a wrong rule in every
+entry of a large Jacobian does not multiply the cost of its check.
 """
 
 from __future__ import annotations
