@@ -32,6 +32,7 @@ from hypothesis import HealthCheck, assume, given, settings
 
 import polygrad as pg
 from polygrad.report import SEVERITY
+from polygrad.testing.programs import _LN_EPS as LN_EPS
 from polygrad.testing.programs import (
     Node,
     NumpyInterpreter,
@@ -155,7 +156,10 @@ def _within_round_off_of_the_largest(report: pg.Report) -> bool:
     """Every MISMATCH entry's float64 rule is within 64 eps64 of the Jacobian's largest
     entry, or of 1 (the programs' intermediates are of order 1 or larger): round-off at
     the size of the terms a rule combines, which no check from outside the rule can
-    tell from a wrong rule (``1 - p`` with ``p`` one ulp from 1)."""
+    tell from a wrong rule (``1 - p`` with ``p`` one ulp from 1). Where the reference
+    is exactly 0, the terms can be as large as a layer norm's ``1 / sqrt(eps)`` (the
+    Jacobian of a layer norm of copies of one input, exactly 0, reached by cancelling
+    them): the known limit ``ZERO_BY_CANCELLATION``."""
     e = report.entries
     bad = e.status == SEVERITY[pg.Verdict.MISMATCH]
     if not bad.any():
@@ -163,7 +167,8 @@ def _within_round_off_of_the_largest(report: pg.Report) -> bool:
     with np.errstate(invalid="ignore"):
         gap = np.where(np.isnan(e.autodiff64), e.autodiff, e.autodiff64) - e.reference
         largest = max(1.0, float(np.nanmax(np.abs(e.reference))))
-        return bool(np.all(np.abs(gap[bad]) <= 64 * np.finfo(np.float64).eps * largest))
+        terms = np.where(e.reference == 0, max(largest, 1 / np.sqrt(LN_EPS)), largest)
+        return bool(np.all(np.abs(gap[bad]) <= 64 * np.finfo(np.float64).eps * terms[bad]))
 
 
 def assert_planted_caught(program: Program, framework: str) -> None:
@@ -202,9 +207,11 @@ def _beyond_stated_tolerance(planted_report: pg.Report, correct_report: pg.Repor
     states; a check cannot be asked to find it.
     """
     p, c = planted_report.entries, correct_report.entries
+    # the correct value may lie anywhere within its tolerance of the reference: only a
+    # move beyond twice the tolerance puts the planted one outside it for certain
     with np.errstate(invalid="ignore"):
-        moved_w = np.abs(p.autodiff - c.autodiff) > p.tolerance
-        moved_64 = np.abs(p.autodiff64 - c.autodiff64) > p.tolerance64
+        moved_w = np.abs(p.autodiff - c.autodiff) > 2 * p.tolerance
+        moved_64 = np.abs(p.autodiff64 - c.autodiff64) > 2 * p.tolerance64
     return bool(np.any(moved_w) or np.any(moved_64))
 
 
@@ -501,7 +508,32 @@ RULE_CANCELS_IN_FLOAT64 = (
     "small error of an exact rule: MISMATCH"
 )
 
+# the same kind in NumPy's hand-written VJP, found in CI: a layer norm of a gathered
+# copy of one input at 1 (float64 rule 2.8e-14 where the Jacobian is exactly 0)
+LAYER_NORM_OF_ONE_COPY = Program(
+    op("layer_norm", op("gather", X, p=(0, 0, 0))), (1,), "float32", (1.0,)
+)
+
+# layer norms of exp of nearly tied entries, multiplied, in float64: the rule combines
+# terms up to 1/sqrt(var + eps), and its float64 value is off by 5e-12 (2 times the
+# tolerance) against mp: the float64 rule's own cancellation, found by the fuzzer
+LN_NEAR_TIES_F64 = Program(
+    op("mul", op("layer_norm", op("exp", X)), op("tanh", op("layer_norm", op("exp", X)))),
+    (3, 4), "float64",
+    (1.52587890625e-05, 1.52587890625e-05, 1.52587890625e-05, 1.52587890625e-05,
+     0.000857137795904495, 3.0517578125e-05, 0.004435198323078236, 1.52587890625e-05,
+     1.52587890625e-05, 1.52587890625e-05, 0.0625, 1.52587890625e-05),
+)  # fmt: skip
+LN_RULE_CANCELS = (
+    "polygrad limit (hidden cancellation in the float64 rule): a layer norm of nearly tied "
+    "entries combines terms up to 1/sqrt(var + eps) in its VJP, whose float64 value is off "
+    "by 5e-12, twice the tolerance, against mp; from outside the rule that cannot be told "
+    "from a small error of an exact rule: MISMATCH"
+)
+
 FOUND = [
+    _found("numpy", LN_NEAR_TIES_F64, LN_RULE_CANCELS),
+    _found("numpy", LAYER_NORM_OF_ONE_COPY, ZERO_BY_CANCELLATION),
     _found("tensorflow", LOG_SOFTMAX_DOMINANT, RULE_CANCELS_IN_FLOAT64),
     _found("jax", EXP_TANH_SATURATED, TANH_SATURATION_LIMIT),
     _found("tensorflow", LAYER_NORM_OF_COPIES, ZERO_BY_CANCELLATION),
