@@ -93,3 +93,22 @@ def keras_case2_cnn() -> Any:
             keras.layers.Dense(10, activation="softmax", **bias),
         ]
     )
+
+
+def torch_planted_tanh(rel: float) -> Any:
+    """A ``torch.autograd.Function`` computing tanh whose backward is off by ``1 + rel``."""
+    import torch
+
+    class PlantedTanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: Any) -> Any:
+            y = torch.tanh(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx: Any, g: Any) -> Any:
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * (1 + rel)
+
+    return PlantedTanh

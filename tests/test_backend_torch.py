@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import torch_case2_cnn, torch_digit
+from conftest import torch_case2_cnn, torch_digit, torch_planted_tanh
 from torch import nn
 
 import polygrad as pg
@@ -606,20 +606,8 @@ def test_a_wrong_rule_on_a_saturated_entry_is_still_caught(x0):
     """The same tanh with its rule 1e-7 too large: larger moves must not hide it (each
     move is paired with its opposite, so the derivative's own change cancels)."""
 
-    class BadTanh(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            y = torch.tanh(x)
-            ctx.save_for_backward(y)
-            return y
-
-        @staticmethod
-        def backward(ctx, g):
-            (y,) = ctx.saved_tensors
-            return g * (1 - y * y) * (1 + 1e-7)
-
     x = torch.tensor([x0, 0.3], dtype=torch.float64)
-    assert pg.check(BadTanh.apply, x).verdict == pg.Verdict.MISMATCH
+    assert pg.check(torch_planted_tanh(1e-7).apply, x).verdict == pg.Verdict.MISMATCH
 
 
 def test_detached_output_and_a_python_float_are_clear_errors_a_constant_is_not():

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import torch_case2_cnn, torch_digit
+from conftest import torch_case2_cnn, torch_digit, torch_planted_tanh
 from torch import nn
 
 import polygrad as pg
@@ -566,21 +566,6 @@ def test_custom_backward_over_a_closed_over_float32_constant(transposed: bool) -
 # -- float64 inputs that the function computes with in float32 --------------------------------
 
 
-class _PlantedTanh(torch.autograd.Function):
-    """tanh whose backward is off by the factor 1 + 1e-3 (a wrong rule)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.tanh(x)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * (1 - y * y) * (1 + 1e-3)
-
-
 def _float32_inside(act):
     """A float32 layer closed over, fed float64 input cast down, its output cast back."""
     torch.manual_seed(0)
@@ -600,7 +585,7 @@ def test_float64_input_computed_in_float32_is_judged_at_float32():
 
 def test_float64_input_computed_in_float32_still_catches_a_wrong_rule():
     x = torch.tensor(np.random.default_rng(3).normal(size=(2, 5)))
-    report = pg.check(_float32_inside(_PlantedTanh.apply), x)
+    report = pg.check(_float32_inside(torch_planted_tanh(1e-3).apply), x)
     assert report.verdict == pg.Verdict.MISMATCH and not report.ok, report
 
 

@@ -279,31 +279,28 @@ class Target:
         return int(self.y0.size)
 
 
-def dtype_eps(dtype: Any) -> float:
-    """Machine epsilon of a NumPy (or ml_dtypes) floating dtype."""
+def _finfo(dtype: Any) -> Any:
+    """``finfo`` of a NumPy (or ml_dtypes) floating dtype; of its parts for a complex one."""
     dt = np.dtype(dtype)
     if dt.kind == "c":
         dt = np.dtype(dt.char.lower()) if dt.char in "FDG" else np.dtype("float64")
     try:
-        return float(np.finfo(dt).eps)
+        return np.finfo(dt)
     except ValueError:
         import ml_dtypes  # bfloat16 and friends come from ml_dtypes
 
-        return float(ml_dtypes.finfo(dt).eps)
+        return ml_dtypes.finfo(dt)
+
+
+def dtype_eps(dtype: Any) -> float:
+    """Machine epsilon of a NumPy (or ml_dtypes) floating dtype."""
+    return float(_finfo(dtype).eps)
 
 
 def dtype_tiny(dtype: Any) -> float:
     """Smallest normal number of a NumPy (or ml_dtypes) floating dtype (of a complex
     dtype's parts)."""
-    dt = np.dtype(dtype)
-    if dt.kind == "c":
-        dt = np.dtype(dt.char.lower())
-    try:
-        return float(np.finfo(dt).tiny)
-    except ValueError:
-        import ml_dtypes  # bfloat16 and friends come from ml_dtypes
-
-        return float(ml_dtypes.finfo(dt).tiny)
+    return float(_finfo(dtype).tiny)
 
 
 def computed_in_note(inputs: str, computed: str, where: str) -> str:

@@ -524,17 +524,12 @@ def _resolved_nearby(b: Entries, others: list[Entries], wd64: bool) -> np.ndarra
     def value_of(e: Entries) -> np.ndarray:
         return e.autodiff if wd64 or np.all(np.isnan(e.autodiff64)) else e.autodiff64
 
-    def gap(e: Entries) -> np.ndarray:
-        with np.errstate(invalid="ignore"):
-            return np.abs(value_of(e) - e.reference)
-
-    here = gap(b)
     near = AT_THE_POINT_ONLY * np.abs(b.reference)  # a branch taken, not round-off
     with np.errstate(invalid="ignore"):
+        here = np.abs(value_of(b) - b.reference)
         values = np.array([value_of(o) for o in others])  # (copies, entries)
-        hit = (np.abs(values - b.reference) < AT_THE_POINT_ONLY * here) & (
-            np.abs(values - b.reference) < near
-        )
+        gaps = np.abs(values - b.reference)
+        hit = (gaps < AT_THE_POINT_ONLY * here) & (gaps < near)
         # most moved copies resolve it, and agree among themselves: where the derivative
         # itself changes over a move by more than the test resolves (a few ulps of
         # float16 are 1e-3 of x), one copy can land on the point's reference by chance,
