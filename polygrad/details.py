@@ -231,8 +231,19 @@ class HiddenCancellation:
     allowance: float
 
     def cause(self, dtype: str) -> str:
-        """``"underflow"`` where the value is below ``dtype``'s smallest normal number
-        (a subnormal keeps fewer digits), else ``"hidden cancellation"``."""
+        """Why ``f`` lost its digits, in words.
+
+        Parameters
+        ----------
+        dtype : str
+            The working dtype's name (``"float32"``).
+
+        Returns
+        -------
+        str
+            ``"underflow"`` where the value is below ``dtype``'s smallest normal number
+            (a subnormal keeps fewer digits), else ``"hidden cancellation"``.
+        """
         from .backends.base import dtype_tiny
 
         small = max(abs(self.value), abs(self.accurate)) < dtype_tiny(dtype)

@@ -137,6 +137,20 @@ def narrowest_computed(
     widens before use rounds nothing of the computation). The dependence is followed
     op by op through the captured graph with nested ``tf.function`` calls inlined; a
     ``tf.cond``/``tf.while_loop`` counts by its outputs.
+
+    Parameters
+    ----------
+    tf : module
+        TensorFlow.
+    call : callable
+        ``list of tensors (one per checked leaf) -> list of 1-D tensors``.
+    specs : list of tf.TensorSpec
+        The checked leaves' shapes and dtypes.
+
+    Returns
+    -------
+    (numpy.dtype, str) or None
+        Never raises: a function that cannot be traced or frozen gives None.
     """
     try:
         graph_def, inputs, outputs = _freeze(tf, _trace(tf, call, specs))

@@ -281,6 +281,21 @@ def narrowest_computed(
     widens before use rounds nothing of the computation); the dependence is followed
     operator by operator through a :class:`torch.overrides.TorchFunctionMode`, so what
     runs inside one C++ operator (a fused kernel) counts by its output only.
+
+    Parameters
+    ----------
+    torch : module
+        PyTorch.
+    call : callable
+        The user's program on the checked tensors.
+    inputs : list of Tensor
+        The checked tensors (copies: ``call`` may not change them).
+
+    Returns
+    -------
+    (object, (torch.dtype, str) or None)
+        What ``call`` returned, and the dtype (a real dtype, any shape) with the
+        operator's name. Exceptions of ``call`` propagate.
     """
     watch = _dtype_watch_class(torch)(inputs)
     with contextlib.ExitStack() as stack:

@@ -298,8 +298,25 @@ def dtype_eps(dtype: Any) -> float:
 
 
 def dtype_tiny(dtype: Any) -> float:
-    """Smallest normal number of a NumPy (or ml_dtypes) floating dtype (of a complex
-    dtype's parts)."""
+    """Smallest normal number of a NumPy (or ml_dtypes) floating dtype.
+
+    Parameters
+    ----------
+    dtype : dtype-like
+        A floating or complex dtype (``bfloat16`` through ml_dtypes); a complex dtype
+        gives its parts' value.
+
+    Returns
+    -------
+    float
+        ``finfo(dtype).tiny`` (1.2e-38 for float32); below it values are subnormal and
+        keep fewer digits (IEEE 754).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``dtype`` is not a floating dtype.
+    """
     return float(_finfo(dtype).tiny)
 
 
@@ -314,6 +331,11 @@ def computed_in_note(inputs: str, computed: str, where: str) -> str:
         Name of the narrowest floating dtype computed from them (``"float32"``).
     where : str
         The first operation that produced it (``"aten.linear"``, ``"Cast"``...).
+
+    Returns
+    -------
+    str
+        One sentence for ``Target.notes``.
     """
     return (
         f"f computes in {computed} inside (first at {where}), although its checked inputs "

@@ -58,8 +58,20 @@ _MISMATCH = SEVERITY[Verdict.MISMATCH]
 
 
 def mismatch_directions(blocks: list[Entries], d: int) -> list[int]:
-    """Indices of the directions holding a MISMATCH entry, worst entry first (at most
-    :data:`MOST_DIRECTIONS`); a block's entries are ordered direction by direction."""
+    """Indices of the directions holding a MISMATCH entry, worst entry first.
+
+    Parameters
+    ----------
+    blocks : list of Entries
+        One block per autodiff mode, its entries ordered direction by direction.
+    d : int
+        Number of directions.
+
+    Returns
+    -------
+    list of int
+        At most :data:`MOST_DIRECTIONS` direction indices, by their worst ``badness``.
+    """
     worst: dict[int, float] = {}
     for b in blocks:
         per = b.status.size // d

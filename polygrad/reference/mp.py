@@ -63,6 +63,16 @@ def expected_mp_evaluations(d: int) -> int:
     per step, ``levels`` steps) along one direction in ``levels``: kinks near ``x``
     and length scales below the quick step's reach are the exception. Used to
     decide whether mp is affordable before it runs.
+
+    Parameters
+    ----------
+    d : int
+        Number of directions (at least 0).
+
+    Returns
+    -------
+    int
+        ``4 d + 1``; times the seconds of one timed mp evaluation, the time expected.
     """
     return 4 * d + 1
 
