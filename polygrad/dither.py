@@ -25,7 +25,11 @@ fails; a rule that loses digits to cancellation of its own making, such as
 near 0, rounds the same way a few ulps away and is still ``UNSTABLE``. An
 autodiff value that does not move at all under a move of a few ulps
 (``1 - tanh(x)^2`` at ``x = 8`` in float64, whose ``tanh(x)`` rounds to the
-same number) is moved further (:func:`move_sizes`).
+same number) is moved further (:func:`move_sizes`), and so is one that
+still fails with the allowance it got: a move of a few ulps of the input can
+leave an intermediate far larger than the entry on the same rounding (``u =
+0.5 x_0 + ...`` near -89.5, moved by whole ulps of its own), and only a
+larger move re-rounds it.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ ALLOWANCE = 2.0
 _DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 GROWTH = 64
-"""Factor by which the moves grow for entries whose autodiff value did not move."""
+"""Factor by which the moves grow for entries whose autodiff value did not move, or that
+still fail with the allowance so far."""
 
 LARGEST_MOVE = {np.dtype(np.float64): 2.0**-33}
 """Largest relative move of the input (2^-12 for narrower dtypes). In float64 the

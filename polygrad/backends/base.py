@@ -280,8 +280,19 @@ class Target:
 
 
 def _finfo(dtype: Any) -> Any:
-    """``finfo`` of a NumPy (or ml_dtypes) floating dtype; of its parts for a complex one."""
-    dt = np.dtype(dtype)
+    """``finfo`` of a NumPy (or ml_dtypes) floating dtype; of its parts for a complex one.
+
+    A name NumPy does not know (``"bfloat16"``, ``"float8_e4m3fn"``) is looked up
+    in ml_dtypes.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        import ml_dtypes
+
+        if not isinstance(dtype, str) or not hasattr(ml_dtypes, dtype):
+            raise
+        dt = np.dtype(getattr(ml_dtypes, dtype))
     if dt.kind == "c":
         dt = np.dtype(dt.char.lower()) if dt.char in "FDG" else np.dtype("float64")
     try:

@@ -15,8 +15,9 @@ import numpy as np
 
 from ..backends.base import Target
 from ..details import Escalation, HiddenCancellation
+from ..reference.steps import F64_EPS
 from ..report import SEVERITY, Entries, Verdict
-from .autodiff import Setting, autodiff_roundoff, f_accuracy, gather
+from .autodiff import Setting, autodiff_roundoff, f64_accuracy, f_accuracy, gather
 from .judge import concat_entries, judge
 from .prepare import Options, Prepared
 from .reference import escalate, name_deciders
@@ -82,8 +83,9 @@ def _dither_note(opts: Options) -> str:
     return (
         f"some entries exceeded the plain tolerance: their autodiff values were evaluated again at "
         f"{p.dithers} inputs moved by up to {p.dither_ulps} ulps (further where a value did not "
-        f"move), and each entry is allowed {p.dither_allowance:g} times the largest move "
-        "(the round-off of evaluating the rule; a wrong rule is wrong by the same amount there)"
+        f"move, or still failed), and each entry is allowed {p.dither_allowance:g} times the "
+        "largest move (the round-off of evaluating the rule; a wrong rule is wrong by the same "
+        "amount there)"
     )
 
 
@@ -106,6 +108,28 @@ def _with_roundoff(
         return blocks, None
     notes.append(_dither_note(opts))
     return judge_modes(prep.target, st, prep.modes, opts, allowances), allowances
+
+
+def _with_f_in_mp(
+    source: Target, prep: Prepared, st: Setting, blocks: list[Entries], opts: Options,
+    allowances: Any,
+) -> tuple[Setting, list[Entries]]:  # fmt: skip
+    """Where a narrow check's float64 rule is MISMATCH and ``f`` at the point on mpmath
+    numbers is not known yet (an mp reference from the start), ``f`` evaluated there
+    once and the blocks judged again: the digits ``f`` keeps in float64 set the float64
+    rule's resolution (see :func:`polygrad.pipeline.autodiff.f64_accuracy`)."""
+    code = SEVERITY[Verdict.MISMATCH]
+    narrow = prep.target.eps > F64_EPS
+    if st.f0_mp is not None or not narrow or not any(np.any(b.status == code) for b in blocks):
+        return st, blocks
+    if source.evaluate_mp is None:
+        return st, blocks
+    try:
+        at_x0 = source.evaluate_mp(source.x0, np.zeros_like(source.x0), opts.dps)
+    except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
+        return st, blocks
+    st = replace(st, f0_mp=_floats_or_none(at_x0))
+    return st, judge_modes(prep.target, st, prep.modes, opts, allowances)
 
 
 def _fine_sides(
@@ -183,6 +207,20 @@ def hidden_cancellation(target: Target, st: Setting, opts: Options) -> HiddenCan
     )
 
 
+def float64_lost_note(target: Target, st: Setting, opts: Options) -> str | None:
+    """The note on ``f`` losing digits in float64 too, where that widens the float64
+    evaluation's tolerance (see :meth:`polygrad.pipeline.judge._Rule.hidden64`)."""
+    rho = f64_accuracy(target, st)
+    if rho is None or rho.size == 0 or not np.any(rho > opts.policy.c_ad * F64_EPS):
+        return None
+    return (
+        f"f loses digits in float64 too (relative error {float(np.max(rho)):.2g} against mp "
+        "at the point); the float64 evaluation of the rule, which tells a wrong rule from an "
+        "unstable one, resolves no more than that: each of its entries is allowed "
+        f"{opts.policy.c_lost:g} times that share of its scale (its float64 tolerance)"
+    )
+
+
 def hidden_note(h: HiddenCancellation, dtype: str) -> str:
     """The note on ``f`` computed to far fewer digits than its dtype has."""
     none = " (no correct digit)" if h.relative_error >= 0.5 else ""
@@ -234,11 +272,17 @@ def assess(
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
         else:
             st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
+    if method == "mp":
+        source = prep.target if ref_target is None else ref_target
+        st, blocks = _with_f_in_mp(source, prep, st, blocks, opts, allowances)
     if "escalation" in details:
         name_deciders(blocks, details, method)
     hidden = hidden_cancellation(prep.target, st, opts)
     if hidden is not None:
         details["notes"].append(hidden_note(hidden, prep.target.working_dtype))
+    lost64 = float64_lost_note(prep.target, st, opts)
+    if lost64 is not None:
+        details["notes"].append(lost64)
     esc = details.get("escalation")
     return Assessment(
         concat_entries(blocks, prep.modes), st, tuple(details["notes"]),

@@ -235,6 +235,23 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     return digits_lost(y0, best)
 
 
+def f64_accuracy(target: Target, st: Setting) -> np.ndarray | None:
+    """``(m,)`` relative accuracy of ``f``'s float64 value, in a narrow working dtype.
+
+    The float64 value is the one the reference's arithmetic computed at the
+    point (``st.f0``), measured against ``f`` on mpmath numbers (``st.f0_mp``)
+    with :func:`digits_lost`. None for a float64 working dtype, without a
+    float64 evaluation of the rule, or where either value is not known.
+    """
+    narrow = target.eps > F64_EPS and st.ref_eps <= F64_EPS
+    has_rule64 = target.vjp64 is not None or target.jvp64 is not None
+    if not (narrow and has_rule64) or st.f0_mp is None or st.f0 is None:
+        return None
+    if np.size(st.f0) != np.size(st.f0_mp) or np.size(st.f0) != target.m:
+        return None
+    return digits_lost(st.f0, st.f0_mp)
+
+
 def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, ...]) -> Any:
     """An output's relative accuracy on each of its entries (a projection mixing
     outputs: the worst)."""
@@ -365,7 +382,7 @@ def gather(
     ad = np.ravel(ad)
     flat = {k: np.ravel(q[k]) for k in ("ref", "ref_err", "left", "left_err", "right")}
     fscale = np.ravel(q["fscale"])
-    lost_w = f_accuracy(target, st)
+    lost_w, lost_64 = f_accuracy(target, st), f64_accuracy(target, st)
     shape = np.shape(q["ref"])
     return JudgeInput(
         names=q["names"],
@@ -383,6 +400,7 @@ def gather(
         allowance_64=None if allowance is None else allowance[1],
         policy=policy,
         lost_w=_per_entry(lost_w, st, md, shape),
+        lost_64=_per_entry(lost_64, st, md, shape),
         **flat,
     )
 
@@ -401,19 +419,38 @@ def _moved_dtype(target: Target, blocks: list[Entries], wd64: bool) -> np.dtype 
 
 
 def _allow(
-    allow: np.ndarray, b: Entries, others: list[Entries], wd64: bool, factor: float
-) -> np.ndarray:
-    """One block's allowance after one size of move (entries not yet moved get theirs)."""
+    allow: np.ndarray, b: Entries, others: list[Entries], wd64: bool, factor: float,
+    pending: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """One block's allowance after one size of move: entries not yet moved, and the
+    ``pending`` ones, get theirs (never less than before)."""
     with np.errstate(invalid="ignore"):  # an infinite autodiff value moves by NaN
         moves = [o.autodiff - b.autodiff for o in others]
         # per entry, the smallest size of move that moved its value at all
-        new = np.isnan(allow) & (spread(moves) > 0)
+        new = (np.isnan(allow) | pending) & (spread(moves) > 0)
         if wd64:  # the even part of each pair: the derivative's linear change cancels
             moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
         else:  # the derivative's own change, from the float64 rule, taken out
             pairs = zip(moves, others, strict=True)
             moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in pairs]
-        return np.where(new, factor * spread(moves), allow)
+        return np.where(new, np.fmax(allow, factor * spread(moves)), allow)
+
+
+def _unexplained(al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool) -> np.ndarray:
+    """The failing entries of a block that the moves so far have not explained.
+
+    Not moved at all, or still beyond their tolerance with the allowance so far: a
+    move of a few ulps of the input can leave an intermediate far larger than the
+    entry on the same rounding (``cos(u)`` near its zero at ``u = 0.5 x_0 + ...
+    ~ -89.5``: moves of ``x_0`` by whole ulps move ``u`` by whole ulps of its own), and
+    only a larger move re-rounds it. In a narrower working dtype only the working
+    value's failures count (the float64 rule gets no allowance there).
+    """
+    with np.errstate(invalid="ignore"):
+        beyond = np.abs(b.autodiff - b.reference) > b.tolerance + np.nan_to_num(al)
+    if not wd64:
+        beyond &= b.status == SEVERITY[Verdict.UNSTABLE]
+    return failing & (np.isnan(al) | beyond)
 
 
 def autodiff_roundoff(
@@ -430,17 +467,19 @@ def autodiff_roundoff(
 
     The autodiff values are evaluated again at inputs moved by a few ulps of
     the working dtype (``call`` is ``(f, args, argnums, supplied, batch_size)``),
-    and, while some ``failing`` entry's value did not move at all, by larger
-    moves (:func:`polygrad.dither.move_sizes`); each entry gets
+    and, while some ``failing`` entry's value did not move at all or still
+    fails with its allowance so far, by larger moves
+    (:func:`polygrad.dither.move_sizes`); each entry gets
     ``policy.dither_allowance`` times the largest move at the smallest size
-    that moved it. Part of each move is the true change of the derivative over
-    the move, which is not round-off: for a narrower working dtype it is
-    measured by the float64 evaluation of the rule at the same moved inputs and
-    taken out, and the float64 value gets no allowance. A float64 function's
-    moves come in pairs of opposites, and only the even part of each pair
-    counts. None without a float64 evaluation of a narrower rule, or when the
-    inputs cannot be moved (not float16, float32 or float64). Where the
-    function fails at moved inputs, the moves stop.
+    that moved it (a failing entry: the largest over the sizes tried). Part of
+    each move is the true change of the derivative over the move, which is not
+    round-off: for a narrower working dtype it is measured by the float64
+    evaluation of the rule at the same moved inputs and taken out, and the
+    float64 value gets no allowance. A float64 function's moves come in pairs of
+    opposites, and only the even part of each pair counts. None without a
+    float64 evaluation of a narrower rule, or when the inputs cannot be moved
+    (not float16, float32 or float64). Where the function fails at moved
+    inputs, the moves stop.
     """
     wd64 = target.working_dtype == "float64"
     dtype = _moved_dtype(target, blocks, wd64)
@@ -458,9 +497,14 @@ def autodiff_roundoff(
                       for a in moved]  # fmt: skip
         except Exception:  # noqa: BLE001 - the allowance is optional: keep the verdicts
             break
-        allow = [_allow(al, b, [o[j] for o in others], wd64, policy.dither_allowance)
-                 for j, (al, b) in enumerate(zip(allow, blocks, strict=True))]  # fmt: skip
-        if not any(np.any(fl & np.isnan(al)) for fl, al in zip(failing, allow, strict=True)):
+        grown = []
+        for j, (al, b, fl) in enumerate(zip(allow, blocks, failing, strict=True)):
+            pending = _unexplained(al, b, fl, wd64) & ~np.isnan(al)
+            moves = [o[j] for o in others]
+            grown.append(_allow(al, b, moves, wd64, policy.dither_allowance, pending))
+        allow = grown
+        if not any(np.any(_unexplained(al, b, fl, wd64))
+                   for al, b, fl in zip(allow, blocks, failing, strict=True)):  # fmt: skip
             break
     out = []
     for al in allow:

@@ -67,6 +67,10 @@ class JudgeInput:
         The relative accuracy ``rho`` (at most 1) to which the entry's output of
         ``f`` itself is computed in a narrow working dtype (see
         :func:`polygrad.pipeline.autodiff.f_accuracy`), or None where not known.
+    lost_64 : ndarray or None
+        The same for the float64 evaluation of ``f`` that stands beside the
+        float64 evaluation of the rule, in a narrow working dtype only (see
+        :func:`polygrad.pipeline.autodiff.f64_accuracy`), or None.
     """
 
     names: list[str]
@@ -89,6 +93,7 @@ class JudgeInput:
     allowance_64: np.ndarray | None = None
     policy: Policy = DEFAULT_POLICY
     lost_w: np.ndarray | None = None
+    lost_64: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -258,10 +263,29 @@ class _Rule:
         sum's cancellation, and an exact rule of an ill-conditioned ``f`` with a
         small error looks the same from outside as a rule that inherits f's.
         """
-        lost_w = self.inp.lost_w
-        if lost_w is None:
+        return self._lost(self.inp.lost_w)
+
+    def hidden64(self) -> np.ndarray:
+        """Round-off from ``f``'s own hidden cancellation in float64, per entry, for the
+        float64 evaluation of the rule in a narrow working dtype.
+
+        A float32 cross-entropy whose target logit dominates (``1 - p`` with ``p``
+        within 1e-12 of 1) loses digits in float64 too, in ``f`` and in the rule
+        alike; the float64 evaluation only stands in for the rule to tell a wrong
+        rule from an unstable one, and it resolves no more than the digits ``f``
+        keeps in the same arithmetic: ``c_lost * rho_64`` times the scale. Unlike
+        :meth:`hidden` this widens the MISMATCH tolerance, so a rule wrong by less
+        than that passes; its float64 tolerance states it. A float64 working dtype
+        gets none: there the float64 rule is the user's own, judged to its last
+        digits (an ill-conditioned ``f`` with a slightly wrong exact rule must stay
+        MISMATCH).
+        """
+        return self._lost(self.inp.lost_64)
+
+    def _lost(self, rho: np.ndarray | None) -> np.ndarray:
+        if rho is None:
             return np.zeros_like(self.inp.ad)
-        return self.p.c_lost * np.nan_to_num(lost_w) * self.scale
+        return self.p.c_lost * np.nan_to_num(rho) * self.scale
 
     def vouch(self, e: np.ndarray) -> np.ndarray:
         return np.where(e < self.least, self.least, e)  # NaN stays NaN
@@ -368,7 +392,7 @@ def findings(inp: JudgeInput) -> _Evidence:
         inherited = np.maximum(inp.fscale - scale, 0.0)
         tol_f = tol_w + p.c_ad * inp.eps_w * inherited + rule.hidden()
         if inp.have64:
-            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited
+            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64()
             bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
                 inp.ad64, F64_EPS, coarse
             )

@@ -160,14 +160,8 @@ def neville(
     # coefficient vectors of each tableau column over the D_k: carried exactly
     prev_T = np.empty(0, dtype=D.dtype)  # the previous column (set at j = 0)
     prev_C = np.empty((0, L))
-    fine = _Best(batch, D.dtype)
+    entries = _Entries()
     columns: list[tuple[np.ndarray, np.ndarray]] = []
-    best_val = np.full(batch, np.nan, dtype=D.dtype)
-    best_err = np.full(batch, np.inf)
-    best_trunc = np.full(batch, np.inf)
-    best_noise = np.full(batch, np.inf)
-    best_level = np.zeros(batch, dtype=np.int64)
-    best_order = np.zeros(batch, dtype=np.int64)
     for j in range(L):
         if j == 0:
             T = D.copy()
@@ -198,32 +192,26 @@ def neville(
         err = np.where(np.isfinite(err), err, np.inf)
         if cross_check:
             columns.append((Tf, err))
-        for k in range(T.shape[0]):
-            if k >= L - fine_levels:
-                fine.offer(err[k], T[k], trunc[k], noise[k], k + j, j)
-            better = err[k] < best_err
-            if np.any(better):
-                best_val = np.where(better, T[k], best_val)
-                best_err = np.where(better, err[k], best_err)
-                best_trunc = np.where(better, trunc[k], best_trunc)
-                best_noise = np.where(better, noise[k], best_noise)
-                best_level = np.where(better, k + j, best_level)
-                best_order = np.where(better, j, best_order)
+        entries.add(T, err, trunc, noise, j, L - fine_levels)
         prev_T, prev_C = T, C
         if T.shape[0] <= 1:
             break
+    best_val, best_err, best_trunc, best_noise, best_level, best_order = entries.best()
+    fine = entries.best(fine_only=True)
     # consistency with the finest steps: a large-step entry that disagrees with them
     # extrapolated across something non-smooth; the limit h -> 0 is what counts
     with np.errstate(all="ignore"):
-        gap = _to_float(np.abs(best_val - fine.val))
-        inconsistent = (gap > best_err + fine.err) & np.isfinite(fine.err)
+        gap = _to_float(np.abs(best_val - fine[0]))
+        inconsistent = (gap > best_err + fine[1]) & np.isfinite(fine[1])
     if np.any(inconsistent):
-        best_val = np.where(inconsistent, fine.val, best_val)
-        best_err = np.where(inconsistent, fine.err, best_err)
-        best_trunc = np.where(inconsistent, fine.trunc, best_trunc)
-        best_noise = np.where(inconsistent, fine.noise, best_noise)
-        best_level = np.where(inconsistent, fine.level, best_level)
-        best_order = np.where(inconsistent, fine.order, best_order)
+        best_val, best_err, best_trunc, best_noise, best_level, best_order = (
+            np.where(inconsistent, f, b)
+            for f, b in zip(
+                fine,
+                (best_val, best_err, best_trunc, best_noise, best_level, best_order),
+                strict=True,
+            )
+        )
     # The minimum of many error estimates is biased low (one entry's difference to its
     # neighbours can be small by chance). The best entry of every other column among
     # those using no step larger than the chosen entry's (larger steps may cross a
@@ -243,23 +231,43 @@ def neville(
     return TableauResult(best_val, best_err, best_trunc, best_noise, best_level, best_order)
 
 
-class _Best:
-    """Running minimum-error entry of a tableau (per element)."""
+class _Entries:
+    """Every entry of a tableau, column after column, and the one with the least error.
 
-    def __init__(self, batch: tuple[int, ...], dtype: np.dtype) -> None:
-        self.val = np.full(batch, np.nan, dtype=dtype)
-        self.err = np.full(batch, np.inf)
-        self.trunc = np.full(batch, np.inf)
-        self.noise = np.full(batch, np.inf)
-        self.level = np.zeros(batch, dtype=np.int64)
-        self.order = np.zeros(batch, dtype=np.int64)
+    The choice is one ``argmin`` over all entries in the order they were added
+    (column by column, rows in order), so the first of equal error bars wins.
+    """
 
-    def offer(self, err, val, trunc, noise, level: int, order: int) -> None:
-        better = err < self.err
-        if np.any(better):
-            self.val = np.where(better, val, self.val)
-            self.err = np.where(better, err, self.err)
-            self.trunc = np.where(better, trunc, self.trunc)
-            self.noise = np.where(better, noise, self.noise)
-            self.level = np.where(better, level, self.level)
-            self.order = np.where(better, order, self.order)
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.level: list[np.ndarray] = []
+        self.order: list[np.ndarray] = []
+        self.fine: list[np.ndarray] = []
+
+    def add(self, T, err, trunc, noise, j: int, fine_from: int) -> None:
+        """Column ``j`` (rows ``k``, level ``k + j``); rows ``k >= fine_from`` are fine."""
+        rows = np.arange(T.shape[0])
+        self.parts.append((T, err, trunc, noise))
+        self.level.append(rows + j)
+        self.order.append(np.full(rows.size, j))
+        self.fine.append(rows >= fine_from)
+
+    def best(self, fine_only: bool = False) -> tuple[np.ndarray, ...]:
+        """(value, error, truncation, noise, level, order) of the least-error entry per
+        element; NaN, inf, inf, inf, 0, 0 where no entry has a finite error bar."""
+        T, err, trunc, noise = (np.concatenate(a) for a in zip(*self.parts, strict=True))
+        if fine_only:
+            keep = np.concatenate(self.fine).reshape((-1,) + (1,) * (err.ndim - 1))
+            err = np.where(keep, err, np.inf)
+        pick = np.argmin(err, axis=0)
+        e = np.take_along_axis(err, pick[None], axis=0)[0]
+        found = e < np.inf
+
+        def at(a: np.ndarray, missing: float) -> np.ndarray:
+            return np.where(found, np.take_along_axis(a, pick[None], axis=0)[0], missing)
+
+        level, order = np.concatenate(self.level)[pick], np.concatenate(self.order)[pick]
+        return (
+            at(T, np.nan), np.where(found, e, np.inf), at(trunc, np.inf), at(noise, np.inf),
+            np.where(found, level, 0), np.where(found, order, 0),
+        )  # fmt: skip
