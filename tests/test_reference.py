@@ -99,6 +99,39 @@ def test_neville_exact_on_polynomial_differences():
     assert res.error[0] < 1e-13
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    levels=st.integers(2, 9),
+    width=st.integers(1, 6),
+    curvature=st.floats(-12, 0),
+    noise=st.floats(-16, -3),
+    central=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_neville_coefficients_agree_with_the_recursion(
+    levels, width, curvature, noise, central, seed
+):
+    """A small tableau of finite quotients is formed from its fixed coefficients, a large
+    one (or one with a NaN) column by column: both give the same estimate, to within the
+    rounding of forming it in two orders, and the same entry in all but near-ties."""
+    rng = np.random.default_rng(seed)
+    steps = step_ladder(0.5, levels)
+    p0 = 2 if central else 1
+    D = rng.normal(size=width) + rng.normal(size=(levels, width)) * 10.0**curvature * (
+        steps[:, None] ** p0
+    )
+    sd = 10.0**noise / steps[:, None] * np.ones((1, width))
+    small = neville(D, steps, p0, p0, sd, EPS64, cross_check=True)
+    wide = np.tile(D, (1, 300))  # beyond COEFFICIENT_PATH_SIZE: the recursion
+    large = neville(wide, steps, p0, p0, np.tile(sd, (1, 300)), EPS64, cross_check=True)
+    same = small.level == large.level[:width]
+    assert np.mean(same) >= 0.5
+    np.testing.assert_allclose(small.value[same], large.value[:width][same], rtol=0,
+                               atol=1e-12 * np.max(np.abs(D)))  # fmt: skip
+    apart = np.abs(small.value - large.value[:width])
+    assert np.all(apart <= small.error + large.error[:width])
+
+
 def _ulps_moved(name: str, x: np.ndarray, true: np.ndarray) -> np.ndarray:
     """How many ulps of f's terms each coordinate moves f over a step of its own size.
 

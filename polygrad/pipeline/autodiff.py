@@ -235,12 +235,21 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     return digits_lost(y0, best)
 
 
+F64_LOST_AT_MOST = 0.01
+""":func:`f64_accuracy` counts an output only where ``f`` keeps at least two digits in
+float64. Where it keeps none, its true value is 0 or nearly (a sum of terms that cancel
+exactly, the mean of a layer norm), its relative error is 1 whatever the terms' size,
+and it says nothing of what a rule loses: the gradient of such a sum inherits none of
+its cancellation."""
+
+
 def f64_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     """``(m,)`` relative accuracy of ``f``'s float64 value, in a narrow working dtype.
 
     The float64 value is the one the reference's arithmetic computed at the
     point (``st.f0``), measured against ``f`` on mpmath numbers (``st.f0_mp``)
-    with :func:`digits_lost`. None for a float64 working dtype, without a
+    with :func:`digits_lost`; 0 for an output that keeps fewer than two digits
+    (see :data:`F64_LOST_AT_MOST`). None for a float64 working dtype, without a
     float64 evaluation of the rule, or where either value is not known.
     """
     narrow = target.eps > F64_EPS and st.ref_eps <= F64_EPS
@@ -249,7 +258,8 @@ def f64_accuracy(target: Target, st: Setting) -> np.ndarray | None:
         return None
     if np.size(st.f0) != np.size(st.f0_mp) or np.size(st.f0) != target.m:
         return None
-    return digits_lost(st.f0, st.f0_mp)
+    rho = digits_lost(st.f0, st.f0_mp)
+    return np.where(rho <= F64_LOST_AT_MOST, rho, 0.0)
 
 
 def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, ...]) -> Any:

@@ -32,6 +32,7 @@ derivatives of noisy simulations", ACM TOMS 38(3) (2012).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,11 @@ __all__ = ["Estimate", "TableauResult", "neville", "step_ladder"]
 
 NOISE_COVERAGE = 3.0
 """Multiple of the propagated noise standard deviation in the error bar."""
+
+COEFFICIENT_PATH_SIZE = 256
+"""Up to this many elements per step, a tableau of float64 quotients is formed as matrix
+products with its fixed coefficients (a few NumPy calls, where the column-by-column
+recursion makes dozens on tiny arrays); beyond it, column by column."""
 
 
 @dataclass(frozen=True)
@@ -157,117 +163,193 @@ def neville(
     sd_max = np.max(noise_sd, axis=0)
     with np.errstate(all="ignore"):
         sd_rel = np.where(sd_max > 0, noise_sd / np.where(sd_max > 0, sd_max, 1.0), 0.0)
-    # coefficient vectors of each tableau column over the D_k: carried exactly
-    prev_T = np.empty(0, dtype=D.dtype)  # the previous column (set at j = 0)
-    prev_C = np.empty((0, L))
-    entries = _Entries()
-    columns: list[tuple[np.ndarray, np.ndarray]] = []
+    plan = _plan(L, p0, dp, fine_levels)
+    small = D.size <= COEFFICIENT_PATH_SIZE * L
+    if small and D.dtype != object and np.all(np.isfinite(D)):
+        tab = _by_coefficients(plan, D, cross_check)
+    else:
+        tab = _by_recursion(plan, D, cross_check)
+    T, trunc = tab
+    Tf = _to_float(T)
+    # noise propagated exactly through the coefficients (independent noise)
+    sd2 = sd_rel.reshape(L, -1) ** 2
+    noise = (sd_max.reshape(-1) * np.sqrt(plan.coef_sq @ sd2)).reshape((-1,) + batch)
+    with np.errstate(all="ignore"):
+        err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
+    err = np.where(np.isfinite(err), err, np.inf)
+    entries = (T, err, trunc, noise)
+    best = list(_least(plan, entries, None))
+    fine = _least(plan, entries, plan.fine)
+    # consistency with the finest steps: a large-step entry that disagrees with them
+    # extrapolated across something non-smooth; the limit h -> 0 is what counts
+    with np.errstate(all="ignore"):
+        gap = _to_float(np.abs(best[0] - fine[0]))
+        inconsistent = (gap > best[1] + fine[1]) & np.isfinite(fine[1])
+    if np.any(inconsistent):
+        best = [np.where(inconsistent, f, b) for f, b in zip(fine, best, strict=True)]
+    if cross_check:
+        best[1] = _covering(plan, Tf, err, best)
+    return TableauResult(*best)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The entries of an ``L``-step tableau, column after column (``N = L (L + 1) / 2``).
+
+    Every entry is a fixed linear combination of the ``D_k``: ``coef`` (``(N, L)``)
+    gives it, ``up``/``down`` its differences from its two parents (the finer and
+    the coarser entry of the previous column; for column 0, from the next coarser
+    quotient, and infinite at ``k = 0``), ``next`` its difference from the next
+    finer entry of its column (scaled by ``widen``; 0 for the last), ``coef_sq``
+    the squares that carry independent noise.
+    """
+
+    coef: np.ndarray
+    up: np.ndarray
+    down: np.ndarray
+    next: np.ndarray
+    widen: np.ndarray
+    coef_sq: np.ndarray
+    level: np.ndarray
+    order: np.ndarray
+    fine: np.ndarray
+    top: np.ndarray  # column 0, row 0: no parent (truncation estimate infinite)
+    starts: tuple[int, ...]  # first entry of each column
+    factors: tuple[float, ...]  # column j's Richardson factor 2^(p0 + (j-1) dp) - 1
+
+
+def _column(prev: np.ndarray, j: int, p0: int, dp: int) -> dict[str, np.ndarray]:
+    """Coefficient rows of column ``j`` of the tableau, from those of column ``j - 1``
+    (``prev``; the identity for ``j = 0``), and of its entries' differences."""
+    L = prev.shape[1]
+    if j == 0:
+        C = np.eye(L)
+        up = down = np.vstack([np.zeros((1, L)), C[1:] - C[:-1]])
+    else:
+        C = prev[1:] + (prev[1:] - prev[:-1]) / (2.0 ** (p0 + (j - 1) * dp) - 1.0)
+        up, down = C - prev[1:], C - prev[:-1]
+    rows = np.arange(C.shape[0])
+    last = rows == rows[-1]
+    return {
+        "coef": C, "up": up, "down": down,
+        "next": np.vstack([C[:-1] - C[1:], np.zeros((1, L))]),
+        "widen": np.where(last, 0.0, 1.0 / (1.0 - 2.0 ** -(p0 + j * dp))),
+        "level": rows + j, "order": np.full(rows.size, j),
+    }  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(L: int, p0: int, dp: int, fine_levels: int) -> _Plan:
+    """The coefficients of every entry of the tableau (see :class:`_Plan`)."""
+    cols = [_column(np.eye(L), 0, p0, dp)]
+    for j in range(1, L):
+        cols.append(_column(cols[-1]["coef"], j, p0, dp))
+    stacked = {k: np.concatenate([c[k] for c in cols]) for k in cols[0]}
+    sizes = [c["coef"].shape[0] for c in cols]
+    rows = np.concatenate([np.arange(n) for n in sizes])
+    top = np.zeros(rows.size, dtype=bool)
+    top[0] = True
+    factors = tuple(0.0 if j == 0 else 2.0 ** (p0 + (j - 1) * dp) - 1.0 for j in range(L))
+    return _Plan(
+        stacked["coef"], stacked["up"], stacked["down"], stacked["next"], stacked["widen"],
+        stacked["coef"] ** 2, stacked["level"], stacked["order"], rows >= L - fine_levels,
+        top, tuple(int(v) for v in np.cumsum([0] + sizes[:-1])), factors,
+    )  # fmt: skip
+
+
+def _by_coefficients(
+    plan: _Plan, D: np.ndarray, cross_check: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(entries, truncation estimates), ``(N, ...)``, of finite float64 quotients, each a
+    matrix product with the plan's coefficients."""
+    L, batch = D.shape[0], D.shape[1:]
+    Df = D.reshape(L, -1)
+    shape = (-1,) + batch
+    T = (plan.coef @ Df).reshape(shape)
+    trunc = np.maximum(np.abs(plan.up @ Df), np.abs(plan.down @ Df))
+    if cross_check:
+        trunc = np.maximum(trunc, plan.widen[:, None] * np.abs(plan.next @ Df))
+    trunc[plan.top] = np.inf
+    return T, trunc.reshape(shape)
+
+
+def _by_recursion(plan: _Plan, D: np.ndarray, cross_check: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(entries, truncation estimates), ``(N, ...)``, column by column: mpmath numbers
+    keep their digits (differences are taken before rounding), and a NaN quotient
+    spoils only the entries that use it."""
+    L = D.shape[0]
+    Ts, truncs = [], []
+    prev = D
     for j in range(L):
         if j == 0:
             T = D.copy()
-            C = np.eye(L)  # C[k] = coefficients of T[k] over the D_k
-            trunc = np.full((L,) + batch, np.inf)
+            trunc = np.full(D.shape, np.inf)
             trunc[1:] = _to_float(np.abs(T[1:] - T[:-1]))
         else:
-            factor = 2.0 ** (p0 + (j - 1) * dp) - 1.0
-            T = prev_T[1:] + (prev_T[1:] - prev_T[:-1]) / factor
-            C = prev_C[1:] + (prev_C[1:] - prev_C[:-1]) / factor
-            # differences are taken before rounding, so mp tableaus keep their digits
-            trunc = np.maximum(
-                _to_float(np.abs(T - prev_T[1:])), _to_float(np.abs(T - prev_T[:-1]))
-            )
+            T = prev[1:] + (prev[1:] - prev[:-1]) / plan.factors[j]
+            trunc = np.maximum(_to_float(np.abs(T - prev[1:])), _to_float(np.abs(T - prev[:-1])))
         if cross_check and T.shape[0] > 1:
             # also against the next finer entry of the same column: two estimates of the
             # same order that disagree show a truncation error the parents can hide. The
             # leading error c h^p of this column's entries (p = p0 + j dp) changes by
             # c h^p (1 - 2^-p) from h to h/2, so the difference is scaled up by
             # 1 / (1 - 2^-p): twice the difference for a raw one-sided quotient
-            order = p0 + j * dp
-            widen = 1.0 / (1.0 - 2.0**-order)
+            widen = plan.widen[plan.starts[j]]
             trunc[:-1] = np.maximum(trunc[:-1], widen * _to_float(np.abs(T[:-1] - T[1:])))
-        Tf = _to_float(T)
-        # noise propagated exactly through the coefficients (independent noise)
-        noise = sd_max * np.sqrt(np.einsum("kl,l...->k...", C**2, sd_rel**2))
-        err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
-        err = np.where(np.isfinite(err), err, np.inf)
-        if cross_check:
-            columns.append((Tf, err))
-        entries.add(T, err, trunc, noise, j, L - fine_levels)
-        prev_T, prev_C = T, C
-        if T.shape[0] <= 1:
-            break
-    best_val, best_err, best_trunc, best_noise, best_level, best_order = entries.best()
-    fine = entries.best(fine_only=True)
-    # consistency with the finest steps: a large-step entry that disagrees with them
-    # extrapolated across something non-smooth; the limit h -> 0 is what counts
+        Ts.append(T)
+        truncs.append(trunc)
+        prev = T
+    return np.concatenate(Ts), np.concatenate(truncs)
+
+
+def _least(
+    plan: _Plan, entries: tuple[np.ndarray, ...], among: np.ndarray | None
+) -> tuple[np.ndarray, ...]:
+    """(value, error, truncation, noise, level, order) of the least-error entry per
+    element (among the entries ``among`` marks, if given); NaN, inf, inf, inf, 0, 0
+    where no entry has a finite error bar. The first of equal error bars wins (the
+    coarsest column, then the coarsest row)."""
+    T, err, trunc, noise = entries
+    N, batch = err.shape[0], err.shape[1:]
+    e2 = err.reshape(N, -1)
+    if among is not None:
+        e2 = np.where(among[:, None], e2, np.inf)
+    pick = np.argmin(e2, axis=0)
+    cols = np.arange(e2.shape[1])
+    e = e2[pick, cols]
+    found = e < np.inf
+
+    def at(a: np.ndarray, missing: float) -> np.ndarray:
+        return np.where(found, a.reshape(N, -1)[pick, cols], missing).reshape(batch)
+
+    return (
+        at(T, np.nan), np.where(found, e, np.inf).reshape(batch), at(trunc, np.inf),
+        at(noise, np.inf), np.where(found, plan.level[pick], 0).reshape(batch),
+        np.where(found, plan.order[pick], 0).reshape(batch),
+    )  # fmt: skip
+
+
+def _covering(plan: _Plan, Tf: np.ndarray, err: np.ndarray, best: list[np.ndarray]) -> np.ndarray:
+    """The chosen entry's error bar, widened to cover the best entry of every column.
+
+    The minimum of many error estimates is biased low (one entry's difference to its
+    neighbours can be small by chance). The best entry of every other column among
+    those using no step larger than the chosen entry's (larger steps may cross a
+    kink that the chosen entry does not see) estimates the same limit: where the two
+    error bars do not overlap, the chosen one grows to cover the other's interval.
+    """
+    best_val, best_err = _to_float(np.asarray(best[0])), best[1]
+    start = best[4] - best[5]  # index of the largest step the chosen entry uses
+    bounds = list(plan.starts) + [Tf.shape[0]]
     with np.errstate(all="ignore"):
-        gap = _to_float(np.abs(best_val - fine[0]))
-        inconsistent = (gap > best_err + fine[1]) & np.isfinite(fine[1])
-    if np.any(inconsistent):
-        best_val, best_err, best_trunc, best_noise, best_level, best_order = (
-            np.where(inconsistent, f, b)
-            for f, b in zip(
-                fine,
-                (best_val, best_err, best_trunc, best_noise, best_level, best_order),
-                strict=True,
-            )
-        )
-    # The minimum of many error estimates is biased low (one entry's difference to its
-    # neighbours can be small by chance). The best entry of every other column among
-    # those using no step larger than the chosen entry's (larger steps may cross a
-    # kink that the chosen entry does not see) estimates the same limit: where the two
-    # error bars do not overlap, the chosen one grows to cover the other's interval.
-    start = best_level - best_order  # index of the largest step the chosen entry uses
-    with np.errstate(all="ignore"):
-        for Tc, ec in columns:
-            usable = np.arange(Tc.shape[0]).reshape((-1,) + (1,) * len(batch)) >= start
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            Tc, ec = Tf[a:b], err[a:b]
+            usable = np.arange(b - a).reshape((-1,) + (1,) * start.ndim) >= start
             e_use = np.where(usable, ec, np.inf)
             pick = np.argmin(e_use, axis=0)[None]
             other_err = np.take_along_axis(e_use, pick, axis=0)[0]
             other_val = np.take_along_axis(Tc, pick, axis=0)[0]
-            gap = np.abs(_to_float(np.asarray(best_val)) - other_val)
+            gap = np.abs(best_val - other_val)
             apart = np.isfinite(gap) & np.isfinite(other_err) & (gap > best_err + other_err)
             best_err = np.where(apart, gap + other_err, best_err)
-    return TableauResult(best_val, best_err, best_trunc, best_noise, best_level, best_order)
-
-
-class _Entries:
-    """Every entry of a tableau, column after column, and the one with the least error.
-
-    The choice is one ``argmin`` over all entries in the order they were added
-    (column by column, rows in order), so the first of equal error bars wins.
-    """
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, ...]] = []
-        self.level: list[np.ndarray] = []
-        self.order: list[np.ndarray] = []
-        self.fine: list[np.ndarray] = []
-
-    def add(self, T, err, trunc, noise, j: int, fine_from: int) -> None:
-        """Column ``j`` (rows ``k``, level ``k + j``); rows ``k >= fine_from`` are fine."""
-        rows = np.arange(T.shape[0])
-        self.parts.append((T, err, trunc, noise))
-        self.level.append(rows + j)
-        self.order.append(np.full(rows.size, j))
-        self.fine.append(rows >= fine_from)
-
-    def best(self, fine_only: bool = False) -> tuple[np.ndarray, ...]:
-        """(value, error, truncation, noise, level, order) of the least-error entry per
-        element; NaN, inf, inf, inf, 0, 0 where no entry has a finite error bar."""
-        T, err, trunc, noise = (np.concatenate(a) for a in zip(*self.parts, strict=True))
-        if fine_only:
-            keep = np.concatenate(self.fine).reshape((-1,) + (1,) * (err.ndim - 1))
-            err = np.where(keep, err, np.inf)
-        pick = np.argmin(err, axis=0)
-        e = np.take_along_axis(err, pick[None], axis=0)[0]
-        found = e < np.inf
-
-        def at(a: np.ndarray, missing: float) -> np.ndarray:
-            return np.where(found, np.take_along_axis(a, pick[None], axis=0)[0], missing)
-
-        level, order = np.concatenate(self.level)[pick], np.concatenate(self.order)[pick]
-        return (
-            at(T, np.nan), np.where(found, e, np.inf), at(trunc, np.inf), at(noise, np.inf),
-            np.where(found, level, 0), np.where(found, order, 0),
-        )  # fmt: skip
+    return best_err
