@@ -83,9 +83,9 @@ def _dither_note(opts: Options) -> str:
     return (
         f"some entries exceeded the plain tolerance: their autodiff values were evaluated again at "
         f"{p.dithers} inputs moved by up to {p.dither_ulps} ulps (further where a value did not "
-        f"move, or, in float64, still failed), and each entry is allowed {p.dither_allowance:g} times the "
-        "largest move (the round-off of evaluating the rule; a wrong rule is wrong by the same "
-        "amount there)"
+        f"move, or, in float64, still failed), and each entry is allowed "
+        f"{p.dither_allowance:g} times the largest move (the round-off of evaluating the rule; "
+        "a wrong rule is wrong by the same amount there)"
     )
 
 
