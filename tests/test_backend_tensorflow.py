@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -293,6 +294,42 @@ def test_dropout_in_training_mode_is_nondeterministic():
     x = tf.constant(np.ones((1, 4)), tf.float32)
     with pytest.raises(NondeterministicFunctionError, match="training=False"):
         target(lambda m, x: tf.reduce_sum(m(x, training=True)), model, x, argnums=(1,))
+
+
+def _bn_model() -> Any:
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(5),
+                             keras.layers.BatchNormalization(), keras.layers.Dense(1)])  # fmt: skip
+
+
+def test_a_closed_over_model_updating_its_statistics_is_refused_and_restored():
+    """A Keras model with BatchNormalization, closed over in a lambda and called with
+    training=True: every call moves its moving statistics. The check refuses it, names
+    the variable, and leaves every variable as it was (as for PyTorch)."""
+    model = _bn_model()
+    before = [w.numpy().copy() for w in model.weights]
+    x = tf.constant(np.random.default_rng(0).standard_normal((6, 4)), tf.float32)
+    with pytest.raises(InputMutationError, match="moving_(mean|variance).*training=False"):
+        pg.check(lambda x: tf.reduce_mean(model(x, training=True) ** 2), x)
+    for w, b in zip(model.weights, before, strict=True):
+        np.testing.assert_array_equal(w.numpy(), b)
+    report = pg.check(lambda x: tf.reduce_mean(model(x, training=False) ** 2), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok
+
+
+COUNTER = tf.Variable(0.0, dtype=tf.float64)
+
+
+@tf.function
+def _counted(x: Any) -> Any:
+    COUNTER.assign_add(1.0)
+    return tf.reduce_sum(tf.sin(x))
+
+
+def test_a_global_variable_written_inside_a_tf_function_is_refused_and_restored():
+    with pytest.raises(InputMutationError, match="assign_add"):
+        pg.check(_counted, tf.constant([0.5, 1.0], tf.float64))
+    assert COUNTER.numpy() == 0.0
 
 
 # --- order 2 -----------------------------------------------------------------------------------

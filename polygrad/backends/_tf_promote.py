@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ import numpy as np
 
 from .base import describe_exception, dtype_eps
 
-__all__ = ["Float64Graph", "narrowest_computed", "promote_to_float64"]
+__all__ = ["Float64Graph", "narrowest_computed", "promote_to_float64", "variables_written"]
 
 _PYTHON_OPS = {
     "EagerPyFunc": "tf.py_function",
@@ -178,6 +179,47 @@ def narrowest_computed(
     return None if found is None else (found[1], found[2])
 
 
+_WRITES = re.compile(
+    r"^(Assign\w*VariableOp|ResourceScatter\w+|Resource\w*Apply\w+|"
+    r"ResourceStridedSliceAssign)$"
+)
+"""Op types that write a resource variable (``v.assign``, ``assign_add``, scatters,
+optimizer updates)."""
+
+
+def variables_written(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> list[Any]:
+    """The ``tf.Variable`` s a call of ``call`` may change: every variable it captures, where
+    its traced graph (nested ``tf.function`` s included) writes any variable; else none.
+
+    A Keras ``BatchNormalization`` called with ``training=True`` updates its moving
+    statistics on every call, a counter ``assign_add`` s, wherever the layer or variable
+    lives (closed over, a global, ``self.model``). A function that cannot be traced
+    gives none: its calls are then only checked on the models passed to ``check``.
+
+    Parameters
+    ----------
+    tf : module
+    call : callable
+        ``list of tensors (one per checked leaf) -> list of 1-D tensors``.
+    specs : list of tf.TensorSpec
+        The checked leaves' shapes and dtypes.
+
+    Returns
+    -------
+    list of tf.Variable
+    """
+    try:
+        concrete = _trace(tf, call, specs)
+    except Exception:  # noqa: BLE001 - untraceable: nothing is known
+        return []
+    graph_def = concrete.graph.as_graph_def()
+    if not any(_WRITES.match(node.op) for node in _all_nodes(graph_def)):
+        return []
+    return list(concrete.variables)
+
+
 def failed_run_reason(exc: BaseException) -> str:
     """Why the promoted program failed on its first run, naming the op when TF does."""
     text = str(exc)
@@ -190,7 +232,21 @@ def failed_run_reason(exc: BaseException) -> str:
 # -- stages -----------------------------------------------------------------------------------
 
 
+_TRACES: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+"""Concrete functions already traced, per ``call`` object and specs: one target's
+promotion, narrowest dtype and written variables read one trace."""
+
+
 def _trace(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
+    """The concrete function of ``call`` (traced once per ``call`` object and specs)."""
+    key = tuple((tuple(spec.shape.as_list()), spec.dtype.name) for spec in specs)
+    seen = _TRACES.setdefault(call, {})
+    if key not in seen:
+        seen[key] = _trace_once(tf, call, specs)
+    return seen[key]
+
+
+def _trace_once(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
     """The concrete function of ``call``: without AutoGraph first, with it if that fails.
 
     TensorFlow's log is silenced meanwhile: AutoGraph warns about every lambda whose

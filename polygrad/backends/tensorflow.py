@@ -86,6 +86,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -101,6 +102,7 @@ from ._tf_promote import (
     failed_run_reason,
     narrowest_computed,
     promote_to_float64,
+    variables_written,
 )
 from .base import (
     SMALL_BATCH,
@@ -708,20 +710,6 @@ class TensorflowBackend(Backend):
         found += [leaf for leaf in flatten(list(args))[0] if is_keras_model(leaf)]
         return list({id(m): m for m in found}.values())
 
-    def _check_state(self, models: list[Any], before: list[list[np.ndarray]]) -> None:
-        """Restore and complain if a call changed a model's variables."""
-        for model, old in zip(models, before, strict=True):
-            for var, value in zip(model.weights, old, strict=True):
-                if not np.array_equal(_numpy(var), value, equal_nan=True):
-                    for v, val in zip(model.weights, old, strict=True):
-                        v.assign(val)
-                    raise InputMutationError(
-                        f"calling the function changed the variable {var.name!r} of the model "
-                        f"{model.name!r} (e.g. BatchNormalization statistics with training=True); "
-                        "a gradient check needs a function without side effects. Call the model "
-                        "with training=False. The model's variables have been restored."
-                    )
-
     # -- the target ---------------------------------------------------------------------------
     def make_target(
         self,
@@ -747,10 +735,12 @@ class TensorflowBackend(Backend):
         def call(leaves: list[Any]) -> list[Any]:
             return self._flat_outputs(raw(leaves))
 
-        out_layout, leaves, y0 = self._plain_calls(raw, call, originals, is_var, models, eps)
-        out_sizes = [leaf.size for leaf in out_layout.leaves]
         cached = _cache_for(f, args, argnums, wrt, layout, originals, is_var)
         specs = [self.tf.TensorSpec(a.shape, self.tf.as_dtype(a.dtype)) for a in originals]
+        written = cached("tf.written", lambda: variables_written(self.tf, call, specs))
+        watched = _Watched.of(models, written)
+        out_layout, leaves, y0 = self._plain_calls(raw, call, originals, is_var, watched, eps)
+        out_sizes = [leaf.size for leaf in out_layout.leaves]
         narrow = cached("tf.narrowest", lambda: narrowest_computed(self.tf, call, specs))
         if narrow is not None and dtype_eps(narrow[0]) > eps:  # a cast down, a dtype policy
             notes.append(computed_in_note(wd.name, narrow[0].name, narrow[1]))
@@ -791,7 +781,7 @@ class TensorflowBackend(Backend):
         call: _FlatCall,
         originals: list[np.ndarray],
         is_var: list[bool],
-        models: list[Any],
+        watched: _Watched,
         eps: float,
     ) -> tuple[Any, list[Any], np.ndarray]:
         """Two plain calls at x0: side effects, determinism, output layout.
@@ -808,25 +798,29 @@ class TensorflowBackend(Backend):
         Raises
         ------
         InputMutationError
-            A call changed an input or a model's variables (restored).
+            A call changed an input, a model's variables or a variable it writes
+            (restored).
         NondeterministicFunctionError
             The two calls returned different values.
         """
         tf = self.tf
-        state = [[_numpy(w).copy() for w in m.weights] for m in models]
+        state = watched.values()
         first = [
             tf.Variable(a) if v else tf.constant(a) for a, v in zip(originals, is_var, strict=True)
         ]
-        out_tree = raw(first)
-        check_not_mutated([_numpy(v) for v in first], originals)
-        self._check_state(models, state)
-        out_leaves, out_paths, _ = flatten(out_tree)
-        out_layout = output_layout([_numpy(o) for o in out_leaves], out_paths)
-        leaves = [tf.constant(a) for a in originals]
-        y1 = np.concatenate([_numpy(o, np.float64) for o in self._flat_outputs(out_tree)])
-        y2 = np.concatenate([_numpy(o, np.float64) for o in call(leaves)])
-        self._check_state(models, state)
+        try:
+            out_tree = raw(first)
+            check_not_mutated([_numpy(v) for v in first], originals)
+            out_leaves, out_paths, _ = flatten(out_tree)
+            out_layout = output_layout([_numpy(o) for o in out_leaves], out_paths)
+            leaves = [tf.constant(a) for a in originals]
+            y1 = np.concatenate([_numpy(o, np.float64) for o in self._flat_outputs(out_tree)])
+            y2 = np.concatenate([_numpy(o, np.float64) for o in call(leaves)])
+        finally:
+            changed = watched.restore(state)
         scale = float(np.max(np.abs(y1), initial=0.0)) or 1.0
+        # a random layer (dropout with training=True) also moves its seed's state: the
+        # different values say more than the state
         if y1.shape != y2.shape or np.max(np.abs(y1 - y2), initial=0.0) > 64 * eps * scale:
             raise NondeterministicFunctionError(
                 "the function returned different values for the same input (largest change "
@@ -834,6 +828,8 @@ class TensorflowBackend(Backend):
                 "function. Call Keras models with training=False (dropout and other random "
                 "layers), or fix the randomness inside the function."
             )
+        if changed is not None:
+            raise InputMutationError(changed)
         self._check_gradient_flows(call, leaves, y1, eps)
         return out_layout, leaves, y1
 
@@ -1102,6 +1098,44 @@ class TensorflowBackend(Backend):
 
 _Cached = Callable[[str, Callable[[], Any]], Any]
 """``cached(kind, build)``: the capture of one kind for the function being checked."""
+
+
+@dataclass(frozen=True)
+class _Watched:
+    """The variables a call must leave unchanged: the weights of the models passed to
+    ``check`` and every variable the function writes (see
+    :func:`._tf_promote.variables_written`), each with its owner's words."""
+
+    variables: tuple[Any, ...]
+    owners: tuple[str, ...]
+
+    @staticmethod
+    def of(models: list[Any], written: list[Any]) -> _Watched:
+        """The models' weights and the written variables, each variable once."""
+        pairs = {id(v): (v, f"of the model {m.name!r} ") for m in models for v in m.weights}
+        for v in written:
+            pairs.setdefault(id(v), (v, ""))
+        return _Watched(tuple(v for v, _ in pairs.values()), tuple(o for _, o in pairs.values()))
+
+    def values(self) -> list[np.ndarray]:
+        """Copies of the current values."""
+        return [_numpy(v).copy() for v in self.variables]
+
+    def restore(self, before: list[np.ndarray]) -> str | None:
+        """Restore every variable if a call changed one; the error message for the first
+        one changed, or None where none changed."""
+        for var, owner, value in zip(self.variables, self.owners, before, strict=True):
+            if np.array_equal(_numpy(var), value, equal_nan=True):
+                continue
+            for v, val in zip(self.variables, before, strict=True):
+                v.assign(val)
+            return (
+                f"calling the function changed the variable {var.name!r} {owner}(e.g. "
+                "BatchNormalization statistics with training=True, or an assign_add); a "
+                "gradient check needs a function without side effects. Call the model with "
+                "training=False. The variables have been restored."
+            )
+        return None
 
 
 def _cache_for(
