@@ -406,3 +406,23 @@ def test_gradcheck_round_off_in_float64_and_its_best_eps():
         return float(np.max(np.abs(np.array(out) - grad)))
 
     assert t["best_step"] > 1e-6 and by_hand(t["best_step"]) < by_hand(1e-6)
+
+
+def test_round_off_line_reads_the_noise_not_the_curvature_of_large_inputs():
+    """A float32 log-sum-exp of logits near 1000: its values round at ulp(1000) = 6.1e-5,
+    while its length scale is 1, far below the inputs' scale s = 1024. The round-off line
+    reads the noise (sampled at shrinking steps, the least counting), not the curvature
+    that ECnoise's step of 2^-10 s = 1 sees (it read 0.071), and states the errors of a
+    plain central difference per unit of the input: noise / (h s)."""
+    x = torch.tensor([1000.0, 1001.0, 999.5, -50.0])
+    report = pg.check(lambda v: torch.logsumexp(v, 0), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok
+    naive = report.details.naive_central_difference
+    ulp = float(np.spacing(np.float32(1001.4)))
+    assert ulp / 16 <= naive.noise <= 2 * ulp
+    s = report.details.reference.median_scale
+    assert s == 1024.0
+    line = next(ln for ln in _text(report).splitlines() if "round-off:" in ln)
+    assert f"e.g. {naive.noise / (2.0**-13 * s):.2g} at h = 2^-13" in line
+    # the best step stays within the steps where the third derivative describes f
+    assert naive.optimal_step <= 0.25

@@ -69,6 +69,15 @@ def edge_notes(entries: Entries, f0: np.ndarray) -> list[str]:
     return notes
 
 
+LARGEST_NAIVE_STEP = 2.0**-2
+"""The explanation's best step of a plain central difference is at most this (in units of
+s), the largest step of the reference's ladder."""
+
+NOISE_STEP_SHRINKS = (0, 4, 8)
+"""The explanation's working-dtype noise is sampled at ECnoise's step divided by these
+powers of two, and the least counts (see :func:`naive_roundoff`)."""
+
+
 def naive_roundoff(
     target: Target, direction: np.ndarray, ref_fn: Callable[[np.ndarray], np.ndarray] | None
 ) -> NaiveCentralDifference | None:
@@ -79,9 +88,15 @@ def naive_roundoff(
     """
     W = direction[None, :]
     try:
-        sig = rounding_noise(
-            target.evaluate, target.x0, W, target.y0, target.eps, ecnoise_step(target.eps)
-        )[0]
+        # the noise does not depend on the sampling step, the differences of a smooth f
+        # do: at a step near f's length scale (inputs near 1000 of a log-sum-exp, whose
+        # length scale is 1) they read as noise, so the least over three steps counts
+        sig = np.min(
+            [rounding_noise(target.evaluate, target.x0, W, target.y0, target.eps,
+                            ecnoise_step(target.eps) * 2.0**-k)[0]
+             for k in NOISE_STEP_SHRINKS],
+            axis=0,
+        )  # fmt: skip
     except Exception:  # noqa: BLE001 - only an explanation; never fail the check on it
         return None
     i = int(np.argmax(sig))
@@ -100,7 +115,10 @@ def naive_roundoff(
         third = float(abs(g3[0, i])) if abs(g3[0, i]) > g3_err[0, i] else 0.0
         out["third_derivative"] = third
         if third > 0 and sigma > 0:
-            h_opt = (3 * sigma / third) ** (1 / 3)
+            # the third derivative is measured at x: a step beyond the largest the
+            # reference samples leaves the region it describes (a saturated loss is
+            # nearly linear at x and bends a few units away), so the best step stops there
+            h_opt = min((3 * sigma / third) ** (1 / 3), LARGEST_NAIVE_STEP)
             out["optimal_step"] = h_opt
             out["optimal_error"] = third * h_opt**2 / 6 + sigma / h_opt
     return NaiveCentralDifference(**out, example_step=2.0**-13, example_error=sigma / 2.0**-13)
