@@ -464,6 +464,17 @@ def _why_unresolved(report: Report) -> str:
     )
 
 
+def _kinks_of_intermediates(report: Report) -> np.ndarray:
+    """Per entry: NONSMOOTH although f's left and right derivatives agree (within twice
+    their error bars), i.e. f is differentiable there and an intermediate of f sits at
+    its kink (see :func:`polygrad.pipeline.kinks.kinks_of_intermediates`)."""
+    e = report.entries
+    at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
+    with np.errstate(all="ignore"):
+        agree = np.abs(e.left - e.right) <= 2 * (e.left_error + e.right_error)
+    return at_kink & agree
+
+
 def _why_nonsmooth(report: Report, k: int, n: int) -> str:
     e = report.entries
     option = report.details.nonsmooth
@@ -474,10 +485,20 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
         if k < n
         else "none of the entries lies where f is smooth: "
     )
-    txt = smooth + (
-        f"{k} of {_entries(n)} {_verb(k, 'sits', 'sit')} at a kink of f, where f has no "
-        "derivative (its left and right derivatives differ), which is not a gradient error"
-    )
+    k_i = int(np.sum(_kinks_of_intermediates(report)))
+    parts = []
+    if k > k_i:
+        parts.append(
+            f"{k - k_i} of {_entries(n)} {_verb(k - k_i, 'sits', 'sit')} at a kink of f, "
+            "where f has no derivative (its left and right derivatives differ)"
+        )
+    if k_i:
+        parts.append(
+            f"at {k_i} of {_entries(n)} f is differentiable (its left and right derivatives "
+            "agree) but an intermediate of f sits exactly at its kink (a tie, an abs or ReLU "
+            "at 0), where the framework takes one side of it and autodiff is not the derivative"
+        )
+    txt = smooth + "; ".join(parts) + ", which is not a gradient error"
     if option == "allow":
         return txt + ': NONSMOOTH passes by default (check(..., nonsmooth="allow")).'
     if option == "fail":
@@ -496,17 +517,26 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
 def _kinks(report: Report) -> str:
     """The NONSMOOTH explanation printed below the worst entries."""
     k = report.counts()["NONSMOOTH"]
+    k_i = int(np.sum(_kinks_of_intermediates(report)))
+    where = (
+        "f itself is differentiable there, but an intermediate of f sits exactly at a kink"
+        " (a tie of max, abs or ReLU at 0), and autodiff takes one side of it."
+        if k_i == k
+        else "f has a kink there (ReLU, abs, max, max-pooling ties): its left and right "
+        "derivatives differ, and a central difference across the kink returns neither."
+        + (f" At {k_i} of them f itself is differentiable and an intermediate sits at a kink."
+           if k_i else "")
+    )  # fmt: skip
     return " ".join(
         [
-            f"  kinks: {_entries(k)} {_verb(k, 'is', 'are')} NONSMOOTH. f has a kink there",
-            "(ReLU, abs, max, max-pooling ties): its left and right derivatives differ, and a",
-            "central difference across the kink returns neither. Autodiff returns one element",
-            "of the generalized derivative: at a single elementary kink, one of the one-sided",
-            "derivatives or a value between them; at a kink of a composition (ReLU inside",
-            "max-pooling, products of kinks) it may lie outside them, because autodiff computes",
-            "a conservative gradient (Bolte & Pauwels, NeurIPS 2020), so a value outside is not",
-            'evidence of a wrong rule. NONSMOOTH passes by default (nonsmooth="allow");',
-            'nonsmooth="within" requires autodiff between the one-sided derivatives,',
-            f'nonsmooth="fail" fails any kink. More: {_DOCS_KINKS}',
+            f"  kinks: {_entries(k)} {_verb(k, 'is', 'are')} NONSMOOTH. {where}",
+            "Autodiff returns one element of the generalized derivative: at a single",
+            "elementary kink, one of the one-sided derivatives or a value between them; at a",
+            "kink of a composition (ReLU inside max-pooling, products of kinks) it may lie",
+            "outside them, because autodiff computes a conservative gradient (Bolte & Pauwels,",
+            "NeurIPS 2020), so a value outside is not evidence of a wrong rule. NONSMOOTH",
+            'passes by default (nonsmooth="allow"); nonsmooth="within" requires autodiff',
+            'between the one-sided derivatives, nonsmooth="fail" fails any kink. More:',
+            f"{_DOCS_KINKS}",
         ]
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -426,3 +427,49 @@ def test_round_off_line_reads_the_noise_not_the_curvature_of_large_inputs():
     assert f"e.g. {naive.noise / (2.0**-13 * s):.2g} at h = 2^-13" in line
     # the best step stays within the steps where the third derivative describes f
     assert naive.optimal_step <= 0.25
+
+
+def _stable_bce(framework: str) -> Any:
+    """Binary cross-entropy with logits as codebases write it: max(z, 0) - z y +
+    log(1 + exp(-|z|)), smooth in z (softplus(z) - z y), with kinks in max and abs."""
+    if framework == "torch":
+        y = torch.tensor([0.0, 1.0, 1.0, 0.0])
+        return lambda z: torch.mean(
+            torch.clamp(z, min=0) - z * y + torch.log1p(torch.exp(-z.abs()))
+        )
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        yj = jnp.array([0.0, 1.0, 1.0, 0.0])
+        return lambda z: jnp.mean(jnp.maximum(z, 0) - z * yj + jnp.log1p(jnp.exp(-jnp.abs(z))))
+    yt = tf.constant([0.0, 1.0, 1.0, 0.0])
+    return lambda z: tf.reduce_mean(tf.maximum(z, 0.0) - z * yt + tf.math.log1p(tf.exp(-tf.abs(z))))
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
+def test_a_smooth_loss_with_kinked_intermediates_is_named_so(framework):
+    """At z = 0 the hand-written stable BCE is differentiable (sigmoid(0) - y), but max and
+    abs sit at their kinks, and autodiff takes one side of each: its value is not the
+    derivative. NONSMOOTH (ok by default), and the report says that f is differentiable
+    there and an intermediate is at its kink, not that f has a kink."""
+    z = np.array([-3.0, 0.0, 0.7, 15.0], np.float32)
+    if framework == "torch":
+        x: Any = torch.tensor(z)
+    elif framework == "jax":
+        import jax.numpy as jnp
+
+        x = jnp.asarray(z)
+    else:
+        x = tf.constant(z)
+    report = pg.check(_stable_bce(framework), x)
+    e = report.entries
+    i = e.names.index("x[1]")
+    assert e.verdicts()[i] == pg.Verdict.NONSMOOTH and report.ok
+    truth = (0.5 - 1.0) / 4  # (sigmoid(0) - y) / n
+    assert e.reference[i] == pytest.approx(truth, rel=1e-6)
+    assert e.left[i] == pytest.approx(truth, rel=1e-4) and e.right[i] == pytest.approx(
+        truth, rel=1e-4
+    )
+    headline = _text(report).splitlines()[0]
+    assert "f is differentiable (its left and right derivatives agree)" in headline
+    assert "sits at a kink of f" not in headline
