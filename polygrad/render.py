@@ -280,7 +280,7 @@ def _roundoff_line(report: Report, naive: NaiveCentralDifference) -> str:
     f_abs = naive.noise / (d.eps * naive.noise_ulps) if naive.noise_ulps else 0.0
     # the estimates are along a direction of steps in units of s: per unit of the input,
     # a derivative's error is theirs divided by s
-    per_input = 1.0 / (ref.median_scale or 1.0)
+    per_input = 1.0 / float(ref.median_scale or 1.0)
     txt = (
         f"  round-off: noise of f in {wd} (your arithmetic: what a {wd} central difference "
         f"sees, unlike the reference's noise above) {_g(naive.noise, 2)} "
@@ -288,7 +288,7 @@ def _roundoff_line(report: Report, naive: NaiveCentralDifference) -> str:
         f"with step h is off by ~noise/h, e.g. {_g(naive.example_error * per_input, 2)} at "
         f"h = 2^-13{_times_scale(ref)}{_absolute(2.0**-13, ref)}"
     )
-    if naive.optimal_step is not None:
+    if naive.optimal_step is not None and naive.optimal_error is not None:
         txt += (
             f"; its best step is h ≈ {_g(naive.optimal_step, 2)} × s"
             f"{_absolute(naive.optimal_step, ref)} (error "

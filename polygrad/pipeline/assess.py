@@ -270,6 +270,8 @@ def assess(
             f0_mp = _floats_or_none(details.pop("f0_mp", None))
             st = replace(st, dd=merged, f0_mp=f0_mp)
             blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
+            if allowances is None:  # entries undecided before can fail on mp
+                blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
         else:
             st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
     if method == "mp":

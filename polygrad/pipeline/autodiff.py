@@ -446,6 +446,27 @@ def _allow(
         return np.where(new, np.fmax(allow, factor * spread(moves)), allow)
 
 
+def _rule64_allowance(b: Entries, others: list[Entries], factor: float) -> np.ndarray:
+    """A narrower working dtype's allowance for the round-off of the float64 evaluation
+    of its rule: ``factor`` times the largest even part of its paired moves.
+
+    Moves of a few ulps of the working dtype re-round every float64 intermediate (they
+    are far beyond float64's ulps), and the even part of a pair,
+    ``(a(x + d) + a(x - d)) / 2 - a(x)``, keeps that round-off without the derivative's
+    linear change: ``1 - t^2`` with ``t = tanh(15.2)`` one float64 ulp below 1 (off by
+    2e-3 of the entry in float64) shows it. A rule wrong by a factor is wrong by the
+    same factor at every move, which no even part shows. An entry whose working value
+    itself moves beyond its tolerance gets none: the moves crossed a kink
+    (``clip(max(x))`` at a tie on the clip's bound jumps by 1 either way), and what
+    moved is not round-off.
+    """
+    with np.errstate(invalid="ignore"):
+        moves = [o.autodiff64 - b.autodiff64 for o in others]
+        even = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
+        kink = spread([o.autodiff - b.autodiff for o in others]) > b.tolerance
+        return np.where(kink, 0.0, np.nan_to_num(factor * spread(even)))
+
+
 def _unexplained(al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool) -> np.ndarray:
     """The failing entries of a block that the moves so far have not explained.
 
@@ -486,10 +507,11 @@ def autodiff_roundoff(
     ``policy.dither_allowance`` times the largest move at the smallest size
     that moved it (a failing entry: the largest over the sizes tried). Part of
     each move is the true change of the derivative over the move, which is not
-    round-off: for a narrower working dtype it is measured by the float64
-    evaluation of the rule at the same moved inputs and taken out, and the
-    float64 value gets no allowance. A float64 function's moves come in pairs of
-    opposites, and only the even part of each pair counts. None without a
+    round-off: moves come in pairs of opposites; for a narrower working dtype the
+    change is measured by the float64 evaluation of the rule at the same moved
+    inputs and taken out, and that float64 evaluation is allowed the even part of
+    its own pairs at the smallest moves (:func:`_rule64_allowance`); in float64
+    only the even part of each pair counts. None without a
     float64 evaluation of a narrower rule, or when the inputs cannot be moved
     (not float16, float32 or float64). Where the function fails at moved
     inputs, the moves stop.
@@ -500,9 +522,10 @@ def autodiff_roundoff(
         return None
     f, args, argnums, supplied, batch_size = call
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
+    rule64: list[np.ndarray | None] = [None] * len(blocks)
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype, policy.dither_ulps):
-        moved = dithered_args(be, args, argnums, rng, ulps, paired=wd64, copies=policy.dithers)
+        moved = dithered_args(be, args, argnums, rng, ulps, paired=True, copies=policy.dithers)
         if moved is None:
             return None
         try:
@@ -515,14 +538,16 @@ def autodiff_roundoff(
             pending = _unexplained(al, b, fl, wd64) & ~np.isnan(al)
             moves = [o[j] for o in others]
             grown.append(_allow(al, b, moves, wd64, policy.dither_allowance, pending))
+            if not wd64 and rule64[j] is None:  # the float64 rule's, at the smallest moves
+                rule64[j] = _rule64_allowance(b, moves, policy.dither_allowance)
         allow = grown
         if not any(np.any(_unexplained(al, b, fl, wd64))
                    for al, b, fl in zip(allow, blocks, failing, strict=True)):  # fmt: skip
             break
     out = []
-    for al in allow:
+    for al, al64 in zip(allow, rule64, strict=True):
         al = np.nan_to_num(al)
-        out.append((al, al) if wd64 else (al, np.zeros_like(al)))
+        out.append((al, al) if wd64 else (al, np.zeros_like(al) if al64 is None else al64))
     return out
 
 
