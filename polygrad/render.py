@@ -377,7 +377,7 @@ def _how_far_off(e: Any, i: int) -> str:
     tol64 = float(e.tolerance64[i])
     if np.isfinite(diff64) and tol64 > 0 and diff64 > tol64:
         # the float64 evaluation of the rule decides MISMATCH: quote it
-        if not (tol > 0 and diff / tol > diff64 / tol64):
+        if not (tol > 0 and diff / tol >= diff64 / tol64):
             return (
                 f"the float64 evaluation of the rule is off by {_g(diff64, 2)}, "
                 f"{_g(diff64 / tol64, 2)} times its tolerance"

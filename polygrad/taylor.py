@@ -123,7 +123,13 @@ class TaylorResult:
         span = f"h in [{_g(self.steps[self.used].min())}, {_g(self.steps[self.used].max())}]"
         txt = f"the Taylor remainder falls like h^{self.slope:.2f} over {span}"
         if self.verdict == "consistent":
-            return txt + " (expected 2 for a correct gradient): supports the gradient"
+            expect = (
+                "expected 2 for a correct gradient"
+                if self.slope < 2.5
+                else "at least 2 for a correct gradient; faster where f's second-order term "
+                "vanishes along the direction"
+            )
+            return txt + f" ({expect}): supports the gradient"
         if self.verdict == "wrong":
             order = "first order" if 0.5 <= self.slope <= 1.5 else "far below second order"
             return (

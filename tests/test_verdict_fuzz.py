@@ -556,7 +556,7 @@ FOUND = [
     _found("tensorflow", LOG_SOFTMAX_DOMINANT, RULE_CANCELS_IN_FLOAT64),
     _found("jax", EXP_TANH_SATURATED),
     _found("jax", EXP_EXP_TANH_SATURATED),
-    _found("tensorflow", LAYER_NORM_OF_COPIES),  # the float64 rule's moves show its round-off
+    _found("tensorflow", LAYER_NORM_OF_COPIES, ZERO_BY_CANCELLATION),
     *[_found(fw, LN_LEAKY_LN_AT_TIE) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("tensorflow", LN_SLICE_LEAKY_LN_AT_TIES),
     _found("tensorflow", TANH_EXP_MAX_BF16, BF16_TINY_ENTRIES),

@@ -278,7 +278,7 @@ def assess(
         source = prep.target if ref_target is None else ref_target
         st, blocks = _with_f_in_mp(source, prep, st, blocks, opts, allowances)
     if "escalation" in details:
-        name_deciders(blocks, details, method)
+        name_deciders(blocks, details, method, prep.modes)
     hidden = hidden_cancellation(prep.target, st, opts)
     if hidden is not None:
         details["notes"].append(hidden_note(hidden, prep.target.working_dtype))

@@ -21,7 +21,7 @@ from ..backends.base import Backend, Supplied, Target, describe_exception
 from ..dither import dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
-from ..reference.steps import F64_EPS, RademacherDirections
+from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
 from .judge import JudgeInput
 
@@ -446,7 +446,7 @@ def _allow(
         return np.where(new, np.fmax(allow, factor * spread(moves)), allow)
 
 
-def _rule64_allowance(b: Entries, others: list[Entries], factor: float) -> np.ndarray:
+def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: float) -> np.ndarray:
     """A narrower working dtype's allowance for the round-off of the float64 evaluation
     of its rule: ``factor`` times the largest even part of its paired moves.
 
@@ -455,16 +455,20 @@ def _rule64_allowance(b: Entries, others: list[Entries], factor: float) -> np.nd
     ``(a(x + d) + a(x - d)) / 2 - a(x)``, keeps that round-off without the derivative's
     linear change: ``1 - t^2`` with ``t = tanh(15.2)`` one float64 ulp below 1 (off by
     2e-3 of the entry in float64) shows it. A rule wrong by a factor is wrong by the
-    same factor at every move, which no even part shows. An entry whose working value
-    itself moves beyond its tolerance gets none: the moves crossed a kink
-    (``clip(max(x))`` at a tie on the clip's bound jumps by 1 either way), and what
-    moved is not round-off.
+    same factor at every move, which no even part shows. An entry that moves by more
+    than ``cap`` (``sqrt(eps)`` of the working dtype times f's size per unit of the
+    inputs' scale), or whose working value itself moves beyond its tolerance, gets
+    none: the moves crossed a kink (``clip(max(x))`` at a tie on the clip's bound jumps
+    by 1 either way; a stable BCE at ``z = 0`` moved to a subnormal ``z`` that the
+    working dtype flushes to 0), and what moved is not round-off.
     """
     with np.errstate(invalid="ignore"):
         moves = [o.autodiff64 - b.autodiff64 for o in others]
         even = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
+        allowance = np.nan_to_num(factor * spread(even))
         kink = spread([o.autodiff - b.autodiff for o in others]) > b.tolerance
-        return np.where(kink, 0.0, np.nan_to_num(factor * spread(even)))
+        kink |= spread(moves) > cap
+        return np.where(kink, 0.0, allowance)
 
 
 def _unexplained(al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool) -> np.ndarray:
@@ -523,6 +527,8 @@ def autodiff_roundoff(
     f, args, argnums, supplied, batch_size = call
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rule64: list[np.ndarray | None] = [None] * len(blocks)
+    f_size = float(np.max(np.abs(target.y0), initial=0.0) / np.min(pow2_scales(target.x0)))
+    cap = math.sqrt(target.eps) * f_size
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype, policy.dither_ulps):
         moved = dithered_args(be, args, argnums, rng, ulps, paired=True, copies=policy.dithers)
@@ -539,7 +545,7 @@ def autodiff_roundoff(
             moves = [o[j] for o in others]
             grown.append(_allow(al, b, moves, wd64, policy.dither_allowance, pending))
             if not wd64 and rule64[j] is None:  # the float64 rule's, at the smallest moves
-                rule64[j] = _rule64_allowance(b, moves, policy.dither_allowance)
+                rule64[j] = _rule64_allowance(b, moves, policy.dither_allowance, cap)
         allow = grown
         if not any(np.any(_unexplained(al, b, fl, wd64))
                    for al, b, fl in zip(allow, blocks, failing, strict=True)):  # fmt: skip

@@ -129,7 +129,7 @@ def median_relative(value: np.ndarray, error: np.ndarray) -> float:
     v = np.where(np.isfinite(value), value, 0.0)
     with np.errstate(all="ignore"):
         scale = np.abs(v) + np.sqrt(np.mean(v**2, axis=0, keepdims=True))
-        rel = error / scale
+        rel = np.where(error == 0, 0.0, error / scale)  # an exact 0 bar on a 0 value is 0
     rel = rel[np.isfinite(rel)]
     return float(np.median(rel)) if rel.size else float("nan")
 

@@ -413,7 +413,10 @@ def findings(inp: JudgeInput) -> _Evidence:
             have64=inp.have64,
             coarse=coarse,
         )
-    return _Evidence(ref, ref_err, np.where(excused, tol_f, tol_w), tol_64, within, fd)
+    shown = np.where(excused, tol_f, tol_w)
+    if inp.eps_w <= F64_EPS:  # float64 code: the tolerance that decided MISMATCH is shown
+        shown = np.fmax(shown, tol_64 if inp.have64 else tol_f)
+    return _Evidence(ref, ref_err, shown, tol_64, within, fd)
 
 
 def overall(entries: Entries, nonsmooth: str) -> tuple[Verdict, bool]:

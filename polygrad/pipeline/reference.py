@@ -377,20 +377,27 @@ def merge_directions(
     )
 
 
-def name_deciders(blocks: list[Entries], details: dict[str, Any], method: str) -> None:
+def name_deciders(
+    blocks: list[Entries], details: dict[str, Any], method: str, modes: list[str] | None = None
+) -> None:
     """Record, and say in a note, which reference decided each entry still in doubt.
 
     After :func:`escalate`: an entry along a re-examined direction was decided
-    by mp, any other by ``method`` (the first reference's arithmetic).
+    by mp, any other by ``method`` (the first reference's arithmetic). With
+    several ``modes`` (one block each), names carry the block's VJP/JVP tag, as
+    in the report's entries.
     """
     esc = details["escalation"]
     redone = set(esc["directions"])
     codes = [SEVERITY[v] for v in DOUBT]
     by: dict[str, list[str]] = {"mp": [], method: []}
-    for b in blocks:
+    tags = [""] * len(blocks)
+    if modes is not None and len(blocks) > 1:
+        tags = ["VJP " if md == "rev" else "JVP " for md in modes]
+    for b, tag in zip(blocks, tags, strict=True):
         per = b.status.size // esc["d"]  # entries per direction
         for i in np.flatnonzero(np.isin(b.status, codes)):
-            by["mp" if int(i) // per in redone else method].append(b.names[i])
+            by["mp" if int(i) // per in redone else method].append(tag + b.names[i])
     esc["decided_by"] = by
     text = (
         f"entries that did not pass on the {method} reference were re-examined with mp at "

@@ -252,7 +252,7 @@ def _judge_subspace(
         if merged is not None:
             st = replace(st, dd=merged)
             blocks = [judge(_gather(prep.target, st, sub, md, opts)) for md in prep.modes]
-            name_deciders(blocks, details, method)
+            name_deciders(blocks, details, method, prep.modes)
     return blocks, st, details
 
 
