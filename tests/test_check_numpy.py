@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -656,3 +657,43 @@ def test_a_float64_rule_that_rounds_through_float32_is_not_excused(x0, error):
         grad=lambda x: np.cos(x.astype(np.float32)).astype(np.float64) * (1 + error),
     )  # fmt: skip
     assert report.verdict == Verdict.MISMATCH
+
+
+W32 = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5], [0.1, 0.2, 0.3]], dtype=np.float32)
+
+
+def _tanh_layer_f32(x: np.ndarray) -> Any:
+    """A float32 layer applied to whatever comes in, as NumPy code casts to its weights."""
+    return np.sum(np.tanh(x.astype(np.float32) @ W32))
+
+
+def _tanh_layer_f32_grad(x: np.ndarray) -> np.ndarray:
+    return W32 @ (1 - np.tanh(x.astype(np.float32) @ W32) ** 2)
+
+
+def test_numpy_code_that_casts_to_float32_is_judged_in_float32():
+    """float64 inputs, a function that casts them to float32 and returns float32: the
+    working dtype is float32, named in a note. The mp evaluator refuses the float32 value
+    it gets back (a NumPy float32 scalar is no exact integer), so no mp reference is
+    made of a function that rounds to float32 inside: PASS, and a rule 1e-3 off is
+    MISMATCH (it was a confident mp reference of 0 and a false MISMATCH)."""
+    x = np.array([0.3, -1.2, 0.8])
+    report = pg.check(_tanh_layer_f32, x, grad=_tanh_layer_f32_grad)
+    assert report.verdict is Verdict.PASS and report.ok, str(report)
+    assert report.details.working_dtype == "float32"
+    assert any("f computes in float32" in n for n in report.notes)
+    u = x.astype(np.float32).astype(np.float64) @ W32.astype(np.float64)
+    exact = W32.astype(np.float64) @ (1 - np.tanh(u) ** 2)
+    np.testing.assert_allclose(report.entries.reference, exact, rtol=1e-4)
+    planted = pg.check(
+        _tanh_layer_f32, x, grad=lambda x: _tanh_layer_f32_grad(x) * np.float32([1, 1.001, 1])
+    )
+    assert planted.verdict is Verdict.MISMATCH
+
+
+def test_mp_evaluation_refuses_a_machine_float_scalar():
+    from polygrad.backends.mpmath import mp_evaluator
+
+    ev = mp_evaluator(lambda leaves: np.sum(leaves[0].astype(np.float32)), [(2,)])
+    with pytest.raises(TypeError, match="float32"):
+        ev(np.array([0.5, 1.0]), np.zeros(2), 30)

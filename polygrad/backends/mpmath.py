@@ -125,9 +125,11 @@ def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
             )
         for v in arr.ravel():
             if not isinstance(v, ctx.mpf):
-                if isinstance(v, (int, np.integer)) or (
-                    hasattr(v, "is_integer") and not isinstance(v, float)
-                ):
+                # an exact integer is fine (a count, a constant 0); a machine float of any
+                # width is not: NumPy's float32 scalars have is_integer() too, and a value
+                # cast to float32 inside f would make a confident, wrong mp reference
+                machine = isinstance(v, (float, complex, np.floating, np.complexfloating))
+                if not machine and (isinstance(v, (int, np.integer)) or hasattr(v, "is_integer")):
                     continue
                 raise TypeError(
                     f"the function produced a {type(v).__name__} value on mpmath input "

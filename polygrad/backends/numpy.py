@@ -16,7 +16,7 @@ import numpy as np
 from .._pytree import flatten
 from ..errors import ShapeMismatchError
 from ._common import PointFunction, as_float_output, check_not_mutated, output_layout
-from .base import Backend, Supplied, Target, dtype_eps
+from .base import Backend, Supplied, Target, computed_in_note, dtype_eps
 from .mpmath import mp_evaluator
 
 __all__ = ["NumpyBackend"]
@@ -32,6 +32,23 @@ def _left(J: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 
 def _right(J: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
     return lambda V: V @ J.T
+
+
+def _narrowest_output(out: Any) -> np.dtype | None:
+    """The least precise floating dtype among ``f``'s output leaves (NumPy arrays and
+    scalars; a complex one counts as its real part's), or None when none is floating."""
+    found: np.dtype | None = None
+    for leaf in flatten(out)[0]:
+        dt = getattr(leaf, "dtype", None)
+        if dt is None or np.dtype(dt).kind not in "fc":
+            continue
+        dt = np.dtype(dt)
+        real = np.dtype(dt.char.lower()) if dt.kind == "c" and dt.char in "FDG" else dt
+        if real.kind == "c":
+            real = np.dtype(np.float64)
+        if found is None or dtype_eps(real) > dtype_eps(found):
+            found = real
+    return found
 
 
 class NumpyBackend(Backend):
@@ -73,6 +90,11 @@ class NumpyBackend(Backend):
         check_not_mutated(leaves0, pf.layout.split(pf.x0))
         m = y0.size
         notes: list[str] = []
+        narrow = _narrowest_output(out0)
+        if narrow is not None and dtype_eps(narrow) > dtype_eps(wd):
+            # NumPy code has no captured program: a narrower output is what shows a cast
+            notes.append(computed_in_note(wd.name, narrow.name, "the value it returns"))
+            wd = narrow
         evaluate, evaluate64 = _evaluators(pf, wd, notes)
         out_layout = output_layout(out_leaves, flatten(out0)[1])
         rules = _Rules(pf, argnums, supplied, m, out_layout.leaves[0].shape, wd)
