@@ -505,8 +505,8 @@ def autodiff_roundoff(
 
     The autodiff values are evaluated again at inputs moved by a few ulps of
     the working dtype (``call`` is ``(f, args, argnums, supplied, batch_size)``),
-    and, while some ``failing`` entry's value did not move at all or still
-    fails with its allowance so far, by larger moves
+    and, while some ``failing`` entry's value did not move at all (or, in a
+    float64 working dtype, still fails with its allowance so far), by larger moves
     (:func:`polygrad.dither.move_sizes`); each entry gets
     ``policy.dither_allowance`` times the largest move at the smallest size
     that moved it (a failing entry: the largest over the sizes tried). Part of
