@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ._pytree import flatten, unflatten
-from .backends.base import Backend
+from .backends.base import Backend, dtype_eps
 
-__all__ = ["ALLOWANCE", "DITHERS", "ULPS", "dithered_args", "move_sizes", "spread"]
+__all__ = ["ALLOWANCE", "DITHERS", "MOVED_DTYPES", "ULPS", "dithered_args", "move_sizes", "spread"]
 
 DITHERS = 5
 """How many moved inputs the autodiff value is re-evaluated at."""
@@ -52,7 +52,9 @@ ULPS = 2
 ALLOWANCE = 2.0
 """Multiple of the largest move of the autodiff value added to its tolerance."""
 
-_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+MOVED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+"""Names of the dtypes whose inputs are moved (bfloat16 through ml_dtypes, whose
+``np.spacing`` gives its ulps)."""
 
 GROWTH = 64
 """Factor by which the moves grow for entries whose autodiff value did not move, or that
@@ -86,7 +88,7 @@ def move_sizes(dtype: np.dtype, first: int = ULPS) -> list[int]:
     -------
     list of int
     """
-    eps = float(np.finfo(dtype).eps)
+    eps = dtype_eps(dtype)
     largest = LARGEST_MOVE.get(np.dtype(dtype), 2.0**-12)
     sizes = [first]
     while sizes[-1] * GROWTH * eps <= largest:
@@ -129,7 +131,7 @@ def dithered_args(
     -------
     list of tuple, or None
         The moved arguments, each leaf in its own dtype; None when a leaf is not
-        a float16, float32 or float64 array (bfloat16 has no NumPy ulp).
+        a float16, bfloat16, float32 or float64 array.
     """
     out = []
     for _ in range(copies):
@@ -139,7 +141,7 @@ def dithered_args(
             up, down = [], []
             for leaf in leaves:
                 a = np.asarray(be.to_numpy(leaf))
-                if a.dtype not in _DTYPES:
+                if a.dtype.name not in MOVED_DTYPES:
                     return None
                 k = rng.integers(-ulps, ulps + 1, size=a.shape).astype(np.float64)
                 step = k * np.spacing(a).astype(np.float64)

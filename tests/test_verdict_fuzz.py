@@ -559,7 +559,7 @@ FOUND = [
     _found("tensorflow", LAYER_NORM_OF_COPIES, ZERO_BY_CANCELLATION),
     *[_found(fw, LN_LEAKY_LN_AT_TIE) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("tensorflow", LN_SLICE_LEAKY_LN_AT_TIES),
-    _found("tensorflow", TANH_EXP_MAX_BF16, BF16_TINY_ENTRIES),
+    _found("tensorflow", TANH_EXP_MAX_BF16),  # bfloat16 inputs are moved by their ulps
     _found("jax", LOG_SOFTMAX_LN_ERF_BF16, BF16_TINY_ENTRIES),
     _found("torch", MEAN_OF_LAYER_NORM, ZERO_BY_CANCELLATION),
     _found("jax", LAYER_NORM_NEAR_TIES),

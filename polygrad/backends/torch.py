@@ -610,6 +610,11 @@ class TorchBackend(Backend):
         return str(self.torch.__version__)
 
     def from_numpy(self, a: np.ndarray) -> Any:
+        """A tensor of ``a``'s values; ``ml_dtypes.bfloat16`` becomes ``torch.bfloat16``
+        (through float32, which holds every bfloat16 value exactly)."""
+        if a.dtype.name == "bfloat16":
+            wide = self.torch.from_numpy(np.asarray(a, dtype=np.float32).copy())
+            return wide.to(self.torch.bfloat16)
         return self.torch.from_numpy(np.array(a, copy=True))
 
     def asarray(self, array: Any, dtype: str | None = None) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Backend, Supplied, Target, describe_exception
-from ..dither import dithered_args, move_sizes, spread
+from ..dither import MOVED_DTYPES, dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
@@ -419,13 +419,17 @@ def _moved_dtype(target: Target, blocks: list[Entries], wd64: bool) -> np.dtype 
     """The dtype whose ulps the inputs move by, or None when no allowance can be measured."""
     if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
         return None
+    name = target.working_dtype
+    if name not in MOVED_DTYPES:
+        return None
     try:
-        dtype = np.dtype(target.working_dtype)
-    except TypeError:  # a dtype NumPy does not know (bfloat16 without ml_dtypes)
-        return None
-    if dtype not in (np.float16, np.float32, np.float64):  # bfloat16 (ml_dtypes): not moved
-        return None
-    return dtype
+        return np.dtype(name)
+    except TypeError:  # bfloat16: NumPy knows it through ml_dtypes
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - ml_dtypes ships with every framework
+            return None
+        return np.dtype(getattr(ml_dtypes, name))
 
 
 def _allow(
@@ -517,7 +521,7 @@ def autodiff_roundoff(
     its own pairs at the smallest moves (:func:`_rule64_allowance`); in float64
     only the even part of each pair counts. None without a
     float64 evaluation of a narrower rule, or when the inputs cannot be moved
-    (not float16, float32 or float64). Where the function fails at moved
+    (not float16, bfloat16, float32 or float64). Where the function fails at moved
     inputs, the moves stop.
     """
     wd64 = target.working_dtype == "float64"
