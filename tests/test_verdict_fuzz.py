@@ -541,6 +541,17 @@ SIN_SIN_MATMUL_F64 = Program(
      -1.303116448612589, -0.7382509516871444),
 )  # fmt: skip
 
+# a bfloat16 tanh of a matmul at saturating inputs (rows near +-16): the float64 rule's
+# 1 - t^2 rounds at ulp(1) where the entry is 5e-17; moving the bfloat16 inputs by their
+# ulps shows that round-off (bfloat16 inputs were not moved, and it was MISMATCH)
+TANH_MATMUL_BF16 = Program(
+    op("tanh", op("matmul", X, p=(((1.25, -1.0, 1.25), (-1.0, 1.25, -0.75),
+                                   (-0.5, -1.0, 0.25)),))),
+    (4, 3), "bfloat16",
+    (-16.0, -1.0, 0.07763671875, 15.1875, 1.0078125, -0.018798828125, -0.0103759765625,
+     -16.0, -0.0157470703125, 0.166015625, -0.06982421875, -1.0),
+)  # fmt: skip
+
 # a bfloat16 layer norm whose f keeps no digit: the note on hidden cancellation read the
 # dtype's smallest normal number by a name NumPy does not know (it raised TypeError)
 LN_SIN_SIN_SQUARE_BF16 = Program(
@@ -551,6 +562,7 @@ LN_SIN_SIN_SQUARE_BF16 = Program(
 FOUND = [
     _found("numpy", SIN_SIN_MATMUL_F64),
     _found("torch", LN_SIN_SIN_SQUARE_BF16),
+    _found("jax", TANH_MATMUL_BF16),
     _found("numpy", LN_NEAR_TIES_F64),
     _found("numpy", LAYER_NORM_OF_ONE_COPY, ZERO_BY_CANCELLATION),
     _found("tensorflow", LOG_SOFTMAX_DOMINANT, RULE_CANCELS_IN_FLOAT64),
