@@ -25,6 +25,9 @@ from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
 from .judge import JudgeInput
 
+F32_EPS = float(np.finfo(np.float32).eps)
+"""Machine epsilon of float32, the precision a narrow check's float64 rule resolves."""
+
 __all__ = [
     "Setting",
     "autodiff_roundoff",
@@ -460,11 +463,13 @@ def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: flo
     linear change: ``1 - t^2`` with ``t = tanh(15.2)`` one float64 ulp below 1 (off by
     2e-3 of the entry in float64) shows it. A rule wrong by a factor is wrong by the
     same factor at every move, which no even part shows. An entry that moves by more
-    than ``cap`` (``sqrt(eps)`` of the working dtype times f's size per unit of the
-    inputs' scale), or whose working value itself moves beyond its tolerance, gets
-    none: the moves crossed a kink (``clip(max(x))`` at a tie on the clip's bound jumps
-    by 1 either way; a stable BCE at ``z = 0`` moved to a subnormal ``z`` that the
-    working dtype flushes to 0), and what moved is not round-off.
+    than ``cap`` (``c_ad`` float32 epsilons times f's size per unit of the inputs'
+    scale: the float64 rule resolves rule errors to float32's precision), or whose
+    working value itself moves beyond its tolerance, gets none: the moves crossed a
+    kink (``clip(max(x))`` at a tie on the clip's bound jumps by 1 either way; a
+    stable BCE at ``z = 0`` moved to a subnormal ``z`` that the working dtype flushes
+    to 0), or carried the derivative's curvature (a bfloat16 move of 1.6e-2), and what
+    moved is not round-off.
     """
     with np.errstate(invalid="ignore"):
         moves = [o.autodiff64 - b.autodiff64 for o in others]
@@ -532,7 +537,10 @@ def autodiff_roundoff(
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rule64: list[np.ndarray | None] = [None] * len(blocks)
     f_size = float(np.max(np.abs(target.y0), initial=0.0) / np.min(pow2_scales(target.x0)))
-    cap = math.sqrt(target.eps) * f_size
+    # the float64 rule of a narrow check resolves rule errors to float32's precision (see
+    # polygrad.pipeline.plan.RULE_RESOLUTION): no allowance goes beyond that round-off of
+    # f-sized terms (bfloat16 moves of 1.6e-2 carry the derivative's curvature with them)
+    cap = policy.c_ad * F32_EPS * f_size
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype, policy.dither_ulps):
         moved = dithered_args(be, args, argnums, rng, ulps, paired=True, copies=policy.dithers)
