@@ -49,6 +49,7 @@ __all__ = [
     "computed_in_note",
     "dtype_eps",
     "dtype_tiny",
+    "numpy_dtype",
     "validate_float_array",
 ]
 
@@ -279,20 +280,40 @@ class Target:
         return int(self.y0.size)
 
 
-def _finfo(dtype: Any) -> Any:
-    """``finfo`` of a NumPy (or ml_dtypes) floating dtype; of its parts for a complex one.
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """``np.dtype(dtype)``, where a name NumPy does not know (``"bfloat16"``,
+    ``"float8_e4m3fn"``) is looked up in ml_dtypes.
 
-    A name NumPy does not know (``"bfloat16"``, ``"float8_e4m3fn"``) is looked up
-    in ml_dtypes.
+    Parameters
+    ----------
+    dtype : dtype-like
+        A NumPy dtype, type or name, or the name of an ml_dtypes type.
+
+    Returns
+    -------
+    numpy.dtype
+
+    Raises
+    ------
+    TypeError
+        NumPy does not know ``dtype`` and it names no ml_dtypes type.
+    ImportError
+        It is a name NumPy does not know and ml_dtypes is not installed.
     """
     try:
-        dt = np.dtype(dtype)
+        return np.dtype(dtype)
     except TypeError:
         import ml_dtypes
 
         if not isinstance(dtype, str) or not hasattr(ml_dtypes, dtype):
             raise
-        dt = np.dtype(getattr(ml_dtypes, dtype))
+        return np.dtype(getattr(ml_dtypes, dtype))
+
+
+def _finfo(dtype: Any) -> Any:
+    """``finfo`` of a NumPy (or ml_dtypes) floating dtype; of its parts for a complex one
+    (a name is resolved by :func:`numpy_dtype`)."""
+    dt = numpy_dtype(dtype)
     if dt.kind == "c":
         dt = np.dtype(dt.char.lower()) if dt.char in "FDG" else np.dtype("float64")
     try:

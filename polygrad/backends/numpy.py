@@ -42,10 +42,7 @@ def _narrowest_output(out: Any) -> np.dtype | None:
         dt = getattr(leaf, "dtype", None)
         if dt is None or np.dtype(dt).kind not in "fc":
             continue
-        dt = np.dtype(dt)
-        real = np.dtype(dt.char.lower()) if dt.kind == "c" and dt.char in "FDG" else dt
-        if real.kind == "c":
-            real = np.dtype(np.float64)
+        real = np.dtype(np.finfo(dt).dtype)  # a complex dtype's parts
         if found is None or dtype_eps(real) > dtype_eps(found):
             found = real
     return found

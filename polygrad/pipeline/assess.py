@@ -259,9 +259,9 @@ def assess(
     details: dict[str, Any] = {"notes": []}  # filled in by the escalation's functions
     blocks = judge_modes(prep.target, st, prep.modes, opts)
     blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
+    source = prep.target if ref_target is None else ref_target
     if opts.reference == "auto" and method != "mp":
         # no entry fails on a finite-difference reference while a stronger one can be had
-        source = prep.target if ref_target is None else ref_target
         kinks = _hidden(prep.target, st, opts)
         merged = escalate(source, st.dd, blocks, _directions(st), opts, details, kinks)
         if merged is not None:
@@ -275,7 +275,6 @@ def assess(
         else:
             st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
     if method == "mp":
-        source = prep.target if ref_target is None else ref_target
         st, blocks = _with_f_in_mp(source, prep, st, blocks, opts, allowances)
     if "escalation" in details:
         name_deciders(blocks, details, method, prep.modes)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.base import Backend, Supplied, Target, describe_exception
+from ..backends.base import Backend, Supplied, Target, describe_exception, numpy_dtype
 from ..dither import MOVED_DTYPES, dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
@@ -422,17 +422,12 @@ def _moved_dtype(target: Target, blocks: list[Entries], wd64: bool) -> np.dtype 
     """The dtype whose ulps the inputs move by, or None when no allowance can be measured."""
     if not wd64 and any(np.all(np.isnan(b.autodiff64)) for b in blocks):
         return None
-    name = target.working_dtype
-    if name not in MOVED_DTYPES:
+    if target.working_dtype not in MOVED_DTYPES:
         return None
     try:
-        return np.dtype(name)
-    except TypeError:  # bfloat16: NumPy knows it through ml_dtypes
-        try:
-            import ml_dtypes
-        except ImportError:  # pragma: no cover - ml_dtypes ships with every framework
-            return None
-        return np.dtype(getattr(ml_dtypes, name))
+        return numpy_dtype(target.working_dtype)  # bfloat16 through ml_dtypes
+    except ImportError:  # pragma: no cover - ml_dtypes ships with every framework
+        return None
 
 
 def _allow(

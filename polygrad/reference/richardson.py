@@ -166,10 +166,9 @@ def neville(
     plan = _plan(L, p0, dp, fine_levels)
     small = D.size <= COEFFICIENT_PATH_SIZE * L
     if small and D.dtype != object and np.all(np.isfinite(D)):
-        tab = _by_coefficients(plan, D, cross_check)
+        T, trunc = _by_coefficients(plan, D, cross_check)
     else:
-        tab = _by_recursion(plan, D, cross_check)
-    T, trunc = tab
+        T, trunc = _by_recursion(plan, D, cross_check)
     Tf = _to_float(T)
     # noise propagated exactly through the coefficients (independent noise)
     sd2 = sd_rel.reshape(L, -1) ** 2
@@ -222,11 +221,12 @@ def _column(prev: np.ndarray, j: int, p0: int, dp: int) -> dict[str, np.ndarray]
     """Coefficient rows of column ``j`` of the tableau, from those of column ``j - 1``
     (``prev``; the identity for ``j = 0``), and of its entries' differences."""
     L = prev.shape[1]
+    factor = 0.0 if j == 0 else 2.0 ** (p0 + (j - 1) * dp) - 1.0
     if j == 0:
         C = np.eye(L)
         up = down = np.vstack([np.zeros((1, L)), C[1:] - C[:-1]])
     else:
-        C = prev[1:] + (prev[1:] - prev[:-1]) / (2.0 ** (p0 + (j - 1) * dp) - 1.0)
+        C = prev[1:] + (prev[1:] - prev[:-1]) / factor
         up, down = C - prev[1:], C - prev[:-1]
     rows = np.arange(C.shape[0])
     last = rows == rows[-1]
@@ -234,7 +234,7 @@ def _column(prev: np.ndarray, j: int, p0: int, dp: int) -> dict[str, np.ndarray]
         "coef": C, "up": up, "down": down,
         "next": np.vstack([C[:-1] - C[1:], np.zeros((1, L))]),
         "widen": np.where(last, 0.0, 1.0 / (1.0 - 2.0 ** -(p0 + j * dp))),
-        "level": rows + j, "order": np.full(rows.size, j),
+        "level": rows + j, "order": np.full(rows.size, j), "factor": np.array([factor]),
     }  # fmt: skip
 
 
@@ -249,7 +249,7 @@ def _plan(L: int, p0: int, dp: int, fine_levels: int) -> _Plan:
     rows = np.concatenate([np.arange(n) for n in sizes])
     top = np.zeros(rows.size, dtype=bool)
     top[0] = True
-    factors = tuple(0.0 if j == 0 else 2.0 ** (p0 + (j - 1) * dp) - 1.0 for j in range(L))
+    factors = tuple(float(f) for f in stacked["factor"])
     return _Plan(
         stacked["coef"], stacked["up"], stacked["down"], stacked["next"], stacked["widen"],
         stacked["coef"] ** 2, stacked["level"], stacked["order"], rows >= L - fine_levels,
