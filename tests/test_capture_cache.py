@@ -195,6 +195,56 @@ def test_jax_closure_over_a_new_array_is_compiled_again():
     assert builds("jax.jit") == before + 4
 
 
+def test_jax_new_function_objects_with_one_jaxpr_share_one_compilation():
+    """A parametrized test builds a new lambda per case, over new arrays: one compilation
+    per precision serves them all, each bound to its own arrays (the values are each
+    case's own closed form)."""
+    import jax.numpy as jnp
+
+    from polygrad.backends._jax_programs import PROGRAMS
+
+    x = jnp.asarray([0.3, -1.2, 0.7, 2.0], dtype=jnp.float32)
+    xs = np.asarray(x, np.float64)
+    before = PROGRAMS.builds
+    for scale in (1.0, -3.0, 0.25):
+        w = jnp.asarray([scale, 2.0 * scale, -scale, 0.5], dtype=jnp.float32)
+        report = pg.check(lambda x: jnp.sum(w * jnp.sin(x) * jnp.exp(x / 3)), x)  # noqa: B023
+        ws = np.asarray(w, np.float64)
+        want = ws * np.exp(xs / 3) * (np.cos(xs) + np.sin(xs) / 3)
+        assert report.verdict is pg.Verdict.PASS and report.ok, report
+        np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
+        np.testing.assert_allclose(report.entries.autodiff, want, rtol=1e-5)
+    assert PROGRAMS.builds - before <= 2  # working dtype and float64, once each
+
+
+def _scaled_sin(factor: float):
+    """sin with a custom VJP ``factor * cos``: the same jaxpr for every factor."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def f(x):
+        return jnp.sin(x)
+
+    f.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (factor * g * jnp.cos(x),))
+    return lambda x: jnp.sum(f(x))
+
+
+def test_jax_custom_rules_with_one_printed_jaxpr_are_not_shared():
+    """Two custom VJPs whose jaxprs print the same (their rules are Python code the jaxpr
+    does not show): the right one PASS, the one 1e-3 off MISMATCH, in either order."""
+    import jax
+    import jax.numpy as jnp
+
+    from polygrad.backends._jax_programs import structure_key
+
+    x = jnp.asarray([0.3, -1.2, 0.7], dtype=jnp.float32)
+    right, wrong = _scaled_sin(1.0), _scaled_sin(1.001)
+    assert structure_key(jax.make_jaxpr(right)(x)) is None
+    for fn, verdict in ((right, "PASS"), (wrong, "MISMATCH"), (right, "PASS")):
+        assert pg.check(fn, x).verdict.name == verdict
+
+
 # -- TensorFlow / Keras -------------------------------------------------------------------------
 def test_keras_kernel_assigned_is_captured_again():
     import keras

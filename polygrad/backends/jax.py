@@ -43,6 +43,7 @@ from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import as_float_output, output_layout
+from ._jax_programs import compiled_for
 from .base import (
     Backend,
     Layout,
@@ -415,9 +416,11 @@ class _Derivatives:
             # a concrete call, not eval_shape: f may be untraceable (then vmap falls back)
             self.cot_specs = [(o.shape, o.dtype) for o in self._float_g(*self.primals)]
         # jitted once per function, argument signature and frozen state: a later check of
-        # the same function (another point, a parametrized test) reuses the compilation
+        # the same function (another point) reuses the compilation, and a new function
+        # object with the same jaxpr (a parametrized test's new lambda) shares it
+        self.ctx, self._context = ctx, (label, route, flat.capture_key())
         self._eval_jit, self._vjp_jit, self._jvp_jit = CAPTURES.get(
-            "jax.jit", (label, route, flat.capture_key()), flat.frozen(), self._jits
+            "jax.jit", self._context, flat.frozen(), self._jits
         )
 
         def make(batch: Callable, row: Callable, what: str) -> _Batched:
@@ -429,9 +432,15 @@ class _Derivatives:
 
     # -- helpers -----------------------------------------------------------------
     def _jits(self) -> tuple[Any, Any, Any]:
-        """Batched evaluation, VJP and JVP, each under ``jax.jit`` (compiled on first call)."""
+        """Batched evaluation, VJP and JVP, each under ``jax.jit`` (compiled on first call),
+        shared with every function of the same jaxpr where that can be told
+        (:func:`polygrad.backends._jax_programs.compiled_for`)."""
         import jax
 
+        with self.ctx():
+            shared = compiled_for(self.g, self.primals, self.dtypes[0], self._context)
+        if shared is not None:
+            return shared
         return jax.jit(jax.vmap(self.g)), jax.jit(self._vjp_batch), jax.jit(self._jvp_batch)
 
     def _float_g(self, *leaves: Any) -> list[Any]:
