@@ -34,6 +34,7 @@ import numpy as np
 
 from ._args import normalize_argnums
 from ._pytree import flatten, tree_map
+from ._random_state import preserving_random_state
 from .backends import (
     DEFAULT_BACKEND,
     backend_entries,
@@ -449,6 +450,7 @@ class _Impl:
     realified: tuple[Callable[..., Any], tuple[Any, ...], Supplied]
 
 
+@preserving_random_state
 def compare(
     implementations: Mapping[str, Any],
     *args: Any,

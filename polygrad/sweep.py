@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ._args import normalize_argnums
+from ._random_state import preserving_random_state
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
 from .progress import progress
@@ -592,6 +593,7 @@ def _zero_jvp(f: Callable[..., Any]) -> Callable[..., Any]:
     return jvp
 
 
+@preserving_random_state
 def sweep(
     f: Callable[..., Any],
     *args: Any,

@@ -54,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from .._random_state import preserving_random_state
 from ..backends.base import Supplied
 from ..errors import GradientCheckError
 from ..policy import DEFAULT_POLICY, Policy
@@ -98,6 +99,7 @@ def without_gc_pauses(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+@preserving_random_state
 @without_gc_pauses
 def check(
     f: Callable[..., Any],
