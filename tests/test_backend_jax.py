@@ -521,3 +521,42 @@ def test_to_backend_keeps_complex128_and_leaves_the_x64_flag_alone():
     z = to_backend(np.array([0.1 + 0.2j, -1.0 + 1e-12j]), "jax", "complex128")
     assert z.dtype == jnp.complex128 and jax.config.jax_enable_x64 == flag
     assert complex(np.asarray(z)[1]) == -1.0 + 1e-12j  # not rounded to complex64
+
+
+# -- random draws inside f -----------------------------------------------------------------------
+def _noisy(key_fn, factor: float = 1.0):
+    """tanh(x + 0.5 z), z drawn inside f from a fixed key (a dropout-style fixed draw),
+    with a custom VJP ``factor`` times the right one."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def t(u):
+        return jnp.tanh(u)
+
+    t.defvjp(lambda u: (jnp.tanh(u), u), lambda u, g: (factor * g * (1 - jnp.tanh(u) ** 2),))
+
+    def f(x):
+        z = jax.random.normal(key_fn(42), x.shape)
+        return jnp.sum(t(x + 0.5 * z))
+
+    return f
+
+
+@pytest.mark.parametrize("key", ["PRNGKey", "key"])
+def test_random_draws_inside_f_are_drawn_as_f_draws_them(key):
+    """jax.random draws other numbers in float64 than in float32 (the same key): the
+    float64 reference draws in f's dtype and widens, so it is the derivative of f itself
+    (the closed form with f's own float32 draw); a rule 1e-3 off is MISMATCH."""
+    import jax
+    import jax.numpy as jnp
+
+    key_fn = getattr(jax.random, key)
+    x = jnp.linspace(-1.5, 1.5, 8, dtype=jnp.float32)
+    z = np.asarray(jax.random.normal(key_fn(42), (8,)), np.float64)
+    want = 1 - np.tanh(np.asarray(x, np.float64) + 0.5 * z) ** 2
+    report = pg.check(_noisy(key_fn), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
+    assert any("draws random numbers" in n for n in report.notes)
+    assert pg.check(_noisy(key_fn, 1.001), x).verdict is pg.Verdict.MISMATCH

@@ -151,17 +151,30 @@ class _Promoter:
             closed = ClosedJaxpr(closed, [])
         jaxpr = closed.jaxpr
         env: dict[Any, Any] = {}
+        # random draws, and what is computed from them alone, at the working precision
+        drawn: dict[Any, Any] = {}
+        own: dict[Any, Any] = {}
 
         def read(v: Any) -> Any:
             return _promote_value(v.val) if isinstance(v, Literal) else env[v]
 
+        def read_own(v: Any) -> Any:
+            return v.val if isinstance(v, Literal) else drawn.get(v, own.get(v))
+
         for var, const in zip(jaxpr.constvars, closed.consts, strict=True):
-            env[var] = _promote_value(const)
+            env[var], own[var] = _promote_value(const), const
         for var, arg in zip(jaxpr.invars, args, strict=True):
             env[var] = arg
         for eqn in jaxpr.eqns:
-            invals = [read(v) for v in eqn.invars]
             name = eqn.primitive.name
+            if _is_draw(eqn, drawn, own):
+                outs = eqn.primitive.bind(*[read_own(v) for v in eqn.invars], **eqn.params)
+                outs = outs if eqn.primitive.multiple_results else [outs]
+                for var, out in zip(eqn.outvars, outs, strict=True):
+                    if not isinstance(var, DropVar):
+                        drawn[var], env[var] = out, _promote_value(out)
+                continue
+            invals = [read(v) for v in eqn.invars]
             if name in _CALL_PRIMITIVES or name in _CUSTOM_PRIMITIVES:
                 sub = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
                 if name in _CUSTOM_PRIMITIVES:
@@ -207,6 +220,37 @@ class _Promoter:
         if isinstance(v, np.dtype) and _is_narrow_float(v):
             return np.dtype(_wide(v))
         return v
+
+
+# JAX's random primitives: what they draw depends on the dtype asked for, so a promoted
+# function draws as f draws, in its own dtypes, and widens the numbers drawn
+_RANDOM_PRIMITIVES = {
+    "random_bits", "random_seed", "random_wrap", "random_unwrap", "random_split",
+    "random_fold_in", "threefry2x32", "rng_bit_generator", "rng_uniform",
+}  # fmt: skip
+
+
+def _is_draw(eqn: Any, drawn: dict[Any, Any], own: dict[Any, Any]) -> bool:
+    """A random primitive, or an equation of random draws and constants alone."""
+    from jax.extend.core import Literal
+
+    if eqn.primitive.name in _RANDOM_PRIMITIVES:
+        return all(isinstance(v, Literal) or v in drawn or v in own for v in eqn.invars)
+    ins = [v for v in eqn.invars if not isinstance(v, Literal)]
+    return any(v in drawn for v in ins) and all(v in drawn or v in own for v in ins)
+
+
+def _draws_random(closed: Any) -> bool:
+    """Whether a jaxpr (or one nested in it) calls a random primitive."""
+    from jax.extend.core import subjaxprs
+
+    todo = [getattr(closed, "jaxpr", closed)]
+    while todo:
+        jaxpr = todo.pop()
+        if any(e.primitive.name in _RANDOM_PRIMITIVES for e in jaxpr.eqns):
+            return True
+        todo.extend(subjaxprs(jaxpr))
+    return False
 
 
 # A traced value turned into a Python or NumPy number inside f: JAX cannot differentiate
@@ -697,7 +741,11 @@ class JaxBackend(Backend):
                 return flat(*leaves, args=args64)
 
             def computes_in_float64() -> bool:
-                return _all_float64(direct, flat) and not _narrow_intermediates(direct, flat)
+                return (
+                    _all_float64(direct, flat)
+                    and not _narrow_intermediates(direct, flat)
+                    and not _draws_random(jax.make_jaxpr(flat)(*flat.leaves))
+                )
 
             key = flat.capture_key()
             if CAPTURES.get("jax.float64", key, flat.frozen(), computes_in_float64):
@@ -727,11 +775,18 @@ class JaxBackend(Backend):
             )
             return None, None, None
         d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64", "jaxpr")
-        notes.append(
-            "f does not compute in float64 for float64 input (it casts, or mixes in float32 "
-            "constants); its jaxpr was re-executed with every floating constant and dtype "
-            "promoted to float64 for the reference"
-        )
+        if _draws_random(closed):
+            notes.append(
+                "f draws random numbers (jax.random), and what it draws depends on the dtype "
+                "drawn: its jaxpr was re-executed in float64 for the reference with each "
+                f"number drawn as f draws it (in {wd.name}) and then widened"
+            )
+        else:
+            notes.append(
+                "f does not compute in float64 for float64 input (it casts, or mixes in "
+                "float32 constants); its jaxpr was re-executed with every floating constant "
+                "and dtype promoted to float64 for the reference"
+            )
         if promoter.dropped_rules:
             notes.append(
                 "the custom derivative rules of "

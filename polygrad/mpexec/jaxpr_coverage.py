@@ -19,6 +19,7 @@ from .jaxpr_rules import (
     _float_binary,
     _float_unary,
     _is_float,
+    _is_key,
 )
 
 __all__ = ["supported_primitives", "unsupported_primitives"]
@@ -135,7 +136,7 @@ def unsupported_primitives(closed: Any) -> list[UnsupportedPrimitiveError]:
             where = _where(eqn) or outer
             avals = [v.aval for v in list(eqn.invars) + list(eqn.outvars)]
             dts = [_aval_dtype(a) for a in avals]
-            if any(d is not None and np.dtype(d).kind == "c" for d in dts):
+            if any(d is not None and not _is_key(d) and np.dtype(d).kind == "c" for d in dts):
                 why = "complex numbers are not covered"
                 found.setdefault(name, UnsupportedPrimitiveError(name, where, why))
                 continue

@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from .jaxpr_rules import _aval_dtype, _is_float
+from .jaxpr_rules import _aval_dtype, _is_float, _is_key
+
+
+def _host(value: Any) -> Any:
+    """A JAX result as a NumPy array, a PRNG key array as it is (NumPy has no such dtype)."""
+    return value if _is_key(getattr(value, "dtype", None)) else np.asarray(value)
 
 
 class _DataMovement:
@@ -72,8 +77,8 @@ class _DataMovement:
         with jax.enable_x64(True):
             out = eqn.primitive.bind(*invals, **(eqn.params if params is None else params))
         if eqn.primitive.multiple_results:
-            return [np.asarray(o) for o in out]
-        return np.asarray(out)
+            return [_host(o) for o in out]
+        return _host(out)
 
     def _move(self, eqn: Any, invals: list[Any]) -> Any:
         """A primitive that only copies elements: find which, by running it on positions."""

@@ -22,9 +22,25 @@ from .elementwise import common_functions, real
 from .values import mp_array
 
 
+def _numpy_dtype(dtype: Any) -> np.dtype | None:
+    """``dtype`` as a NumPy dtype; None for JAX's extended dtypes (PRNG keys)."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
 def _is_float(dtype: Any) -> bool:
-    dt = np.dtype(dtype)
-    return dt.kind == "f" or dt.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+    dt = _numpy_dtype(dtype)
+    return dt is not None and (
+        dt.kind == "f" or dt.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+    )
+
+
+def _is_key(dtype: Any) -> bool:
+    """A PRNG key dtype: its values stay JAX arrays, which only JAX's own random
+    primitives read (exact integer work)."""
+    return dtype is not None and _numpy_dtype(dtype) is None
 
 
 def _aval_dtype(aval: Any) -> Any:
@@ -40,7 +56,7 @@ def _trunc_int(ctx: Any, v: Any) -> int:
 def _coerce(ctx: Any, val: Any, aval: Any) -> Any:
     """Put a rule's result into the representation of ``aval``'s dtype and shape."""
     dtype = _aval_dtype(aval)
-    if dtype is None:  # a token or other abstract value
+    if dtype is None or _is_key(dtype):  # a token, a PRNG key: as JAX made it
         return val
     shape = tuple(aval.shape)
     if _is_float(dtype):
