@@ -506,3 +506,33 @@ def test_one_kinked_coordinate_does_not_lend_its_kink_as_noise(dtype):
     x[2] = 0.0
     report = pg.check(lambda x: tf.reduce_sum(w * tf.abs(x)), tf.constant(x, dtype))
     assert report.counts() == {"NONSMOOTH": 1, "PASS": 7}
+
+
+def test_random_draws_inside_f_are_drawn_as_f_draws_them():
+    """A fixed dropout mask drawn by tf.random.stateless_uniform inside f: the same seed
+    draws other numbers in float64, so the float64 graph draws in float32, as f does,
+    and widens. PASS, on the closed form softplus'(x m) m with f's own mask; a rule
+    1e-3 off is MISMATCH."""
+    x = tf.constant(np.random.default_rng(0).standard_normal(8), tf.float32)
+
+    def mask_of(x):
+        return tf.cast(tf.random.stateless_uniform(x.shape, seed=[3, 4]) > 0.3, x.dtype) / 0.7
+
+    def f(x):
+        return tf.reduce_sum(tf.math.softplus(x * mask_of(x)))
+
+    @tf.custom_gradient
+    def wrong_softplus(u):
+        return tf.math.softplus(u), lambda g: g * tf.sigmoid(u) * 1.001
+
+    def wrong(x):
+        return tf.reduce_sum(wrong_softplus(x * mask_of(x)))
+
+    m = mask_of(x).numpy().astype(np.float64)
+    xs = x.numpy().astype(np.float64)
+    want = m / (1 + np.exp(-xs * m))
+    report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
+    assert any("draws random numbers" in n for n in report.notes)
+    assert pg.check(wrong, x).verdict is pg.Verdict.MISMATCH

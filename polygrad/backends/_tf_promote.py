@@ -73,11 +73,15 @@ class Float64Graph:
         Whether the graph contains a ``tf.custom_gradient`` rule. Its Python
         gradient function belongs to the original trace and cannot run on the
         promoted graph, so the promoted program serves values only.
+    widened_draws : bool
+        Whether the graph draws random numbers in a narrow float: the promoted
+        program draws them in that dtype, as ``f`` does, and widens them.
     """
 
     function: Callable[..., Any] | None
     blocked: str | None
     custom_gradient: bool = False
+    widened_draws: bool = False
 
 
 def promote_to_float64(
@@ -115,6 +119,7 @@ def promote_to_float64(
     blocked = _python_ops(graph_def) or _missing_float64_kernels(graph_def)
     if blocked:
         return Float64Graph(None, blocked, custom)
+    draws = bool(_narrow_draws(graph_def))
     try:
         function = _import(tf, _promote_graph_def(tf, graph_def), inputs, outputs)
         if _nodes_of(_graph_def_of(function), _CALL_OPS):  # nested functions not inlined
@@ -124,7 +129,7 @@ def promote_to_float64(
         return Float64Graph(
             None, f"its float64 graph cannot be built ({describe_exception(exc)})", custom
         )
-    return Float64Graph(function, None, custom)
+    return Float64Graph(function, None, custom, draws)
 
 
 def narrowest_computed(
@@ -333,8 +338,10 @@ def _promote_graph_def(tf: Any, graph_def: Any) -> Any:
     out.CopyFrom(graph_def)
     suffix = f"_polygrad_float64_{next(_UNIQUE)}"
     names = {f.signature.name: f.signature.name + suffix for f in out.library.function}
+    draws = _narrow_draws(out)
     for node in out.node:
         _promote_attrs(tf, node.attr, names)
+    _widen_draws(out, draws)
     for fdef in out.library.function:
         fdef.signature.name = names[fdef.signature.name]
         for arg in [*fdef.signature.input_arg, *fdef.signature.output_arg]:
@@ -345,6 +352,52 @@ def _promote_graph_def(tf: Any, graph_def: Any) -> Any:
     for grad in out.library.gradient:
         grad.function_name = names.get(grad.function_name, grad.function_name)
     return out
+
+
+# Random ops whose only floating type is that of the numbers they draw (their inputs are
+# shapes, seeds, keys and counters): what they draw depends on that dtype
+_DRAWS = {
+    "RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+    "StatelessRandomUniform", "StatelessRandomUniformV2", "StatelessRandomNormal",
+    "StatelessRandomNormalV2", "StatelessTruncatedNormal", "StatelessTruncatedNormalV2",
+    "StatefulUniform", "StatefulStandardNormalV2", "StatefulTruncatedNormal",
+}  # fmt: skip
+
+
+def _narrow_draws(graph_def: Any) -> dict[str, int]:
+    """The main graph's random ops that draw in a narrow float: name -> that dtype."""
+    narrow = _narrow_types()
+    return {
+        node.name: node.attr["dtype"].type
+        for node in graph_def.node
+        if node.op in _DRAWS and node.attr["dtype"].type in narrow
+    }
+
+
+def _widen_draws(graph_def: Any, draws: dict[str, int]) -> None:
+    """Each random op draws in its own dtype again, and a cast widens what it drew for
+    the (promoted) ops that read it, in place: the same seed draws other numbers in
+    float64, and the promoted function must compute with the numbers ``f`` draws."""
+    from tensorflow.core.framework import types_pb2
+
+    widened = {}
+    for name, dtype in draws.items():
+        node = next(n for n in graph_def.node if n.name == name)
+        node.attr["dtype"].type = dtype
+        cast = graph_def.node.add()
+        cast.name, cast.op = f"{name}/polygrad_widened", "Cast"
+        cast.input.append(name)
+        cast.attr["SrcT"].type = dtype
+        cast.attr["DstT"].type = types_pb2.DT_DOUBLE
+        cast.attr["Truncate"].b = False
+        widened[name] = widened[f"{name}:0"] = cast.name
+    for node in graph_def.node:
+        if node.name.endswith("/polygrad_widened"):
+            continue
+        inputs = [widened.get(i, i) for i in node.input]
+        if inputs != list(node.input):
+            del node.input[:]
+            node.input.extend(inputs)
 
 
 def _promote_attrs(tf: Any, attrs: Any, names: dict[str, str]) -> list[str]:

@@ -990,6 +990,12 @@ class TensorflowBackend(Backend):
 
         call64, reason = self._captured_call(captured, leaves64, out_sizes)
         if call64 is not None and not captured.custom_gradient:
+            if captured.widened_draws:
+                notes.append(
+                    "f draws random numbers (tf.random), and what a seed draws depends on the "
+                    "dtype drawn: its float64 graph draws each as f draws it, in f's own "
+                    "dtype, and widens it"
+                )
             return program(call64, "graph"), True
         by_arguments, arg_reason = self._argument_call(raw64_factory, leaves64, out_sizes)
         if by_arguments is not None:
