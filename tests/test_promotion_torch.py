@@ -595,3 +595,51 @@ def test_float32_constant_does_not_narrow_a_float64_check():
     report = pg.check(lambda v: (v * torch.tensor(0.1)).sin().sum(), x)
     assert report.details["working_dtype"] == "float64"
     assert report.verdict == pg.Verdict.PASS and report.ok, report
+
+
+@pytest.mark.parametrize("layer", ["LayerNorm", "RMSNorm"])
+def test_a_layer_built_inside_f_is_the_functions_own(layer):
+    """f builds its layer on each call (nn.LayerNorm(8)(x)): the layer initialises its new
+    parameters in place (fill_), which is neither a change of the user's tensors nor, under
+    float64 promotion, a write to a widened copy. PASS, the reference on torch's own float64
+    gradient of the same function; a buffer from outside written in place is still refused."""
+    x = torch.linspace(-2.0, 1.5, 8)
+
+    def f(x):
+        return (getattr(nn, layer)(8)(x) ** 3).sum()
+
+    x64 = x.double().requires_grad_()
+    (want,) = torch.autograd.grad((getattr(nn, layer)(8).double()(x64) ** 3).sum(), x64)
+    report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    scale = float(want.abs().max())
+    np.testing.assert_allclose(report.entries.reference, want.numpy(), atol=1e-7 * scale)
+    counter = torch.zeros(())
+
+    def counting(x):
+        counter.add_(1.0)
+        return (getattr(nn, layer)(8)(x) ** 3).sum()
+
+    with pytest.raises(pg.errors.InputMutationError):
+        pg.check(counting, x)
+    assert counter.item() == 0.0
+
+
+def test_an_accumulator_made_inside_f_is_promoted():
+    """acc = torch.zeros(()); acc += term: the augmented assignment rebinds acc to the
+    float64 sum, so f computes in float64 for the reference (PASS, no narrower dtype
+    named)."""
+    w = torch.tensor([0.5, -1.0, 2.0])
+    x = torch.tensor([0.3, 0.9, -0.4])
+
+    def f(x):
+        acc = torch.zeros(())
+        for i in range(3):
+            acc += w[i] * torch.sin(x[i])
+        return acc
+
+    report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    want = w.double() * torch.cos(x.double())
+    np.testing.assert_allclose(report.entries.reference, want.numpy(), rtol=1e-8)
+    assert report.details["reference"]["method"] in ("float64", "mp")

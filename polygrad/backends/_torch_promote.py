@@ -148,6 +148,12 @@ def _narrow_leaf(torch: Any, wide: dict, out: Any) -> bool:
     return False
 
 
+def _in_place(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` writes its first operand: ``fill_``, ``uniform_``, ``add_``."""
+    name = getattr(func, "__name__", "")
+    return name.endswith("_") and not name.startswith("_")
+
+
 def _has_floating(torch: Any, args: tuple, kwargs: dict) -> bool:
     return any(t.is_floating_point() for t in _tensors(torch, [*args, *kwargs.values()]))
 
@@ -182,8 +188,16 @@ def _mode_class(torch: Any) -> type:
                 # (an RNN compares its input's dtype with its weights' before any operation)
                 return wide.get(out, out) if isinstance(out, torch.dtype) else out
             func = renamed.get(func, func)
-            args = tuple(_widen(torch, self.tables, a) for a in args)
-            kwargs = {k: _widen(torch, self.tables, v) for k, v in kwargs.items()}
+            # an in-place operation with nothing floating to read but its first operand
+            # (fill_, zero_, uniform_: a layer built inside f initialises its parameters
+            # so) writes that operand, not a widened copy; one that reads a floating
+            # operand (add_, which `acc += term` calls and whose result Python rebinds to
+            # acc) computes in float64 on a widened copy
+            dest = args[:1] if _in_place(func) and not _has_floating(
+                torch, args[1:], kwargs) else ()  # fmt: skip
+            args = (*dest, *(_widen(torch, self.tables, a) for a in args[len(dest) :]))
+            kwargs = {k: v if k == "out" else _widen(torch, self.tables, v)
+                      for k, v in kwargs.items()}  # fmt: skip
             try:
                 out = func(*args, **kwargs)
             except Exception:
@@ -193,7 +207,7 @@ def _mode_class(torch: Any) -> type:
                 return out
             if func in constructors and "dtype" not in kwargs and isinstance(out, torch.Tensor):
                 return func(*args, **kwargs, dtype=wide[out.dtype])
-            if self.log.narrowed is None and _has_floating(torch, args, kwargs):
+            if self.log.narrowed is None and _has_floating(torch, args[len(dest) :], kwargs):
                 self.log.narrowed = op_name(func)
             return out
 
@@ -329,6 +343,14 @@ def _version(t: Any) -> int:
         return -1
 
 
+def _storage(t: Any) -> int:
+    """The address of a tensor's storage (0 where it has none: meta, sparse, functional)."""
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return 0
+
+
 def _moved(torch: Any, t: Any, held: tuple[Any, int, Any]) -> bool:
     """Whether ``t`` changed since ``held = (t, version, copy)`` was taken.
 
@@ -358,6 +380,10 @@ def _watch_class(torch: Any) -> type:
             self.inner: dict[int, Any] = {id(t): t for t in own}  # not the user's
             self.outer: dict[int, tuple[Any, int, Any]] = {}
             self.changed: dict[int, str] = {}
+            # storage allocated by the call itself: a tensor first seen on it is the
+            # call's own (an nn.Parameter wrapping a tensor made inside, as a layer
+            # built inside f makes and then initialises in place)
+            self.fresh: set[int] = set()
 
         def __torch_function__(
             self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
@@ -365,15 +391,22 @@ def _watch_class(torch: Any) -> type:
             kwargs = kwargs or {}
             operands = _tensors(torch, [*args, *kwargs.values()])
             for t in operands:
-                if id(t) not in self.inner and id(t) not in self.outer:
+                if id(t) in self.inner or id(t) in self.outer:
+                    continue
+                if _storage(t) in self.fresh:
+                    self.inner[id(t)] = t
+                else:
                     self.outer[id(t)] = (t, _version(t), t.detach().clone())
             out = func(*args, **kwargs)
             for t in operands:
                 held = self.outer.get(id(t))
                 if held is not None and id(t) not in self.changed and _moved(torch, t, held):
                     self.changed[id(t)] = op_name(func)
+            used = {_storage(t) for t in operands}
             for t in _tensors(torch, [out]):
                 self.inner.setdefault(id(t), t)  # keeps it alive: ids stay unique
+                if _storage(t) not in used and _storage(t) != 0:
+                    self.fresh.add(_storage(t))
             return out
 
         def restore(self) -> list[Mutation]:
