@@ -253,6 +253,17 @@ def _draws_random(closed: Any) -> bool:
     return False
 
 
+def _draws_random_when_traced(flat: _FlatFunction) -> bool:
+    """Whether ``f``'s jaxpr draws random numbers; False where it cannot be traced."""
+    import jax
+
+    try:
+        closed = jax.make_jaxpr(flat)(*flat.leaves)
+    except Exception:  # noqa: BLE001 - untraceable (NumPy inside): it runs row by row
+        return False
+    return _draws_random(closed)
+
+
 # A traced value turned into a Python or NumPy number inside f: JAX cannot differentiate
 # through it, and its own error does not say which part of a gradient check needs the trace.
 _TRACER_CONVERSION = (
@@ -744,7 +755,7 @@ class JaxBackend(Backend):
                 return (
                     _all_float64(direct, flat)
                     and not _narrow_intermediates(direct, flat)
-                    and not _draws_random(jax.make_jaxpr(flat)(*flat.leaves))
+                    and not _draws_random_when_traced(flat)
                 )
 
             key = flat.capture_key()
