@@ -499,8 +499,19 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
             "at 0), where the framework takes one side of it and autodiff is not the derivative"
         )
     txt = smooth + "; ".join(parts) + ", which is not a gradient error"
+    nan = int(np.sum(at_kink & ~np.isfinite(np.asarray(e.autodiff, dtype=float))))
+    if nan:
+        txt += (
+            f"; but autodiff returned NaN or Inf at {nan} of them, which poisons any step "
+            "that uses this gradient there"
+        )
     if option == "allow":
-        return txt + ': NONSMOOTH passes by default (check(..., nonsmooth="allow")).'
+        return txt + (
+            ': NONSMOOTH passes by default (check(..., nonsmooth="allow"); '
+            'nonsmooth="within" fails a value outside the one-sided derivatives, NaN included).'
+            if nan
+            else ': NONSMOOTH passes by default (check(..., nonsmooth="allow")).'
+        )
     if option == "fail":
         return txt + ', but nonsmooth="fail" fails any kink.'
     if outside == 0:

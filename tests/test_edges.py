@@ -337,6 +337,8 @@ def test_norm_at_the_origin_is_nonsmooth(backend):
     np.testing.assert_allclose(e.left, -1.0, rtol=1e-6)
     np.testing.assert_allclose(e.right, 1.0, rtol=1e-6)
     assert "autodiff returned NaN at this kink" in str(report)
+    headline = str(report).splitlines()[0]
+    assert "autodiff returned NaN or Inf at 3 of them" in headline, headline
     within = backend.check(norm, x, grad=grad, nonsmooth="within")
     assert within.verdict == Verdict.NONSMOOTH and not within.ok
 
