@@ -174,9 +174,8 @@ def _setup_lines(report: Report) -> list[str]:
         f"{tuple(d.input_names)} -> {d.outputs} output(s); "
         f"{d.backend}, {d.working_dtype}, mode {'+'.join(d.modes)}",
         f"  verdicts: {counts}",
-        f"  reference: {how} + Richardson extrapolation; median step {_step(ref)}, median "
-        f"relative error bar {_g(ref.median_relative_error, 2)}; "
-        f"{ref.evaluations} evaluations in {ref.seconds or 0:.2f} s",
+        f"  reference: {how} + Richardson extrapolation; median step {_step(ref)}, "
+        f"{_median_error(report)}; {ref.evaluations} evaluations in {ref.seconds or 0:.2f} s",
         _reference_noise(report),
         f"  tolerance: {d.rules.tolerance} (eps = {_g(d.eps, 3)} for {d.working_dtype})",
     ]
@@ -462,6 +461,18 @@ def _why_unresolved(report: Report) -> str:
         f"{_g(rel[undecided == i][0], 2)} of the entry: too coarse to tell a gradient error "
         f"from round-off in {report.details.working_dtype}{notes}"
     )
+
+
+def _median_error(report: Report) -> str:
+    """The reference's median relative error bar; where every reference value is 0 (a
+    function constant along every direction checked), the median error bar itself."""
+    rel = report.details.reference.median_relative_error
+    if np.isfinite(rel):
+        return f"median relative error bar {_g(rel, 2)}"
+    err = np.asarray(report.entries.reference_error, dtype=float)
+    err = err[np.isfinite(err)]
+    median = float(np.median(err)) if err.size else float("nan")
+    return f"every reference value is 0, median error bar {_g(median, 2)}"
 
 
 def _kinks_of_intermediates(report: Report) -> np.ndarray:

@@ -203,3 +203,15 @@ def test_a_subnormal_output_is_named_underflow_not_hidden_cancellation():
     assert 0 < h.value < np.finfo(np.float32).tiny
     assert h.cause("float32") == "underflow"
     assert "underflow, see the note" in str(report).splitlines()[0]
+
+
+def test_a_reference_of_zeros_states_its_error_bars_absolutely():
+    """A straight-through estimator checked as if it were the gradient: round(x) is flat
+    away from half-integers, every reference value is 0 (error bars near 1e-47), and the
+    reference line says so instead of a median relative error bar of NaN."""
+    x = np.array([0.9, 5.1, -6.6, 1.8])
+    report = pg.check(lambda x: np.sum(np.round(x)), x, grad=np.ones_like)
+    assert report.verdict is pg.Verdict.MISMATCH
+    np.testing.assert_array_equal(report.entries.reference, 0.0)
+    line = next(s for s in str(report).splitlines() if s.lstrip().startswith("reference:"))
+    assert "every reference value is 0, median error bar" in line and "nan" not in line

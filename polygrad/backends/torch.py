@@ -979,7 +979,8 @@ class TorchBackend(Backend):
             i = int(np.argmax(diff))
             raise NondeterministicFunctionError(
                 f"the function returned different values for the same input (output {i}: "
-                f"{a[i]!r} then {b[i]!r}); a gradient check needs a deterministic function. "
+                f"{float(a[i]):.17g} then {float(b[i]):.17g}); a gradient check needs a "
+                "deterministic function. "
                 "Put the model in eval mode (model.eval()) to disable dropout, or seed the "
                 "randomness inside the function."
             )
