@@ -14,7 +14,8 @@ point or the options that shape it change. An entry is keyed by
   and the backend's framework version,
 
 and holds the reference itself (values, error bars, steps, noise, one-sided
-estimates and jump flags as ``.npz``; method, notes and counts as JSON). Any
+estimates and jump flags as raw bytes in a ``.bin``; method, notes, counts and
+each array's place, dtype and shape, with a digest of the bytes, as JSON). Any
 change of these is a different key, so a stale entry is never read; a file
 that cannot be read back exactly (truncated, corrupted, another format) is a
 miss. Entries are written atomically (a temporary file, then a rename), so
@@ -31,6 +32,7 @@ Windows), in a ``references`` subfolder. ``polygrad cache info`` shows it,
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -60,8 +62,8 @@ __all__ = [
 ]
 
 CACHE_ENV = "POLYGRAD_CACHE_DIR"
-FORMAT = 1
-_SUFFIXES = (".npz", ".json")
+FORMAT = 2
+_SUFFIXES = (".bin", ".json")
 _ESTIMATES = ("central", "right", "left")
 _ARRAYS = ("value", "error", "step", "noise")
 
@@ -185,18 +187,16 @@ class ReferenceCache:
 
     def _paths(self, key: str) -> tuple[Path, Path]:
         folder = self.root / key[:2]
-        return folder / (key + ".npz"), folder / (key + ".json")
+        return folder / (key + ".bin"), folder / (key + ".json")
 
     def load(self, key: str) -> CachedReference | None:
         """The entry stored under ``key``; None if absent or unreadable."""
-        npz, meta_path = self._paths(key)
+        blob_path, meta_path = self._paths(key)
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             if meta.get("format") != FORMAT or meta.get("key") != key:
                 return None
-            with np.load(npz, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
-            return _decode(meta, arrays)
+            return _decode(meta, _unpack(meta["arrays"], blob_path.read_bytes()))
         except Exception:  # noqa: BLE001 - a missing or damaged entry is a miss
             return None
 
@@ -206,15 +206,46 @@ class ReferenceCache:
             meta, arrays = _encode(entry)
         except _NotStorable:
             return False
-        meta.update(format=FORMAT, key=key)
-        npz, meta_path = self._paths(key)
+        manifest, blob = _pack(arrays)
+        meta.update(format=FORMAT, key=key, arrays=manifest)
+        blob_path, meta_path = self._paths(key)
         try:
-            npz.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(npz, lambda fh: np.savez(fh, **arrays))  # type: ignore[arg-type]
+            blob_path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(blob_path, lambda fh: fh.write(blob))
             _atomic_write(meta_path, lambda fh: fh.write(json.dumps(meta).encode()))
         except OSError:
             return False
         return True
+
+
+def _pack(arrays: dict[str, np.ndarray]) -> tuple[dict[str, Any], bytes]:
+    """The arrays' bytes end to end, and a manifest of each one's place, dtype and shape
+    with a digest of the whole (one read and no archive to parse on a load)."""
+    parts, manifest, offset = [], {}, 0
+    for name, a in arrays.items():
+        data = np.ascontiguousarray(a).tobytes()
+        manifest[name] = {"dtype": a.dtype.str, "shape": list(a.shape), "offset": offset,
+                          "size": len(data)}  # fmt: skip
+        parts.append(data)
+        offset += len(data)
+    blob = b"".join(parts)
+    digest = hashlib.blake2b(blob, digest_size=16).hexdigest()
+    return {"digest": digest, "entries": manifest}, blob
+
+
+def _unpack(manifest: dict[str, Any], blob: bytes) -> dict[str, np.ndarray]:
+    """The arrays of :func:`_pack`; raises where the bytes are not the ones written."""
+    if hashlib.blake2b(blob, digest_size=16).hexdigest() != manifest["digest"]:
+        raise ValueError("the stored arrays do not match their digest")
+    out = {}
+    for name, spec in manifest["entries"].items():
+        dtype = np.dtype(spec["dtype"])
+        if dtype.hasobject:
+            raise ValueError("object arrays are not stored")
+        start, size = int(spec["offset"]), int(spec["size"])
+        data = np.frombuffer(blob[start : start + size], dtype=dtype)
+        out[name] = data.reshape(tuple(spec["shape"])).copy()
+    return out
 
 
 def _atomic_write(path: Path, write: Any) -> None:

@@ -118,15 +118,21 @@ def test_changed_point_or_dtype_is_a_miss(tmp_path: Path) -> None:
     assert refcache.info(tmp_path)["entries"] == 4
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncate", "empty-json", "other-key"])
+@pytest.mark.parametrize(
+    "damage", ["garbage", "truncate", "flipped-bit", "empty-json", "other-key"]
+)
 def test_damaged_entries_are_ignored(tmp_path: Path, damage: str) -> None:
     first = pg.check(weighted, X, grad=weighted_grad, cache=tmp_path)
-    (npz,) = tmp_path.glob("*/*.npz")
-    meta = npz.with_suffix(".json")
+    (blob,) = tmp_path.glob("*/*.bin")
+    meta = blob.with_suffix(".json")
     if damage == "garbage":
-        npz.write_bytes(b"not an npz file")
+        blob.write_bytes(b"not the arrays")
     elif damage == "truncate":
-        npz.write_bytes(npz.read_bytes()[:200])
+        blob.write_bytes(blob.read_bytes()[:200])
+    elif damage == "flipped-bit":  # same size, one value changed: the digest tells
+        data = bytearray(blob.read_bytes())
+        data[len(data) // 2] ^= 1
+        blob.write_bytes(bytes(data))
     elif damage == "empty-json":
         meta.write_text("", encoding="utf-8")
     else:
@@ -244,7 +250,7 @@ def test_plugin_caches_by_default(pytester: pytest.Pytester, monkeypatch) -> Non
     pytester.runpytest("--polygrad-backends=numpy", "--polygrad-no-cache").assert_outcomes(passed=1)
     cached = (pytester.path / "cached.txt").read_text().split()
     assert cached == ["False", "True", "False"]
-    assert list((pytester.path / ".pytest_cache").rglob("*.npz"))
+    assert list((pytester.path / ".pytest_cache").rglob("*.bin"))
     assert refcache.session_default() is outer  # the inner sessions ended
 
 
