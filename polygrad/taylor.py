@@ -215,6 +215,19 @@ def _default_steps(eps: float) -> np.ndarray:
     return 2.0 ** -np.arange(1, k + 1, dtype=np.float64)
 
 
+def _grid(phi: np.ndarray, phi0: float) -> float:
+    """The step of a staircase: where some steps leave ``φ`` exactly unchanged (it computes
+    in a narrower float than its inputs, ``x.astype(np.float32)`` inside), the least change
+    seen at the others; 0 where every step changed it. A residual of that size is the
+    staircase, ``h ⟨∇φ, v⟩`` where φ did not move at all, not a first-order error."""
+    change = np.abs(phi - phi0)
+    change = change[np.isfinite(change)]
+    if not np.any(change == 0):
+        return 0.0
+    moved = change[change > 0]
+    return float(np.min(moved)) if moved.size else math.inf
+
+
 def taylor_target(
     target: Target,
     mode: str = "auto",
@@ -279,7 +292,9 @@ def taylor_target(
         residual = np.abs(phi - phi0 - hs * dd)
     noise = estimate_noise(fn, target.x0, v[None, :], Y[0], eps_f, _ecnoise_step(eps_f))
     sigma_phi = float(np.sqrt(np.sum((u * noise.sigma[0]) ** 2)))
-    floor = 2.0 * sigma_phi + hs * GRADIENT_ROUNDOFF * target.eps * terms
+    floor = np.maximum(
+        2.0 * sigma_phi + hs * GRADIENT_ROUNDOFF * target.eps * terms, 2.0 * _grid(phi, phi0)
+    )
     with np.errstate(all="ignore"):
         rates = np.log2(residual[:-1] / residual[1:]) / np.log2(hs[:-1] / hs[1:])
     above = np.flatnonzero(np.isfinite(residual) & (residual > ABOVE_FLOOR * floor))

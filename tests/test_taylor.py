@@ -46,6 +46,28 @@ def test_slope_two_when_right_one_when_wrong(name, dtype):
     assert 0.005 < rel < 0.02
 
 
+def test_a_function_computing_in_float32_inside_is_no_first_order_error():
+    """float64 inputs cast to float32 inside f (a float32 model behind a float64 API): the
+    smallest steps leave f exactly unchanged, so their remainder is h <g, v> itself, a
+    staircase and not a first-order error; the right gradient is supported from the steps
+    f resolves, and one 1% off is still found wrong."""
+    rng = np.random.default_rng(0)
+    W = (rng.standard_normal((20, 20)) * 0.2).astype(np.float32)
+    x = rng.standard_normal(20)
+
+    def f(x):
+        return float(np.sum(np.tanh(W @ x.astype(np.float32)) ** 2))
+
+    def g(x):
+        h = np.tanh(W.astype(np.float64) @ x)
+        return W.T.astype(np.float64) @ (2 * h * (1 - h**2))
+
+    right = pg.taylor_test(f, x, grad=g)
+    assert right.verdict == "consistent" and right.ok, right
+    wrong = pg.taylor_test(f, x, grad=lambda x: 1.01 * g(x))
+    assert wrong.verdict == "wrong" and wrong.ok is False, wrong
+
+
 def test_vector_output_jvp_and_flat_function():
     M = np.array([[1.0, 2.0], [0.5, -1.0], [3.0, 0.1]])
     f = lambda x: np.tanh(M @ x)  # noqa: E731
