@@ -109,7 +109,9 @@ def promote_to_float64(
     except Exception as exc:  # noqa: BLE001 - any tracing failure: cannot be captured
         return Float64Graph(None, f"it cannot be traced into a graph ({describe_exception(exc)})")
     try:
-        graph_def, inputs, outputs = _freeze(tf, concrete)
+        frozen, inputs, outputs = _frozen(tf, concrete)
+        graph_def = type(frozen)()
+        graph_def.CopyFrom(frozen)  # rewritten below; the frozen one serves narrowest_computed
     except Exception as exc:  # noqa: BLE001 - e.g. resources that are not variables
         return Float64Graph(
             None, f"its graph cannot be frozen into constants ({describe_exception(exc)})"
@@ -159,7 +161,7 @@ def narrowest_computed(
         Never raises: a function that cannot be traced or frozen gives None.
     """
     try:
-        graph_def, inputs, outputs = _freeze(tf, _trace(tf, call, specs))
+        graph_def, inputs, outputs = _frozen(tf, _trace(tf, call, specs))
         graph = _import(tf, graph_def, inputs, outputs).graph
     except Exception:  # noqa: BLE001 - not capturable: nothing is known
         return None
@@ -272,6 +274,20 @@ def _trace_once(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any
         logger.setLevel(level)
     assert error is not None
     raise error
+
+
+_FROZEN: weakref.WeakKeyDictionary[Any, tuple[Any, list[str], list[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Frozen graphs already made, per concrete function: the promotion and the narrowest
+dtype read one (neither changes it)."""
+
+
+def _frozen(tf: Any, concrete: Any) -> tuple[Any, list[str], list[str]]:
+    """:func:`_freeze` of ``concrete``, once per concrete function (do not modify it)."""
+    if concrete not in _FROZEN:
+        _FROZEN[concrete] = _freeze(tf, concrete)
+    return _FROZEN[concrete]
 
 
 def _freeze(tf: Any, concrete: Any) -> tuple[Any, list[str], list[str]]:
