@@ -130,3 +130,21 @@ def test_policy_fields_are_documented():
     doc = Policy.__doc__ or ""
     for name in ("large_full_inputs", "large_full_accuracy", "large_full_condition_allowance"):
         assert f"{name} :" in doc
+
+
+def test_auto_says_why_it_chose_projections_and_how_to_fix_the_choice():
+    """strategy='auto' picks projections for a full check beyond its time budget, a
+    choice that follows the machine's speed: a note says so, with the estimate; an
+    explicit strategy makes no such note."""
+    x = torch.linspace(-2.0, 2.0, 4096)
+
+    def f(x):
+        return (torch.sin(x) * x).sum()
+
+    report = pg.check(f, x, budget=1e-3)
+    assert report.details["strategy"] == "projections"
+    (note,) = [n for n in report.notes if n.startswith("strategy='auto'")]
+    assert "beyond budget=0.001 s" in note and "strategy='projections'" in note
+    fixed = pg.check(f, x, strategy="projections")
+    assert not any(n.startswith("strategy='auto'") for n in fixed.notes)
+    assert report.verdict is fixed.verdict is pg.Verdict.PASS

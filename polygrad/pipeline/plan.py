@@ -248,14 +248,20 @@ def _time_per_row(ref_fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray) ->
     return probe_seconds(lambda: ref_fn(np.repeat(x0[None, :], probe, axis=0))) / probe
 
 
+def _seconds(t: float) -> str:
+    return f"{t:.0f} s" if t >= 10 else f"{t:.2g} s"
+
+
 def _strategy(
     target: Target,
     ref_fn: Callable[[np.ndarray], np.ndarray],
     ref_eps: float,
     t_one: float,
     opts: Options,
+    notes: list[str],
 ) -> tuple[float, bool]:
-    """(seconds per evaluated point, full Jacobian or not).
+    """(seconds per evaluated point, full Jacobian or not); a note where ``"auto"``
+    chose projections for the time a full check would take.
 
     A batch of evaluations is timed only where it decides the strategy (``"auto"``
     beyond ``policy.full_auto_inputs`` inputs); otherwise the time of the one
@@ -269,6 +275,14 @@ def _strategy(
         return t_one, True
     t_row = _time_per_row(ref_fn, target.x0)
     full_cost = n * 2 * _ladder(target, ref_eps, n, p)[2] * t_row * 1.5
+    if full_cost > opts.budget:
+        notes.append(
+            f"strategy='auto' checks {opts.projections} random projections: the full "
+            f"Jacobian of {n} inputs would take about {_seconds(full_cost)} at this run's "
+            f"speed, beyond budget={opts.budget:g} s; the choice follows the machine's "
+            "speed, so pass strategy='full' or strategy='projections' for reports that "
+            "do not change with its load"
+        )
     return t_row, full_cost <= opts.budget
 
 
@@ -289,7 +303,7 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     ref_fn = raising_points_as_nan(ref_fn, target.m, raised)
     rng = np.random.default_rng(opts.seed)
     s = pow2_scales(target.x0)
-    t_row, full = _strategy(target, ref_fn, ref_eps, t_one, opts)
+    t_row, full = _strategy(target, ref_fn, ref_eps, t_one, opts, notes)
     accuracy, h_max, levels = _ladder(target, ref_eps, n if full else opts.projections, p)
     strict = _ladder(target, ref_eps, 0, p)[0]
     d = n if full else opts.projections
