@@ -436,11 +436,33 @@ def _why(report: Report) -> str:
     if v == "NONFINITE":
         return (
             f"autodiff and the reference disagree on finiteness at {k} of {_entries(n)} "
-            "(NaN or Inf on one side only)."
+            f"(NaN or Inf on one side only){_overflow(report)}."
         )
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
         f"{_verb(k, 'it was', 'they were')} not judged ({_why_unresolved(report)})."
+    )
+
+
+def _overflow(report: Report) -> str:
+    """Where autodiff is infinite and the derivative is beyond the working dtype's largest
+    finite number: it overflows there, which no rule in that dtype can avoid."""
+    from .backends.base import numpy_dtype
+
+    e = report.entries
+    try:
+        largest = float(np.finfo(numpy_dtype(report.details.working_dtype)).max)
+    except (TypeError, ValueError, ImportError):
+        return ""
+    with np.errstate(invalid="ignore"):
+        over = np.isinf(e.autodiff) & (np.abs(e.reference) > largest)
+    if not np.any(over):
+        return ""
+    i = int(np.flatnonzero(over)[0])
+    return (
+        f"; at {_entries(int(over.sum()))} the derivative ({_g(float(e.reference[i]), 3)} at "
+        f"{e.names[i]}) is beyond {report.details.working_dtype}'s largest finite number "
+        f"({_g(largest, 3)}): the gradient overflows in {report.details.working_dtype}"
     )
 
 

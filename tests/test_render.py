@@ -215,3 +215,16 @@ def test_a_reference_of_zeros_states_its_error_bars_absolutely():
     np.testing.assert_array_equal(report.entries.reference, 0.0)
     line = next(s for s in str(report).splitlines() if s.lstrip().startswith("reference:"))
     assert "every reference value is 0, median error bar" in line and "nan" not in line
+
+
+def test_a_gradient_beyond_the_working_dtypes_range_is_named_an_overflow():
+    """A float16 function whose derivative (1.2e5) exceeds float16's largest number: autodiff
+    returns inf, the reference is finite, and the headline says the gradient overflows."""
+    import torch
+
+    x = torch.tensor([1e-3, -2e-3, 5e-4], dtype=torch.float16)
+    report = pg.check(lambda x: (x * 300.0).sum() * 400.0, x)
+    assert report.verdict is pg.Verdict.NONFINITE and not report.ok
+    np.testing.assert_allclose(report.entries.reference, 1.2e5, rtol=1e-6)
+    headline = str(report).splitlines()[0]
+    assert "beyond float16's largest finite number (6.55e+04)" in headline, headline

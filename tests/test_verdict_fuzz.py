@@ -438,7 +438,7 @@ MEAN_OF_LAYER_NORM = Program(
 )
 ZERO_BY_CANCELLATION = (
     "polygrad limit (hidden cancellation in the rule at an exact zero): where the Jacobian "
-    "is exactly 0 (a layer norm of copies of one input), the "
+    "is exactly 0 (a layer norm of copies of one input, a logsumexp of a log_softmax), the "
     "float64 evaluation of the VJP cancels terms of size 1 to 1/sqrt(eps) to about 1e-15; "
     "the tolerance follows the entry's scale (the reference, ~1e-38 or 0), and moving the "
     "input a few ulps does not show that round-off: MISMATCH"
@@ -561,7 +561,28 @@ LN_SIN_SIN_SQUARE_BF16 = Program(
     (4, 1), "bfloat16", (0.055908203125, -1.0, 0.59375, 0.005035400390625),
 )  # fmt: skip
 
+# exp(exp(exp(tanh(x)))) at x = 14.17 in float32: the float64 rule's 1 - t^2 rounds t at
+# 1.1e-16, 1.3e-5 of the entry; t rounds the same over about 58 float32 ulps of x, and the
+# point sits midway between two roundings, where the even parts of paired moves vanish
+EXP3_TANH_MIDTOOTH = Program(
+    op("exp", op("exp", op("exp", op("tanh", op("prod", X, p=(None,)))))),
+    (1,), "float32", (14.168920516967773,),
+)  # fmt: skip
+RULE_ROUNDS_MIDTOOTH = (
+    "polygrad limit (hidden cancellation in the float64 rule): 1 - tanh(14.17)^2 from a "
+    "tanh rounded at 1.1e-16 is off by 1.3e-5 of the entry in float64; moves of the input "
+    "leave that rounding a staircase whose even parts vanish at this point: MISMATCH"
+)
+# logsumexp of a log_softmax is log(1) = 0 for every input, in bfloat16: an exact zero by
+# cancellation, whose float64 rule is 2.8e-17 against a reference of 0
+LSE_OF_LOG_SOFTMAX_BF16 = Program(
+    op("logsumexp", op("log_softmax", op("where", X, op("sigmoid", X), p=(1.0,))), p=(-1,)),
+    (1, 4), "bfloat16", (-1.0, 2.578125, 1.5234375, -0.14453125),
+)  # fmt: skip
+
 FOUND = [
+    _found("numpy", EXP3_TANH_MIDTOOTH, RULE_ROUNDS_MIDTOOTH),
+    _found("torch", LSE_OF_LOG_SOFTMAX_BF16, ZERO_BY_CANCELLATION),
     _found("numpy", SIN_SIN_MATMUL_F64),
     _found("torch", LN_SIN_SIN_SQUARE_BF16),
     _found("jax", TANH_MATMUL_BF16),
