@@ -560,3 +560,34 @@ def test_random_draws_inside_f_are_drawn_as_f_draws_them(key):
     np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
     assert any("draws random numbers" in n for n in report.notes)
     assert pg.check(_noisy(key_fn, 1.001), x).verdict is pg.Verdict.MISMATCH
+
+
+# -- NumPy constants with x64 off ----------------------------------------------------------------
+def _numpy_constant_case():
+    """A float32 loss closing over a float64 NumPy array, as users write a mask or labels."""
+    weights = np.linspace(0.5, 1.5, 3)
+    return weights, (lambda z: jnp.sum(jnp.sin(z) * weights))
+
+
+def test_a_numpy_float64_constant_with_x64_off_is_checked_in_the_users_own_mode():
+    """JAX converts the array to float32 with x64 off and caches that conversion across
+    modes, so a trace under jax.enable_x64 would leave f failing afterwards: the check
+    traces f in the user's mode only. PASS on the closed form (the weights as f uses them,
+    in float32), a plant found, and f and jax.jit(f) still run after the check."""
+    assert not jax.config.read("jax_enable_x64")
+    weights, f = _numpy_constant_case()
+    z = jnp.asarray([0.1, 0.2, 0.3], jnp.float32)
+    report = pg.check(f, z)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    want = weights.astype(np.float32).astype(np.float64) * np.cos(np.asarray(z, np.float64))
+    np.testing.assert_allclose(report.entries.reference, want, rtol=1e-9)
+    assert float(f(z)) == pytest.approx(float(jax.jit(f)(z)), rel=1e-6)
+    assert any("traced in your mode only" in n for n in report.notes)
+
+    @jax.custom_vjp
+    def scaled_sin(u):
+        return jnp.sin(u)
+
+    scaled_sin.defvjp(lambda u: (jnp.sin(u), u), lambda u, g: (1.001 * g * jnp.cos(u),))
+    planted = pg.check(lambda z: jnp.sum(scaled_sin(z) * weights), z)
+    assert not planted.ok and planted.verdict is not pg.Verdict.PASS, planted

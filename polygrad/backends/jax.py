@@ -253,6 +253,42 @@ def _draws_random(closed: Any) -> bool:
     return False
 
 
+_WIDE_NUMPY = frozenset({"<f8", "<c16", "<i8", "<u8", ">f8", ">c16", ">i8", ">u8"})
+
+
+def _holds_wide_numpy(flat: _FlatFunction) -> bool:
+    """Whether ``f``, with x64 off, reads NumPy arrays or scalars of 64-bit types (closed
+    over, globals, arguments that are not checked).
+
+    JAX converts such a value to 32 bits with x64 off and keeps 64 with it on, and it
+    caches the conversion across the two modes: once ``f`` is traced under
+    ``jax.enable_x64`` (as a float64 reference traces it), calling ``f`` with x64 off
+    fails (``expected f32[3] ... got f64[3]``), in the check and in the user's own code
+    after it. Such a function is traced only in the user's own mode.
+    """
+    import jax
+
+    from ._capture_cache import Uncacheable, state_signature
+
+    if jax.config.read("jax_enable_x64"):
+        return False
+    try:
+        signature, _ = state_signature(*flat.frozen())
+    except Uncacheable:
+        return False
+    todo: list[Any] = [signature]
+    while todo:
+        item = todo.pop()
+        if not isinstance(item, tuple):
+            continue
+        if len(item) >= 4 and item[0] == "ndarray" and item[3] in _WIDE_NUMPY:
+            return True
+        if len(item) == 3 and item[0] == "scalar" and item[1] in _WIDE_NUMPY:
+            return True
+        todo.extend(item)
+    return False
+
+
 def _draws_random_when_traced(flat: _FlatFunction) -> bool:
     """Whether ``f``'s jaxpr draws random numbers; False where it cannot be traced."""
     import jax
@@ -273,6 +309,16 @@ _TRACER_CONVERSION = (
     "where every array is traced. Return the JAX array itself (jnp.sum(...), not "
     "float(jnp.sum(...))), use jnp functions instead of NumPy ones, and jnp.where or "
     "jax.lax.cond instead of Python control flow on array values."
+)
+
+
+# JAX caches how it converts a NumPy constant for one x64 mode and reuses it in the other
+_MODE_MISMATCH = (
+    "JAX ran this function with a NumPy constant converted for the other "
+    "jax_enable_x64 mode (it was traced or jitted with x64 off and is now called with it "
+    "on, or the reverse), and XLA refused the buffer: JAX caches the conversion of NumPy "
+    "arrays across the two modes. Close over jnp arrays instead (jnp.asarray(y)), or call "
+    "jax.clear_caches() after switching the mode."
 )
 
 
@@ -345,6 +391,10 @@ class _FlatFunction:
             out = self.f(*full)
         except _tracer_conversion_errors(jax) as exc:
             raise InputTypeError(_TRACER_CONVERSION.format(kind=type(exc).__name__)) from exc
+        except jax.errors.JaxRuntimeError as exc:
+            if "RuntimeProgramInputMismatch" not in str(exc):
+                raise
+            raise InputTypeError(_MODE_MISMATCH) from exc
         with_path = jax.tree_util.tree_flatten_with_path(out)[0]
         self.out_paths = [jax.tree_util.keystr(path) for path, _ in with_path]
         outs = [jnp.asarray(o) for _, o in with_path]
@@ -745,6 +795,7 @@ class JaxBackend(Backend):
         import jax
 
         dtypes64 = [np.float64] * len(flat.dtypes)
+        user_mode_only = _holds_wide_numpy(flat)
         with _x64():
             args64 = flat.promoted_args()
 
@@ -759,7 +810,9 @@ class JaxBackend(Backend):
                 )
 
             key = flat.capture_key()
-            if CAPTURES.get("jax.float64", key, flat.frozen(), computes_in_float64):
+            if not user_mode_only and CAPTURES.get(
+                "jax.float64", key, flat.frozen(), computes_in_float64
+            ):
                 d = _Derivatives(
                     direct, flat, dtypes64, batch_size, _x64, notes, "float64", "direct"
                 )
@@ -786,7 +839,15 @@ class JaxBackend(Backend):
             )
             return None, None, None
         d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64", "jaxpr")
-        if _draws_random(closed):
+        if user_mode_only:
+            notes.append(
+                "f reads NumPy 64-bit constants while jax_enable_x64 is off, and JAX caches "
+                "their conversion across the two modes (tracing f with x64 on would break "
+                "its later calls with x64 off): f was traced in your mode only, and its "
+                "jaxpr re-executed in float64 for the reference, with the constants as f "
+                "computes with them"
+            )
+        elif _draws_random(closed):
             notes.append(
                 "f draws random numbers (jax.random), and what it draws depends on the dtype "
                 "drawn: its jaxpr was re-executed in float64 for the reference with each "
@@ -869,6 +930,9 @@ def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None
     """
     from ..mpexec.jaxpr import build_evaluate_mp
 
+    if _holds_wide_numpy(flat):  # traced in the user's mode only: its constants as f uses them
+        return build_evaluate_mp(flat, flat.leaves, flat.dtypes, x64=False)
+
     def of_leaves(*leaves: Any) -> list[Any]:
         return flat(*leaves, args=flat.promoted_args())
 
@@ -930,7 +994,9 @@ def _narrowest_computed(flat: _FlatFunction) -> tuple[np.dtype, str] | None:
     import jax
     from jax.extend.core import jaxprs_in_params
 
-    with _x64():
+    # x64 off in the user's mode: the leaves are 32-bit at most, and f's own mode shows
+    # any narrower float as well (see _holds_wide_numpy for why it must be that mode)
+    with _x64() if not _holds_wide_numpy(flat) else contextlib.nullcontext():
         try:
             closed = jax.make_jaxpr(flat)(*flat.leaves)
         except Exception:  # noqa: BLE001 - untraceable f: nothing is known

@@ -68,6 +68,7 @@ derivatives, ``top_k``, linear-algebra decompositions (``cholesky``,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -493,6 +494,7 @@ def build_evaluate_mp(
     fn: Callable[..., Sequence[Any]],
     leaves: Sequence[Any],
     dtypes: Sequence[Any] | None = None,
+    x64: bool = True,
 ) -> tuple[Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None, str | None]:
     """Trace ``fn`` once and return its mp evaluator, or why there is none.
 
@@ -508,6 +510,9 @@ def build_evaluate_mp(
         The dtypes the leaves are traced in; default float64, so that Python
         float literals of ``fn`` enter at float64 precision. (Floating dtypes
         do not matter to the mp evaluation otherwise: casts are the identity.)
+    x64 : bool
+        Trace under ``jax.enable_x64`` (the default); False traces in the caller's
+        own mode, with its constants as ``fn`` computes with them there.
 
     Returns
     -------
@@ -521,7 +526,7 @@ def build_evaluate_mp(
     shapes = [tuple(np.shape(a)) for a in leaves]
     dtypes = [np.float64] * len(shapes) if dtypes is None else list(dtypes)
     try:
-        with jax.enable_x64(True):
+        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
             avals = [jax.ShapeDtypeStruct(s, d) for s, d in zip(shapes, dtypes, strict=True)]
             closed = jax.make_jaxpr(lambda *a: list(fn(*a)))(*avals)
     except Exception as exc:  # noqa: BLE001 - untraceable (NumPy inside...): no mp reference
