@@ -643,3 +643,57 @@ def test_an_accumulator_made_inside_f_is_promoted():
     want = w.double() * torch.cos(x.double())
     np.testing.assert_allclose(report.entries.reference, want.numpy(), rtol=1e-8)
     assert report.details["reference"]["method"] in ("float64", "mp")
+
+
+def _drawn(seed: int, dtype: torch.dtype, kind: str) -> torch.Tensor:
+    """The draw each function below makes, in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "rand":
+        return torch.rand(8, generator=g, dtype=dtype) * 0.9 + 0.1
+    return torch.bernoulli(torch.full((8,), 0.5, dtype=dtype), generator=g)
+
+
+class _ScaledExp(torch.autograd.Function):
+    """exp with a rule 1e-3 too large."""
+
+    @staticmethod
+    def forward(u):
+        return torch.exp(u)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return g * out * 1.001
+
+
+@pytest.mark.parametrize("kind", ["rand", "bernoulli"])
+def test_random_draws_in_the_inputs_dtype_are_drawn_so_for_the_reference(kind):
+    """A generator draws other numbers in float64 than in float32 (torch.rand, and a
+    bernoulli mask on probabilities of x.dtype): the float64 run draws in x's dtype, as
+    f does, and widens. PASS on the closed form with f's own float32 draw; a rule 1e-3
+    off is MISMATCH."""
+    x = torch.linspace(-1.0, 1.2, 8)
+
+    def make(exp):
+        def f(x):
+            g = torch.Generator().manual_seed(5)
+            if kind == "rand":
+                u = torch.rand(x.shape, generator=g, dtype=x.dtype) * 0.9 + 0.1
+            else:
+                u = torch.bernoulli(torch.full(x.shape, 0.5, dtype=x.dtype), generator=g)
+            return exp(x * u).sum()
+
+        return f
+
+    u = _drawn(5, torch.float32, kind).double()
+    want = (u * torch.exp(x.double() * u)).numpy()
+    assert not torch.equal(_drawn(5, torch.float64, kind), u)  # the draws differ
+    report = pg.check(make(torch.exp), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6, atol=1e-9)
+    assert any("draws random numbers" in n for n in report.notes)
+    assert pg.check(make(_ScaledExp.apply), x).verdict is pg.Verdict.MISMATCH

@@ -67,10 +67,13 @@ class PromotionLog:
     narrowed : str or None
         Name of the first operator that returned a float16/bfloat16/float32
         (or complex64) tensor although its floating operands were promoted.
+    drew : bool
+        Whether a random operator drew in the function's own dtype (and was widened).
     """
 
     failed: str | None = None
     narrowed: str | None = None
+    drew: bool = False
 
 
 def op_name(func: Any) -> str:
@@ -172,15 +175,19 @@ def _mode_class(torch: Any) -> type:
     class Float64Mode(torch.overrides.TorchFunctionMode):
         """Casts lower-precision floating operands and dtype requests to float64."""
 
-        def __init__(self, log: PromotionLog) -> None:
+        def __init__(self, log: PromotionLog, draws: Any = None) -> None:
             super().__init__()
             self.log = log
             self.tables = _tables(torch)
+            self.draws = draws
 
         def __torch_function__(
             self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
         ) -> Any:
             kwargs = kwargs or {}
+            if self.draws is not None and _draws_now(torch, func, args, kwargs):
+                self.log.drew = True
+                return _draw(torch, func, args, kwargs, self.draws)
             wide, renamed, _, constructors = self.tables
             if getattr(func, "__name__", "") == "__get__":  # w.dtype, w.T, p.data...
                 out = func(*args, **kwargs)
@@ -215,7 +222,7 @@ def _mode_class(torch: Any) -> type:
 
 
 @contextlib.contextmanager
-def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
+def float64_scope(torch: Any, log: PromotionLog, draws: Any = None) -> Iterator[None]:
     """Run the code inside in float64 (see the module docstring).
 
     Parameters
@@ -225,6 +232,10 @@ def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
     log : PromotionLog
         Records the operators that raised or did not promote; ``failed`` is
         cleared on entry.
+    draws : torch.dtype, optional
+        The dtype the function draws random numbers in (its working dtype): random
+        operators draw in it, as the function itself does, and their draws are widened
+        (the same generator draws other numbers in float64). None: in float64.
 
     Yields
     ------
@@ -233,8 +244,81 @@ def float64_scope(torch: Any, log: PromotionLog) -> Iterator[None]:
     log.failed = None
     with contextlib.ExitStack() as stack:
         _run_eagerly(torch, stack)
-        stack.enter_context(_mode_class(torch)(log))
+        stack.enter_context(_mode_class(torch)(log, draws))
         yield
+
+
+# random operators, by how they take what they draw from: "new" (a shape or a tensor to
+# shape like; their dtype= is the draw's), "params" (floating tensors of the
+# distribution's parameters), "into" (an in-place draw into its first operand), "mask"
+# (dropout: the input is scaled by a drawn mask)
+_DRAWS = {
+    "new": ("rand", "randn", "rand_like", "randn_like", "randint", "randint_like"),
+    "params": ("bernoulli", "normal", "poisson", "multinomial", "binomial"),
+    "into": ("uniform_", "normal_", "bernoulli_", "exponential_", "cauchy_", "log_normal_",
+             "geometric_", "random_"),
+    "mask": ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+             "feature_alpha_dropout"),
+}  # fmt: skip
+
+
+def _draw_kind(torch: Any, func: Callable[..., Any]) -> str | None:
+    """Which kind of random operator ``func`` is (see ``_DRAWS``), or None."""
+    name = getattr(func, "__name__", "")
+    module = getattr(func, "__module__", "") or ""
+    for kind, names in _DRAWS.items():
+        if name in names and (kind != "mask" or module.startswith("torch")):
+            return kind
+    return None
+
+
+def _draws_now(torch: Any, func: Callable[..., Any], args: tuple, kwargs: dict) -> bool:
+    """Whether this call draws: a random operator, a dropout only in training mode."""
+    kind = _draw_kind(torch, func)
+    if kind != "mask":
+        return kind is not None
+    return bool(kwargs.get("training", args[2] if len(args) > 2 else True))
+
+
+def _narrowed(torch: Any, a: Any, draws: Any) -> Any:
+    """A float64 tensor or dtype as the function has it (in ``draws``); others unchanged."""
+    if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
+        return a.to(draws)
+    if a is torch.float64:
+        return draws
+    return a
+
+
+def _widened(torch: Any, out: Any) -> Any:
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float64:
+        return out.to(torch.float64)
+    return out
+
+
+def _draw(torch: Any, func: Callable[..., Any], args: tuple, kwargs: dict, draws: Any) -> Any:
+    """Call a random operator as the function draws with it, in ``draws``, and widen the
+    draw: dropout's mask is drawn on ones of that dtype and scales the float64 input."""
+    kind = _draw_kind(torch, func)
+    if kind == "mask":
+        x, rest = args[0], args[1:]
+        inplace = bool(kwargs.get("inplace", rest[2] if len(rest) > 2 else False))
+        kw = {k: v for k, v in kwargs.items() if k != "inplace"}
+        mask = func(torch.ones_like(x, dtype=draws), *rest[:2], **kw)
+        mask = mask.to(x.dtype)
+        return x.mul_(mask) if inplace else x * mask
+    if kind == "into":
+        dest = args[0]
+        if not (isinstance(dest, torch.Tensor) and dest.dtype == torch.float64):
+            return func(*args, **kwargs)
+        tmp = torch.empty_like(dest, dtype=draws)
+        func(tmp, *(_narrowed(torch, a, draws) for a in args[1:]),
+             **{k: _narrowed(torch, v, draws) for k, v in kwargs.items()})  # fmt: skip
+        with torch.no_grad():
+            dest.copy_(tmp)
+        return dest
+    out = func(*(_narrowed(torch, a, draws) for a in args),
+               **{k: _narrowed(torch, v, draws) for k, v in kwargs.items()})  # fmt: skip
+    return _widened(torch, out)
 
 
 def _tensors(torch: Any, items: Any) -> list[Any]:

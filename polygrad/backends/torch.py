@@ -755,7 +755,8 @@ class TorchBackend(Backend):
         rng = np.random.default_rng(0)
         wide: _Program | None = work
         if wd != torch.float64:
-            wide = self._promoted(build64, batch_size, notes)
+            draws = in_dtype if in_dtype != torch.float64 else None  # what x.dtype draws in
+            wide = self._promoted(build64, batch_size, notes, draws)
 
         def probe_forward(target: Target) -> None:
             # deferred until a check asks for forward mode: the first forward-mode pass
@@ -916,19 +917,19 @@ class TorchBackend(Backend):
         return names, primals, raw, build64
 
     def _promoted(
-        self, build64: Callable[[], tuple], batch_size: int, notes: list[str]
+        self, build64: Callable[[], tuple], batch_size: int, notes: list[str], draws: Any
     ) -> _Program | None:
         """The float64 program, or None (with a note naming the blocking operator).
 
         The program is the user's function run in :func:`float64_scope`, which
-        promotes every operator's operands, closed-over ones included.
+        promotes every operator's operands, closed-over ones included; random
+        operators draw in ``draws`` (the working dtype), as the function does.
         """
         torch = self.torch
         log = PromotionLog()
         raw64, primals64 = build64()
-        prog = _Program(
-            torch, raw64, primals64, batch_size, notes, functools.partial(float64_scope, torch, log)
-        )
+        scope = functools.partial(float64_scope, torch, log, draws)
+        prog = _Program(torch, raw64, primals64, batch_size, notes, scope)
         try:
             out = prog.first_call()
         except Exception as exc:  # noqa: BLE001 - any failure means: no float64 reference
@@ -952,6 +953,13 @@ class TorchBackend(Backend):
                 "computed in the working dtype, with wider error bars",
             )
             return None
+        if log.drew:
+            _add_note(
+                notes,
+                "the function draws random numbers, and what a generator draws depends on "
+                f"the dtype drawn: its float64 run draws each as it does, in "
+                f"{str(draws).removeprefix('torch.')}, and widens it",
+            )
         return prog
 
     def _mp_evaluator(
