@@ -536,3 +536,19 @@ def test_random_draws_inside_f_are_drawn_as_f_draws_them():
     np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
     assert any("draws random numbers" in n for n in report.notes)
     assert pg.check(wrong, x).verdict is pg.Verdict.MISMATCH
+
+
+def test_a_failure_under_a_heading_is_described_by_the_line_that_names_it():
+    """TensorFlow heads a failed graph run with "Graph execution error:" and the node, and
+    a traced failure with "in user code:"; the notes quote the line that names the error."""
+    from polygrad.backends.base import describe_exception
+
+    run = tf.errors.InvalidArgumentError(
+        None, None, "Graph execution error:\n\nDetected at node mul\nSignature mismatch, "
+        "have: complex64->double, expected: complex128->double"
+    )  # fmt: skip
+    assert describe_exception(run) == (
+        "InvalidArgumentError: Signature mismatch, have: complex64->double, expected: "
+        "complex128->double"
+    )
+    assert describe_exception(ValueError("a: b")) == "ValueError: a: b"

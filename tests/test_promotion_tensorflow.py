@@ -425,3 +425,24 @@ def test_float32_constant_does_not_narrow_a_float64_check():
     report = pg.check(lambda v: tf.reduce_sum(tf.sin(v * tf.cast(c, tf.float64))), x)
     assert report.details["working_dtype"] == "float64"
     assert report.verdict == pg.Verdict.PASS and report.ok, report
+
+
+def test_a_complex64_intermediate_is_promoted_to_complex128():
+    """A weighted power spectrum, sum_k k |rfft(x)_k|^2, in float32: the FFT's complex64
+    output becomes complex128 in the float64 graph (promoting only its float input
+    broke the FFT's signature, and the reference fell back to float32). PASS with a
+    float64 reference, on the closed form 2 sum_k k Re(conj(X_k) e^{-2 pi i j k / n})."""
+    n = 16
+    x = tf.constant(np.random.default_rng(3).standard_normal(n), tf.float32)
+
+    def power(x):
+        return tf.reduce_sum(tf.abs(tf.signal.rfft(x)) ** 2 * tf.range(9.0))
+
+    report = pg.check(power, x)
+    assert report.details["reference"]["method"] in ("float64", "mp"), report.notes
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    xs = x.numpy().astype(np.float64)
+    spectrum, k = np.fft.rfft(xs), np.arange(n // 2 + 1)
+    phase = np.exp(-2j * np.pi * np.outer(np.arange(n), k) / n)
+    want = 2 * np.real(phase @ (k * np.conj(spectrum)))
+    np.testing.assert_allclose(report.entries.reference, want, rtol=1e-7, atol=1e-7 * n)

@@ -342,13 +342,22 @@ def _narrow_types() -> set[int]:
     return {types_pb2.DT_FLOAT, types_pb2.DT_HALF, types_pb2.DT_BFLOAT16}
 
 
+def _wide_types() -> dict[int, int]:
+    """Each narrow floating or complex type and its 64-bit-per-part counterpart (a
+    complex64 FFT of a float64 input would not match its signature)."""
+    from tensorflow.core.framework import types_pb2
+
+    wide = {t: types_pb2.DT_DOUBLE for t in _narrow_types()}
+    wide[types_pb2.DT_COMPLEX64] = types_pb2.DT_COMPLEX128
+    return wide
+
+
 def _promote_graph_def(tf: Any, graph_def: Any) -> Any:
     """A copy of ``graph_def`` with every narrow floating dtype turned into float64.
 
     Library functions are renamed (the originals may already be registered in the
     running program under their names, in their original dtypes).
     """
-    from tensorflow.core.framework import types_pb2
 
     out = type(graph_def)()
     out.CopyFrom(graph_def)
@@ -361,8 +370,7 @@ def _promote_graph_def(tf: Any, graph_def: Any) -> Any:
     for fdef in out.library.function:
         fdef.signature.name = names[fdef.signature.name]
         for arg in [*fdef.signature.input_arg, *fdef.signature.output_arg]:
-            if arg.type in _narrow_types():
-                arg.type = types_pb2.DT_DOUBLE
+            arg.type = _wide_types().get(arg.type, arg.type)
         for node in fdef.node_def:
             _promote_attrs(tf, node.attr, names)
     for grad in out.library.gradient:
@@ -418,21 +426,20 @@ def _widen_draws(graph_def: Any, draws: dict[str, int]) -> None:
 
 def _promote_attrs(tf: Any, attrs: Any, names: dict[str, str]) -> list[str]:
     """Promote one node's attributes in place; return the names of those changed."""
-    from tensorflow.core.framework import types_pb2
-
-    narrow, double = _narrow_types(), types_pb2.DT_DOUBLE
+    wide = _wide_types()
     changed = []
     for key, value in attrs.items():
-        if value.HasField("type") and value.type in narrow:
-            value.type = double
+        if value.HasField("type") and value.type in wide:
+            value.type = wide[value.type]
             changed.append(key)
-        elif value.HasField("list") and any(t in narrow for t in value.list.type):
-            types = [double if t in narrow else t for t in value.list.type]
+        elif value.HasField("list") and any(t in wide for t in value.list.type):
+            types = [wide.get(t, t) for t in value.list.type]
             del value.list.type[:]
             value.list.type.extend(types)
             changed.append(key)
-        elif value.HasField("tensor") and value.tensor.dtype in narrow:
-            array = tf.make_ndarray(value.tensor).astype(np.float64)
+        elif value.HasField("tensor") and value.tensor.dtype in wide:
+            array = tf.make_ndarray(value.tensor)
+            array = array.astype(np.complex128 if np.iscomplexobj(array) else np.float64)
             value.tensor.CopyFrom(tf.make_tensor_proto(array))
         if value.HasField("func"):
             value.func.name = names.get(value.func.name, value.func.name)

@@ -420,13 +420,16 @@ def describe_exception(exc: BaseException, limit: int = 200) -> str:
     Returns
     -------
     str
-        The message's first non-empty line, or, for an error raised while a graph
-        was traced (TensorFlow writes "in user code:" and a traceback first), its
-        last line, which names the error; prefixed by the exception's type unless
-        the line already starts with it.
+        The message's first non-empty line, or, where that line is a heading that
+        ends with a colon (TensorFlow's "in user code:" before a traceback, "Graph
+        execution error:" before the node), its last line, which names the error;
+        prefixed by the exception's type unless the line already starts with it.
     """
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    line = (lines[-1] if lines[0] == "in user code:" else lines[0])[:limit] if lines else ""
+    # a heading (TensorFlow's "in user code:", "Graph execution error:") announces the
+    # lines that name the error; the last of them does
+    heading = bool(lines) and lines[0].endswith(":") and len(lines) > 1
+    line = (lines[-1] if heading else lines[0])[:limit] if lines else ""
     name = type(exc).__name__
     if not line:
         return name
