@@ -562,6 +562,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     stats = refcache.info(root)
     print(f"reference cache: {stats['path']}")
     print(f"entries: {stats['entries']}, {stats['bytes'] / 1e6:.2f} MB")
+    plugin = Path(".pytest_cache") / "d" / "polygrad" / "references"
+    if not args.dir and not os.environ.get(refcache.CACHE_ENV) and plugin.is_dir():
+        here = refcache.info(plugin)
+        entries = f"{here['entries']} entr{'y' if here['entries'] == 1 else 'ies'}"
+        print(
+            f"this project's pytest plugin cache: {plugin} ({entries}, "
+            f"{here['bytes'] / 1e6:.2f} MB; `pytest --cache-clear` or --dir empties it)"
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ files are ignored."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -212,6 +213,18 @@ def test_cli_cache_info_and_clear(tmp_path: Path) -> None:
                          text=True, check=True).stdout  # fmt: skip
     assert "removed 1" in out
     assert refcache.info(tmp_path)["entries"] == 0
+
+
+def test_cli_cache_info_names_the_projects_plugin_folder(tmp_path: Path) -> None:
+    """Run in a project whose pytest plugin keeps references in .pytest_cache, `polygrad
+    cache info` names that folder too, with its entries."""
+    plugin = tmp_path / ".pytest_cache" / "d" / "polygrad" / "references"
+    pg.check(weighted, X, grad=weighted_grad, cache=plugin)
+    env = {k: v for k, v in os.environ.items() if k != refcache.CACHE_ENV}
+    out = subprocess.run([sys.executable, "-m", "polygrad", "cache", "info"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "this project's pytest plugin cache: .pytest_cache/d/polygrad/references" in out
+    assert "(1 entry," in out
 
 
 def test_default_dir_follows_the_environment(tmp_path: Path, monkeypatch) -> None:
