@@ -267,6 +267,7 @@ def assert_gradients(f: Callable[..., Any], *args: Any, **options: Any) -> Repor
     GradientCheckError
         An ``AssertionError`` whose message is the full text report.
     """
+    __tracebackhide__ = True  # noqa: F841 - pytest: show the report, not this frame
     report = check(f, *args, **options)
     if not report.ok:
         raise GradientCheckError(report)
