@@ -96,7 +96,8 @@ def structure_key(closed: Any) -> str | None:
     -------
     str or None
         Equal for two jaxprs that compute the same function of (constants,
-        inputs); None where a parameter is Python code (a custom derivative rule,
+        inputs), the constants typed as the jaxpr types them; None where a
+        parameter is Python code (a custom derivative rule,
         a callback: see the module docstring).
     """
     from jax.extend import core
@@ -105,7 +106,7 @@ def structure_key(closed: Any) -> str | None:
         params = _jaxpr_params(closed.jaxpr, core)
     except _NotPlain:
         return None
-    consts = tuple((np.shape(c), str(getattr(c, "dtype", type(c)))) for c in closed.consts)
+    consts = tuple(str(v.aval) for v in closed.jaxpr.constvars)
     return f"{closed.jaxpr}\n{params!r}\n{consts}"
 
 
@@ -188,6 +189,7 @@ def compiled_for(
         constants; None where ``g`` cannot be traced or its jaxpr cannot be shared.
     """
     import jax
+    import jax.numpy as jnp
 
     try:
         closed = jax.make_jaxpr(g)(*primals)
@@ -200,7 +202,10 @@ def compiled_for(
         (context, str(np.dtype(cast)), key),
         lambda: _build(closed.jaxpr, len(primals), cast),
     )
-    consts = list(closed.consts)
+    # each constant as the jaxpr types it (a NumPy float64 array closed over with x64 off
+    # is float32 there): JAX itself is never handed the user's NumPy object
+    consts = [jnp.asarray(c, dtype=v.aval.dtype)
+              for c, v in zip(closed.consts, closed.jaxpr.constvars, strict=True)]  # fmt: skip
     return (
         lambda *leaves: ev(consts, *leaves),
         lambda primals, cots: vjp(consts, primals, cots),
