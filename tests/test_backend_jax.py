@@ -571,9 +571,10 @@ def _numpy_constant_case():
 
 def test_a_numpy_float64_constant_with_x64_off_is_checked_in_the_users_own_mode():
     """JAX converts the array to float32 with x64 off and caches that conversion across
-    modes, so a trace under jax.enable_x64 would leave f failing afterwards: the check
-    traces f in the user's mode only. PASS on the closed form (the weights as f uses them,
-    in float32), a plant found, and f and jax.jit(f) still run after the check."""
+    modes, so the trace under jax.enable_x64 left f failing: the check clears JAX's caches
+    and traces f in the user's mode only. PASS on the closed form (the weights as f uses
+    them, in float32), a plant found, and f and jax.jit(f) still run after the check;
+    through jnp.asarray the weights enter exactly, in the float64 trace."""
     assert not jax.config.read("jax_enable_x64")
     weights, f = _numpy_constant_case()
     z = jnp.asarray([0.1, 0.2, 0.3], jnp.float32)
@@ -583,6 +584,10 @@ def test_a_numpy_float64_constant_with_x64_off_is_checked_in_the_users_own_mode(
     np.testing.assert_allclose(report.entries.reference, want, rtol=1e-9)
     assert float(f(z)) == pytest.approx(float(jax.jit(f)(z)), rel=1e-6)
     assert any("traced in your mode only" in n for n in report.notes)
+    exact = pg.check(lambda z: jnp.sum(jnp.sin(z) * jnp.asarray(weights)), z)
+    assert exact.verdict is pg.Verdict.PASS and exact.ok, exact
+    want = weights * np.cos(np.asarray(z, np.float64))  # jnp.asarray keeps x64's reading
+    np.testing.assert_allclose(exact.entries.reference, want, rtol=1e-9)
 
     @jax.custom_vjp
     def scaled_sin(u):

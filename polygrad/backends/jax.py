@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -253,42 +254,6 @@ def _draws_random(closed: Any) -> bool:
     return False
 
 
-_WIDE_NUMPY = frozenset({"<f8", "<c16", "<i8", "<u8", ">f8", ">c16", ">i8", ">u8"})
-
-
-def _holds_wide_numpy(flat: _FlatFunction) -> bool:
-    """Whether ``f``, with x64 off, reads NumPy arrays or scalars of 64-bit types (closed
-    over, globals, arguments that are not checked).
-
-    JAX converts such a value to 32 bits with x64 off and keeps 64 with it on, and it
-    caches the conversion across the two modes: once ``f`` is traced under
-    ``jax.enable_x64`` (as a float64 reference traces it), calling ``f`` with x64 off
-    fails (``expected f32[3] ... got f64[3]``), in the check and in the user's own code
-    after it. Such a function is traced only in the user's own mode.
-    """
-    import jax
-
-    from ._capture_cache import Uncacheable, state_signature
-
-    if jax.config.read("jax_enable_x64"):
-        return False
-    try:
-        signature, _ = state_signature(*flat.frozen())
-    except Uncacheable:
-        return False
-    todo: list[Any] = [signature]
-    while todo:
-        item = todo.pop()
-        if not isinstance(item, tuple):
-            continue
-        if len(item) >= 4 and item[0] == "ndarray" and item[3] in _WIDE_NUMPY:
-            return True
-        if len(item) == 3 and item[0] == "scalar" and item[1] in _WIDE_NUMPY:
-            return True
-        todo.extend(item)
-    return False
-
-
 def _draws_random_when_traced(flat: _FlatFunction) -> bool:
     """Whether ``f``'s jaxpr draws random numbers; False where it cannot be traced."""
     import jax
@@ -320,6 +285,36 @@ _MODE_MISMATCH = (
     "arrays across the two modes. Close over jnp arrays instead (jnp.asarray(y)), or call "
     "jax.clear_caches() after switching the mode."
 )
+
+
+_USER_MODE_ONLY: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Functions whose trace under x64 broke their calls in the user's mode, once seen."""
+
+
+def _traced_in_user_mode(f: Any) -> bool:
+    try:
+        return f in _USER_MODE_ONLY
+    except TypeError:  # not weakly referenceable
+        return False
+
+
+def _trace_in_user_mode(flat: _FlatFunction) -> None:
+    flat.user_mode_only = True
+    with contextlib.suppress(TypeError):
+        _USER_MODE_ONLY.add(flat.f)
+
+
+class _ModeMismatchError(InputTypeError):
+    """JAX's caches gave a NumPy constant converted for the other x64 mode."""
+
+
+def _mode_mismatch(exc: BaseException) -> bool:
+    """Whether ``exc`` is JAX refusing a NumPy constant converted for the other x64 mode
+    (an executable's buffer, or a jit lowering with mixed float widths)."""
+    text = str(exc)
+    return "RuntimeProgramInputMismatch" in text or (
+        "verifier errors" in text and "requires compatible types" in text
+    )
 
 
 def _tracer_conversion_errors(jax: Any) -> tuple[type[BaseException], ...]:
@@ -375,6 +370,11 @@ class _FlatFunction:
             (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
         )
         self.complex_outputs: list[bool] = []
+        # traced in the user's x64 mode only: JAX caches how it converts a NumPy constant
+        # used directly in an operation (not through jnp.asarray) across the two modes,
+        # so once f is traced with x64 on, its calls with x64 off fail ("expected
+        # f32[3] ... got f64[3]"); see JaxBackend.make_target
+        self.user_mode_only = _traced_in_user_mode(f)
 
     def __call__(self, *leaves: Any, args: Sequence[Any] | None = None) -> list[Any]:
         """Output leaves of ``f`` with the checked leaves replaced by ``leaves``."""
@@ -391,10 +391,10 @@ class _FlatFunction:
             out = self.f(*full)
         except _tracer_conversion_errors(jax) as exc:
             raise InputTypeError(_TRACER_CONVERSION.format(kind=type(exc).__name__)) from exc
-        except jax.errors.JaxRuntimeError as exc:
-            if "RuntimeProgramInputMismatch" not in str(exc):
+        except (jax.errors.JaxRuntimeError, ValueError) as exc:
+            if not _mode_mismatch(exc):
                 raise
-            raise InputTypeError(_MODE_MISMATCH) from exc
+            raise _ModeMismatchError(_MODE_MISMATCH) from exc
         with_path = jax.tree_util.tree_flatten_with_path(out)[0]
         self.out_paths = [jax.tree_util.keystr(path) for path, _ in with_path]
         outs = [jnp.asarray(o) for _, o in with_path]
@@ -755,8 +755,7 @@ class JaxBackend(Backend):
         def working_ctx() -> contextlib.AbstractContextManager[Any]:
             return _x64() if is64 else contextlib.nullcontext()
 
-        with working_ctx():
-            _, out_leaves = as_float_output([np.asarray(o) for o in flat(*flat.leaves)])
+        out_leaves = self._plain_call(flat, working_ctx)
         work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
         y0 = work.evaluate(flat.x0[None])[0]
         with working_ctx():
@@ -788,6 +787,30 @@ class JaxBackend(Backend):
             mp_unavailable_reason=mp_reason,
         )
 
+    @staticmethod
+    def _plain_call(flat: _FlatFunction, ctx: Callable[[], Any]) -> list[Any]:
+        """The output leaves at the point, in the user's mode, after the first trace of
+        ``f`` under x64 (the narrowest dtype's).
+
+        Where that trace left JAX's caches converting one of ``f``'s NumPy constants for
+        the other mode (a NumPy float64 array used directly in an operation, x64 off),
+        the call fails: JAX's caches are cleared, which puts the user's own calls of
+        ``f`` right again, and ``f`` is traced in the user's mode only from then on.
+        """
+        import jax
+
+        try:
+            with ctx():
+                return as_float_output([np.asarray(o) for o in flat(*flat.leaves)])[1]
+        except _ModeMismatchError:
+            jax.clear_caches()
+            _trace_in_user_mode(flat)
+        try:
+            with ctx():
+                return as_float_output([np.asarray(o) for o in flat(*flat.leaves)])[1]
+        except _ModeMismatchError as exc:  # the user switched modes, with f traced in both
+            raise InputTypeError(str(exc)) from exc
+
     def _promote(
         self, flat: _FlatFunction, wd: np.dtype, batch_size: int, notes: list[str]
     ) -> tuple[Any, Any, Any]:
@@ -795,7 +818,7 @@ class JaxBackend(Backend):
         import jax
 
         dtypes64 = [np.float64] * len(flat.dtypes)
-        user_mode_only = _holds_wide_numpy(flat)
+        user_mode_only = flat.user_mode_only
         with _x64():
             args64 = flat.promoted_args()
 
@@ -841,11 +864,12 @@ class JaxBackend(Backend):
         d = _Derivatives(promoted, flat, dtypes64, batch_size, _x64, notes, "float64", "jaxpr")
         if user_mode_only:
             notes.append(
-                "f reads NumPy 64-bit constants while jax_enable_x64 is off, and JAX caches "
-                "their conversion across the two modes (tracing f with x64 on would break "
-                "its later calls with x64 off): f was traced in your mode only, and its "
-                "jaxpr re-executed in float64 for the reference, with the constants as f "
-                "computes with them"
+                "f uses a NumPy 64-bit constant directly in a JAX operation while "
+                "jax_enable_x64 is off, and JAX caches its conversion across the two modes: "
+                "tracing f with x64 on broke its calls with x64 off, so JAX's caches were "
+                "cleared (your own calls of f work again) and f was traced in your mode only, "
+                "its jaxpr re-executed in float64 for the reference with the constants as f "
+                "computes with them (close over jnp.asarray(...) of it for exact constants)"
             )
         elif _draws_random(closed):
             notes.append(
@@ -930,7 +954,7 @@ def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None
     """
     from ..mpexec.jaxpr import build_evaluate_mp
 
-    if _holds_wide_numpy(flat):  # traced in the user's mode only: its constants as f uses them
+    if flat.user_mode_only:  # traced in the user's mode only: its constants as f uses them
         return build_evaluate_mp(flat, flat.leaves, flat.dtypes, x64=False)
 
     def of_leaves(*leaves: Any) -> list[Any]:
@@ -995,8 +1019,8 @@ def _narrowest_computed(flat: _FlatFunction) -> tuple[np.dtype, str] | None:
     from jax.extend.core import jaxprs_in_params
 
     # x64 off in the user's mode: the leaves are 32-bit at most, and f's own mode shows
-    # any narrower float as well (see _holds_wide_numpy for why it must be that mode)
-    with _x64() if not _holds_wide_numpy(flat) else contextlib.nullcontext():
+    # any narrower float as well (see _FlatFunction.user_mode_only)
+    with _x64() if not flat.user_mode_only else contextlib.nullcontext():
         try:
             closed = jax.make_jaxpr(flat)(*flat.leaves)
         except Exception:  # noqa: BLE001 - untraceable f: nothing is known
