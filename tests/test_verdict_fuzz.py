@@ -569,10 +569,28 @@ EXP3_TANH_MIDTOOTH = Program(
     (1,), "float32", (14.168920516967773,),
 )  # fmt: skip
 RULE_ROUNDS_MIDTOOTH = (
-    "polygrad limit (hidden cancellation in the float64 rule): 1 - tanh(14.17)^2 from a "
-    "tanh rounded at 1.1e-16 is off by 1.3e-5 of the entry in float64; moves of the input "
-    "leave that rounding a staircase whose even parts vanish at this point: MISMATCH"
+    "polygrad limit (hidden cancellation in the float64 rule): 1 - tanh(u)^2 at a saturated "
+    "u, from a tanh rounded at 1.1e-16, is off by 1e-5 to 2e-4 of the entry in float64; "
+    "moves of the input leave that rounding a staircase whose even parts vanish at these "
+    "points: MISMATCH"
 )
+# the same kind in TensorFlow, three exponentials deep: u = exp(exp(1)) = 15.2
+EXP3_TANH_EXP2 = Program(
+    op("exp", op("exp", op("exp", op("tanh", op("exp", op("exp", X)))))),
+    (1,), "float32", (1.0,),
+)  # fmt: skip
+# the sum of a layer norm is 0 for every input, in bfloat16 behind a matmul: an exact zero
+SUM_OF_LAYER_NORM_BF16 = Program(
+    op("sum", op("layer_norm", op("matmul", op("where", op("exp", X), op("sin", op("exp", X)),
+                                                p=(-1.0,)),
+                                  p=(((-0.25, 1.0, 1.25, 0.25), (1.0, 1.25, 1.0, 1.25),
+                                      (0.5, -0.25, 0.5, 0.25), (-0.5, 1.0, -0.25, -0.25)),))),
+       p=(None,)),
+    (2, 4), "bfloat16",
+    (-5.245208740234375e-05, 0.0001544952392578125, -0.058349609375, 0.00124359130859375,
+     7.009506225585938e-05, -0.00110626220703125, -0.0625, -0.005157470703125),
+    jit=True,
+)  # fmt: skip
 # logsumexp of a log_softmax is log(1) = 0 for every input, in bfloat16: an exact zero by
 # cancellation, whose float64 rule is 2.8e-17 against a reference of 0
 LSE_OF_LOG_SOFTMAX_BF16 = Program(
@@ -583,6 +601,8 @@ LSE_OF_LOG_SOFTMAX_BF16 = Program(
 FOUND = [
     _found("numpy", EXP3_TANH_MIDTOOTH, RULE_ROUNDS_MIDTOOTH),
     _found("torch", LSE_OF_LOG_SOFTMAX_BF16, ZERO_BY_CANCELLATION),
+    _found("tensorflow", EXP3_TANH_EXP2, RULE_ROUNDS_MIDTOOTH),
+    _found("jax", SUM_OF_LAYER_NORM_BF16, ZERO_BY_CANCELLATION),
     _found("numpy", SIN_SIN_MATMUL_F64),
     _found("torch", LN_SIN_SIN_SQUARE_BF16),
     _found("jax", TANH_MATMUL_BF16),
