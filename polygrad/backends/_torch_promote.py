@@ -257,8 +257,8 @@ _DRAWS = {
     "params": ("bernoulli", "normal", "poisson", "multinomial", "binomial"),
     "into": ("uniform_", "normal_", "bernoulli_", "exponential_", "cauchy_", "log_normal_",
              "geometric_", "random_"),
-    "mask": ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-             "feature_alpha_dropout"),
+    # (alpha dropout is affine in its mask, not a product: it draws as it runs)
+    "mask": ("dropout", "dropout1d", "dropout2d", "dropout3d"),
 }  # fmt: skip
 
 
