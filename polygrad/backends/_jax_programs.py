@@ -24,12 +24,12 @@ a function stays with its own function object
 from __future__ import annotations
 
 import enum
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
 import numpy as np
+
+from ._capture_cache import CaptureCache
 
 __all__ = ["Compiled", "compiled_for", "structure_key"]
 
@@ -136,32 +136,9 @@ def _build(jaxpr: Any, n_leaves: int, cast: Any) -> Compiled:
     return jax.jit(jax.vmap(run, in_axes=in_axes)), jax.jit(vjp), jax.jit(jvp)
 
 
-class _Programs:
-    """A bounded, thread-safe map from a structure key to its compiled callables."""
-
-    def __init__(self, maxsize: int = MAX_PROGRAMS) -> None:
-        self.maxsize = maxsize
-        self.builds = 0
-        self._entries: OrderedDict[Hashable, Compiled] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable, build: Callable[[], Compiled]) -> Compiled:
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                self._entries.move_to_end(key)
-                return hit
-        value = build()
-        with self._lock:
-            self.builds += 1
-            self._entries[key] = value
-            while len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
-        return value
-
-
-PROGRAMS = _Programs()
-"""The process-wide map of compiled programs."""
+PROGRAMS = CaptureCache(MAX_PROGRAMS)
+"""The process-wide map from a structure key to its compiled callables (kind
+``"jax.program"``; nothing beyond the key is frozen, so no state is compared)."""
 
 
 def compiled_for(
@@ -199,7 +176,9 @@ def compiled_for(
     if key is None:
         return None
     ev, vjp, jvp = PROGRAMS.get(
+        "jax.program",
         (context, str(np.dtype(cast)), key),
+        (),
         lambda: _build(closed.jaxpr, len(primals), cast),
     )
     # each constant as the jaxpr types it (a NumPy float64 array closed over with x64 off

@@ -25,6 +25,7 @@ inside) is refused with the tracing error.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
@@ -342,6 +343,7 @@ def _narrow_types() -> set[int]:
     return {types_pb2.DT_FLOAT, types_pb2.DT_HALF, types_pb2.DT_BFLOAT16}
 
 
+@functools.lru_cache(maxsize=1)
 def _wide_types() -> dict[int, int]:
     """Each narrow floating or complex type and its 64-bit-per-part counterpart (a
     complex64 FFT of a float64 input would not match its signature)."""

@@ -24,9 +24,7 @@ from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
 from .judge import JudgeInput
-
-F32_EPS = float(np.finfo(np.float32).eps)
-"""Machine epsilon of float32, the precision a narrow check's float64 rule resolves."""
+from .plan import RULE_RESOLUTION
 
 __all__ = [
     "Setting",
@@ -533,10 +531,10 @@ def autodiff_roundoff(
     allow = [np.full(b.autodiff.shape, np.nan) for b in blocks]
     rule64: list[np.ndarray | None] = [None] * len(blocks)
     f_size = float(np.max(np.abs(target.y0), initial=0.0) / np.min(pow2_scales(target.x0)))
-    # the float64 rule of a narrow check resolves rule errors to float32's precision (see
-    # polygrad.pipeline.plan.RULE_RESOLUTION): no allowance goes beyond that round-off of
-    # f-sized terms (bfloat16 moves of 1.6e-2 carry the derivative's curvature with them)
-    cap = policy.c_ad * F32_EPS * f_size
+    # the float64 rule of a narrow check resolves rule errors to float32's precision
+    # (RULE_RESOLUTION): no allowance goes beyond that round-off of f-sized terms
+    # (bfloat16 moves of 1.6e-2 carry the derivative's curvature with them)
+    cap = policy.c_ad * RULE_RESOLUTION * f_size
     rng = np.random.default_rng([seed, 3])
     for ulps in move_sizes(dtype, policy.dither_ulps):
         moved = dithered_args(be, args, argnums, rng, ulps, paired=True, copies=policy.dithers)
