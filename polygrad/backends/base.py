@@ -194,6 +194,12 @@ class Target:
     evaluate_mp : callable or None
         ``(x0: ndarray (n,), dx: ndarray (n,), dps: int) → object ndarray (m,)``
         of mpmath numbers: the function at ``x0 + dx``, or None.
+    vjp_mp : callable or None
+        ``(U: ndarray (k, m), dps: int) → object ndarray (k, n)`` of mpmath
+        numbers: ``U @ J`` as the code's own rule computes it (the framework's
+        VJP program, or a supplied NumPy rule), re-executed at ``x0`` on mpmath
+        numbers at ``dps`` digits; or None. It tells a rule that is exact but
+        rounds badly in float64 from a wrong one (see :meth:`rule_mp_mode`).
     input_layout, output_layout : Layout
         Names and shapes of the checked inputs and of the outputs.
     backend : str
@@ -208,7 +214,8 @@ class Target:
         Work a backend leaves until it is needed, each ``(target) -> None``:
         ``"forward"`` tests that ``jvp``/``jvp64`` work (and sets them to None,
         with a note, if not), run by :meth:`forward_mode`; ``"mp"`` sets
-        ``evaluate_mp`` (or ``mp_unavailable_reason``), run by :meth:`mp_mode`.
+        ``evaluate_mp`` (or ``mp_unavailable_reason``), run by :meth:`mp_mode`;
+        ``"rule_mp"`` sets ``vjp_mp``, run by :meth:`rule_mp_mode`.
         A float32 reverse-mode check then never pays for forward mode's first
         pass or for capturing the mp graph.
     """
@@ -227,6 +234,7 @@ class Target:
     jvp: BatchFn | None = None
     jvp64: BatchFn | None = None
     evaluate_mp: Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None = None
+    vjp_mp: Callable[[np.ndarray, int], np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
     mp_unavailable_reason: str | None = None
     mode_notes: dict[str, list[str]] = field(default_factory=dict)
@@ -270,6 +278,16 @@ class Target:
         if build is not None:
             build(self)
         return self.evaluate_mp is not None
+
+    def rule_mp_mode(self) -> bool:
+        """Whether ``vjp_mp`` is available (building it once if deferred)."""
+        build = self.deferred.pop("rule_mp", None)
+        if build is not None:
+            try:
+                build(self)
+            except Exception:  # noqa: BLE001 - optional evidence: none where it cannot be built
+                self.vjp_mp = None
+        return self.vjp_mp is not None
 
     @property
     def n(self) -> int:

@@ -785,6 +785,7 @@ class JaxBackend(Backend):
             backend=self.name,
             notes=notes,
             mp_unavailable_reason=mp_reason,
+            deferred={"rule_mp": lambda t: _set_vjp_mp(t, flat)},
         )
 
     @staticmethod
@@ -966,6 +967,26 @@ def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None
         if ev2 is not None or not (why2 or "").startswith("f could not be traced"):
             return ev2, why2
     return ev, why
+
+
+def _set_vjp_mp(target: Target, flat: _FlatFunction) -> None:
+    """Set ``target.vjp_mp`` from the jaxpr of ``f``'s VJP (cached like the mp evaluator):
+    traced as the mp evaluator traces ``f`` (float64, or the user's mode where only that
+    works), see :func:`polygrad.mpexec.jaxpr_vjp.build_vjp_mp`."""
+    from ..mpexec.jaxpr_vjp import build_vjp_mp
+
+    def build() -> Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None:
+        if flat.user_mode_only:
+            return build_vjp_mp(flat, flat.leaves, flat.dtypes, x64=False)
+
+        def of_leaves(*leaves: Any) -> list[Any]:
+            return flat(*leaves, args=flat.promoted_args())
+
+        return build_vjp_mp(of_leaves, flat.leaves, [np.float64] * len(flat.leaves))
+
+    rule = CAPTURES.get("jax.rule_mp", flat.capture_key(), flat.frozen(), build)
+    x0 = flat.x0
+    target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
 
 
 def _all_float64(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:

@@ -16,6 +16,7 @@ import numpy as np
 from .._pytree import flatten
 from ..errors import ShapeMismatchError
 from ._common import PointFunction, as_float_output, check_not_mutated, output_layout
+from ._supplied_mp import supplied_vjp_mp
 from .base import Backend, Supplied, Target, computed_in_note, dtype_eps
 from .mpmath import mp_evaluator
 
@@ -120,6 +121,9 @@ class NumpyBackend(Backend):
             jvp=jvp_fns["working"],
             jvp64=jvp_fns["float64"],
             evaluate_mp=evaluate_mp,
+            vjp_mp=None
+            if evaluate_mp is None
+            else supplied_vjp_mp(pf, supplied, len(argnums), out_layout.leaves[0].shape),
             input_layout=pf.layout,
             output_layout=out_layout,
             backend=self.name,

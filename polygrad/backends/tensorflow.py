@@ -104,6 +104,7 @@ from ._tf_promote import (
     promote_to_float64,
     variables_written,
 )
+from ._tf_rule_mp import tf_vjp_mp
 from .base import (
     SMALL_BATCH,
     Backend,
@@ -884,7 +885,13 @@ class TensorflowBackend(Backend):
                 "tf.mp", lambda: self._mp_evaluator(call, originals)
             )
 
-        return {"forward": probe_forward, "mp": build_mp}
+        def build_rule_mp(target: Target) -> None:
+            # deferred: only float64 code whose entries fail asks for it
+            rule = cached("tf.rule_mp", lambda: tf_vjp_mp(self.tf, call, originals, target.m))
+            x0 = target.x0
+            target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
+
+        return {"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp}
 
     def _mp_evaluator(
         self, call: _FlatCall, originals: list[np.ndarray]

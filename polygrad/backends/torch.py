@@ -776,6 +776,15 @@ class TorchBackend(Backend):
                 "torch.mp", key, state, lambda: self._mp_evaluator(work, primals)
             )
 
+        def build_rule_mp(target: Target) -> None:
+            # deferred: only float64 code whose entries fail asks for it (cached as above)
+            key = (wrt, tuple(argnums), tuple(names), _signature(primals))
+            state = frozen_state(f, args, argnums if wrt == "inputs" else None)
+            rule = CAPTURES.get(
+                "torch.rule_mp", key, state, lambda: self._vjp_mp(work, primals, y0.size)
+            )
+            target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
+
         return Target(
             x0=x0,
             y0=y0,
@@ -791,7 +800,7 @@ class TorchBackend(Backend):
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            deferred={"forward": probe_forward, "mp": build_mp},
+            deferred={"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp},
         )
 
     def gradient_function(
@@ -972,6 +981,19 @@ class TorchBackend(Backend):
             return torch_mp_evaluator(work.call, primals), None
         except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
             return None, f"{MP_UNAVAILABLE}: {exc}"
+
+    @staticmethod
+    def _vjp_mp(
+        work: _Program, primals: list[Any], m: int
+    ) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray] | None:
+        """The VJP of ``work`` on mpmath numbers, or None where its graph cannot run there."""
+        from ..mpexec.torch_vjp import torch_vjp_mp
+
+        try:
+            with work.scope():
+                return torch_vjp_mp(work.call, primals, m)
+        except Exception:  # noqa: BLE001 - optional evidence: none where it does not run
+            return None
 
     def _check_deterministic(self, out_a: Any, out_b: Any, eps: float, notes: list[str]) -> None:
         """Raise if two calls at the same point differ by more than a few ULPs."""

@@ -195,11 +195,10 @@ class _Interpreter(_DataMovement):
 
     def _binary(self, name: str, invals: list[Any]) -> np.ndarray:
         a, b = invals
-        if name in ("add", "sub", "mul"):
+        if name in ("add", "add_any", "sub", "mul"):
+            ufunc = {"add": np.add, "add_any": np.add, "sub": np.subtract, "mul": np.multiply}
             return np.asarray(
-                {"add": np.add, "sub": np.subtract, "mul": np.multiply}[name](
-                    np.asarray(a, dtype=object), np.asarray(b, dtype=object)
-                ),
+                ufunc[name](np.asarray(a, dtype=object), np.asarray(b, dtype=object)),
                 dtype=object,
             )
         a = a if a.dtype == object else mp_array(self.ctx, a)

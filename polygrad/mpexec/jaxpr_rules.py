@@ -186,6 +186,7 @@ def _float_binary(ctx: Any) -> dict[str, Callable[..., Any]]:
     common = common_functions(c)
     return {
         "add": lambda x, y: x + y,
+        "add_any": lambda x, y: x + y,  # the sum of cotangents in a VJP program
         "sub": lambda x, y: x - y,
         "mul": lambda x, y: x * y,
         "div": common["div"],

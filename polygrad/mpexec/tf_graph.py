@@ -139,6 +139,29 @@ def _tf_functions(ctx: Any) -> dict[str, Callable[..., Any]]:
         "FloorDiv": real(c, floordiv),
         "FloorMod": real(c, lambda x, y: x - floordiv(x, y) * y),
         "ClipByValue": lambda x, lo, hi: vmin(vmax(x, lo), hi),
+        **_gradient_ops(c),
+    }
+
+
+def _gradient_ops(c: Any) -> dict[str, Callable[..., Any]]:
+    """The fused gradient ops of TensorFlow's own gradients (a VJP's graph), with their
+    arguments in TensorFlow's order: ``(y, dy)`` of the op's output, or ``(gradients,
+    features)`` of its input."""
+    zero, one, half = c.mpf(0), c.mpf(1), c.mpf(0.5)
+    scale, alpha = c.mpf(_SELU[0]), c.mpf(_SELU[1])
+    return {
+        "TanhGrad": lambda y, dy: dy * (one - y * y),
+        "SigmoidGrad": lambda y, dy: dy * y * (one - y),
+        "SqrtGrad": lambda y, dy: dy * half / y,
+        "RsqrtGrad": lambda y, dy: -half * dy * y * y * y,
+        "ReciprocalGrad": lambda y, dy: -dy * y * y,
+        "InvGrad": lambda y, dy: -dy * y * y,
+        "ReluGrad": lambda g, x: g if x > 0 else zero,
+        "Relu6Grad": lambda g, x: g if 0 < x < 6 else zero,
+        "EluGrad": lambda g, y: g if y > 0 else g * (y + one),
+        "SeluGrad": lambda g, y: g * scale if y > 0 else g * (y + scale * alpha),
+        "SoftplusGrad": real(c, lambda g, x: g / (one + c.exp(-x))),
+        "SoftsignGrad": lambda g, x: g / ((one + abs(x)) * (one + abs(x))),
     }
 
 

@@ -103,9 +103,10 @@ class _Env:
         if dtype.is_complex:
             raise UnsupportedOperatorError("complex tensors are not covered by the mp interpreter")
         if v.dtype == object:
+            # (a ufunc of a 0-d array returns a scalar: np.asarray keeps it an array)
             if str(dtype) == "torch.bool":
-                return self.uf(lambda a: bool(a != 0))(v).astype(bool)
-            return self.uf(_trunc_int)(v).astype(np.int64)
+                return np.asarray(self.uf(lambda a: bool(a != 0))(v)).astype(bool)
+            return np.asarray(self.uf(_trunc_int)(v)).astype(np.int64)
         if str(dtype) == "torch.bool":
             return v.astype(bool)
         return v.astype(np.int64)

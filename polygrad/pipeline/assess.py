@@ -67,14 +67,18 @@ def judge_modes(
     modes: list[str],
     opts: Options,
     allowances: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    mp_entries: np.ndarray | None = None,
 ) -> list[Entries]:
-    """One judged block per mode, each with cotangents from ``st.rng_state``."""
+    """One judged block per mode, each with cotangents from ``st.rng_state``; the
+    reverse-mode ``mp_entries`` also with their rule on mpmath numbers."""
     blocks = []
     for j, md in enumerate(modes):
         rng = np.random.default_rng()
         rng.bit_generator.state = st.rng_state
         allowance = None if allowances is None else allowances[j]
-        blocks.append(judge(gather(target, st, md, rng, allowance, opts.policy)))
+        blocks.append(judge(gather(
+            target, st, md, rng, allowance, opts.policy, mp_entries, opts.dps
+        )))  # fmt: skip
     return blocks
 
 
@@ -130,6 +134,74 @@ def _with_f_in_mp(
         return st, blocks
     st = replace(st, f0_mp=_floats_or_none(at_x0))
     return st, judge_modes(prep.target, st, prep.modes, opts, allowances)
+
+
+RULE_MP_ROWS = 16
+"""Most VJP rows whose rule :func:`_with_rule_in_mp` evaluates on mpmath numbers (those of
+the worst MISMATCH entries first)."""
+
+
+def _rows_in_doubt(target: Target, e: Entries, full: bool) -> np.ndarray:
+    """The MISMATCH entries of a reverse-mode block, worst first, within
+    :data:`RULE_MP_ROWS` VJP rows."""
+    failing = np.flatnonzero(e.status == SEVERITY[Verdict.MISMATCH])
+    with np.errstate(all="ignore"):
+        ratio = np.abs(e.autodiff - e.reference)[failing] / e.tolerance[failing]
+    failing = failing[np.argsort(-np.nan_to_num(ratio, nan=np.inf))]
+    rows = failing % max(target.m, 1) if full else failing
+    kept = list(dict.fromkeys(rows.tolist()))[:RULE_MP_ROWS]
+    return failing[np.isin(rows, kept)]
+
+
+def _with_rule_in_mp(
+    prep: Prepared, st: Setting, blocks: list[Entries], opts: Options, allowances: Any,
+    notes: list[str],
+) -> tuple[Setting, list[Entries]]:  # fmt: skip
+    """Float64 code whose reverse-mode entries are MISMATCH, judged again beside its rule
+    re-executed on mpmath numbers (``Target.vjp_mp``), where the backend can.
+
+    No wider evaluation of a float64 rule exists, and from outside, a right rule that
+    rounds badly (``1 - p`` at ``p = 1 - 2e-9``) looks like a wrong one: the same
+    rule in exact arithmetic decides (see :meth:`polygrad.pipeline.judge._Rule.exact`).
+    ``f`` on mpmath numbers at the point measures what ``f`` itself lost.
+    """
+    target = prep.target
+    if "rev" not in prep.modes or prep.complex_any:
+        return st, blocks
+    if opts.wrt != "inputs" or opts.order != 1:
+        return st, blocks
+    j = prep.modes.index("rev")
+    doubt = _rows_in_doubt(target, blocks[j], st.full)
+    if doubt.size == 0 or not target.rule_mp_mode():
+        return st, blocks
+    try:
+        if st.f0_mp is None and target.mp_mode():
+            assert target.evaluate_mp is not None
+            at_x0 = target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
+            st = replace(st, f0_mp=_floats_or_none(at_x0))
+        judged = judge_modes(target, st, prep.modes, opts, allowances, doubt)
+    except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
+        return st, blocks
+    before, after = blocks[j].status[doubt], judged[j].status[doubt]
+    cleared = int(np.sum(after != before))
+    notes.append(_rule_mp_note(doubt.size, cleared, opts.dps))
+    return st, judged
+
+
+def _rule_mp_note(examined: int, cleared: int, dps: int) -> str:
+    """What the rule on mpmath numbers said of the MISMATCH entries it examined."""
+    said = (
+        f"it agrees with the reference at {cleared}: there the rule is right, and the "
+        "float64 value differs from it by the round-off of evaluating it in float64 "
+        "(within what f itself loses at the point, PASS; beyond it, UNSTABLE)"
+        if cleared
+        else "it disagrees with the reference there too: the rule itself is wrong"
+    )
+    return (
+        f"the rule of the {examined} MISMATCH entr{'y' if examined == 1 else 'ies'} (the "
+        f"code's own VJP program) was re-executed at the point on mpmath numbers at {dps} "
+        f"digits; {said}"
+    )
 
 
 def _fine_sides(
@@ -276,6 +348,7 @@ def assess(
             st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
     if method == "mp":
         st, blocks = _with_f_in_mp(source, prep, st, blocks, opts, allowances)
+    st, blocks = _with_rule_in_mp(prep, st, blocks, opts, allowances, details["notes"])
     if "escalation" in details:
         name_deciders(blocks, details, method, prep.modes)
     hidden = hidden_cancellation(prep.target, st, opts)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.base import Backend, Supplied, Target, describe_exception, numpy_dtype
+from ..backends.mpmath import mp_to_float
 from ..dither import MOVED_DTYPES, dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
@@ -338,6 +339,7 @@ def _projected_rev(
     fs = function_scale(target.y0)
     q["fscale"] = np.sqrt(np.sum((U * fs) ** 2, axis=1, keepdims=True))
     q["names"] = [f"uᵀJw[{i}]" for i in range(k)]
+    q["cotangents"] = U
     return q, ad, ad64
 
 
@@ -359,6 +361,46 @@ def _projected_fwd(target: Target, st: Setting) -> tuple[dict[str, Any], Any, An
     return q, ad, ad64
 
 
+def _rule_mp(
+    target: Target, st: Setting, md: str, q: dict[str, Any], entries: np.ndarray | None, dps: int
+) -> np.ndarray | None:
+    """The rule on mpmath numbers (``target.vjp_mp``) for the reverse-mode ``entries``
+    (flat indices), rounded to float64 once, NaN at the other entries; None where not
+    asked for or not available.
+
+    A full check evaluates the rows of the outputs those entries belong to; a
+    projection ``uᵀJw`` its cotangent's row, summed against ``w`` at ``dps`` digits.
+    """
+    if entries is None or md != "rev" or target.vjp_mp is None:
+        return None
+    n, m = target.n, target.m
+    if st.full:
+        out = np.full((n, m), np.nan)
+        rows = np.unique(np.asarray(entries) % max(m, 1))
+        out[:, rows] = mp_to_float(target.vjp_mp(np.eye(m)[rows], dps)).T
+        return out.ravel()
+    U, W = q["cotangents"], st.W
+    assert W is not None
+    out = np.full(U.shape[0], np.nan)
+    shared = target.vjp_mp(U[:1], dps)[0] if m == 1 else None  # one cotangent serves all
+    for r in np.unique(entries):
+        vals = shared if shared is not None else target.vjp_mp(U[r : r + 1], dps)[0]
+        out[r] = float(sum(v * float(w) for v, w in zip(vals, W[r], strict=True)))
+    return out
+
+
+def _lost_in_float64(target: Target, st: Setting, ad_mp: np.ndarray | None) -> Any:
+    """``(m,)`` relative accuracy of a float64 ``f`` against ``f`` on mpmath numbers, where
+    the rule has been evaluated on mpmath numbers too (see :func:`f64_accuracy` for the
+    outputs that keep no digit); None otherwise."""
+    if ad_mp is None or target.eps > F64_EPS or st.f0_mp is None:
+        return None
+    if np.size(st.f0_mp) != target.m:
+        return None
+    rho = digits_lost(target.y0, st.f0_mp)
+    return np.where(rho <= F64_LOST_AT_MOST, rho, 0.0)
+
+
 def gather(
     target: Target,
     st: Setting,
@@ -366,6 +408,8 @@ def gather(
     rng: np.random.Generator,
     allowance: tuple[np.ndarray, np.ndarray] | None = None,
     policy: Policy = DEFAULT_POLICY,
+    mp_entries: np.ndarray | None = None,
+    dps: int = 50,
 ) -> JudgeInput:
     """One mode's autodiff quantities beside the reference, as a :class:`JudgeInput`.
 
@@ -383,6 +427,11 @@ def gather(
         Measured (working, float64) autodiff round-off per entry.
     policy : Policy
         Tolerance constants.
+    mp_entries : ndarray of int, optional
+        Reverse-mode entries (flat indices) whose rule is also evaluated on mpmath
+        numbers (``target.vjp_mp``), at ``dps`` digits.
+    dps : int
+        Digits of that evaluation.
     """
     if st.full:
         q, ad, ad64 = _full(target, st, md)
@@ -394,6 +443,8 @@ def gather(
     flat = {k: np.ravel(q[k]) for k in ("ref", "ref_err", "left", "left_err", "right")}
     fscale = np.ravel(q["fscale"])
     lost_w, lost_64 = f_accuracy(target, st), f64_accuracy(target, st)
+    ad_mp = _rule_mp(target, st, md, q, mp_entries, dps)
+    lost_w = _lost_in_float64(target, st, ad_mp) if lost_w is None else lost_w
     shape = np.shape(q["ref"])
     return JudgeInput(
         names=q["names"],
@@ -412,6 +463,7 @@ def gather(
         policy=policy,
         lost_w=_per_entry(lost_w, st, md, shape),
         lost_64=_per_entry(lost_64, st, md, shape),
+        ad_mp=ad_mp,
         **flat,
     )
 

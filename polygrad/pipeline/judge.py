@@ -71,6 +71,11 @@ class JudgeInput:
         The same for the float64 evaluation of ``f`` that stands beside the
         float64 evaluation of the rule, in a narrow working dtype only (see
         :func:`polygrad.pipeline.autodiff.f64_accuracy`), or None.
+    ad_mp : ndarray or None
+        The rule re-executed on mpmath numbers (NaN where not evaluated), or None:
+        in float64 code, where it agrees with the reference the rule is right, and
+        what remains of the float64 value's difference is round-off (see
+        :meth:`_Rule.exact`).
     """
 
     names: list[str]
@@ -94,6 +99,7 @@ class JudgeInput:
     policy: Policy = DEFAULT_POLICY
     lost_w: np.ndarray | None = None
     lost_64: np.ndarray | None = None
+    ad_mp: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,9 @@ class Findings:
     ref_finite : the reference value is finite.
     bad_64 : the rule (float64 evaluation, else the working one) is outside tolerance.
     bad_w : the working-dtype value is outside tolerance.
-    have64 : a float64 evaluation of the rule exists (one bool for all entries).
+    have64 : a wider evaluation of the rule exists (float64, one bool for all entries;
+        or, in float64 code, per entry, its evaluation on mpmath numbers agrees with
+        the reference).
     coarse : the reference error bar is too wide to decide.
     """
 
@@ -116,7 +124,7 @@ class Findings:
     ref_finite: np.ndarray
     bad_64: np.ndarray
     bad_w: np.ndarray
-    have64: bool
+    have64: bool | np.ndarray
     coarse: np.ndarray
 
 
@@ -282,6 +290,26 @@ class _Rule:
         """
         return self._lost(self.inp.lost_64)
 
+    def exact(self, ref: np.ndarray, ref_err: np.ndarray) -> np.ndarray:
+        """Where the rule, re-executed on mpmath numbers, agrees with the reference.
+
+        There the rule is right in exact arithmetic, and its float64 value (float64
+        code's own, or a narrower check's float64 evaluation) differs from it by the
+        round-off of evaluating it: a log-softmax whose largest logit dominates
+        computes ``1 - p`` with ``p`` within 1e-9 of 1, from ``f``'s own
+        ``log(1 + tiny)``; ``1 - tanh(u)^2`` at a saturated ``u`` rounds ``tanh`` at
+        ulp(1). Float64 code's value is allowed what ``f`` itself lost there
+        (:meth:`hidden`), and beyond it is UNSTABLE; a narrower value is judged in its
+        own dtype as before. Never MISMATCH: a rule wrong in exact arithmetic (1e-6
+        off where its float64 round-off is 1e-4) disagrees here too and stays so.
+        """
+        a = self.inp.ad_mp
+        if a is None:
+            return np.zeros(np.shape(self.inp.ad), dtype=bool)
+        # within the plain float64 tolerance (its value is rounded to float64 once)
+        plain = self.p.tolerance_factor * self.vouch(ref_err) + self.p.c_ad * F64_EPS * self.scale
+        return np.isfinite(a) & (np.abs(a - ref) <= plain)
+
     def _lost(self, rho: np.ndarray | None) -> np.ndarray:
         if rho is None:
             return np.zeros_like(self.inp.ad)
@@ -390,19 +418,25 @@ def findings(inp: JudgeInput) -> _Evidence:
         # UNSTABLE; the entries it excuses show that tolerance
         # (and, in a narrow dtype, the digits f itself lost: see _Rule.hidden)
         inherited = np.maximum(inp.fscale - scale, 0.0)
-        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + rule.hidden()
-        if inp.have64:
-            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64()
-            bad_64 = ~(np.abs(inp.ad64 - ref) <= tol_64) & ~rule.fits_a_side(
-                inp.ad64, F64_EPS, coarse
+        exact = rule.exact(ref, ref_err)
+        # float64 code inherits f's own lost digits only where its rule is exact
+        hidden = np.where(exact, rule.hidden(), 0.0) if inp.eps_w <= F64_EPS else rule.hidden()
+        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
+        if inp.have64:  # (float64 code evaluates its own rule in float64)
+            own = hidden if inp.eps_w <= F64_EPS else 0.0
+            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64() + own
+            bad_64 = (
+                ~(np.abs(inp.ad64 - ref) <= tol_64)
+                & ~rule.fits_a_side(inp.ad64, F64_EPS, coarse)
+                & ~exact
             )
         elif inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
-            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f)
+            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f) & ~exact
         else:
             # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
             # of the rule's own intermediates (the gradient of a sum inherits none of the
             # sum's round-off), so nothing is excused
-            bad_64 = bad_w
+            bad_64 = bad_w & ~exact
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
         fd = Findings(
             nonsmooth=nonsmooth,
@@ -410,7 +444,7 @@ def findings(inp: JudgeInput) -> _Evidence:
             ref_finite=ref_value_finite,
             bad_64=bad_64,
             bad_w=bad_w & ~excused,
-            have64=inp.have64,
+            have64=inp.have64 | exact if exact.any() else inp.have64,
             coarse=coarse,
         )
     shown = np.where(excused, tol_f, tol_w)
