@@ -17,7 +17,14 @@ from ..backends.base import Target
 from ..details import Escalation, HiddenCancellation
 from ..reference.steps import F64_EPS
 from ..report import SEVERITY, Entries, Verdict
-from .autodiff import Setting, autodiff_roundoff, f64_accuracy, f_accuracy, gather
+from .autodiff import (
+    Setting,
+    autodiff_roundoff,
+    digits_lost,
+    f64_accuracy,
+    f_accuracy,
+    gather,
+)
 from .judge import concat_entries, judge
 from .prepare import Options, Prepared
 from .reference import escalate, name_deciders
@@ -183,24 +190,36 @@ def _with_rule_in_mp(
     except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
         return st, blocks
     before, after = blocks[j].status[doubt], judged[j].status[doubt]
-    cleared = int(np.sum(after != before))
-    notes.append(_rule_mp_note(doubt.size, cleared, opts.dps))
+    lost = None if st.f0_mp is None else digits_lost(target.y0, st.f0_mp)
+    notes.append(_rule_mp_note(doubt.size, int(np.sum(after != before)), opts, target, lost))
     return st, judged
 
 
-def _rule_mp_note(examined: int, cleared: int, dps: int) -> str:
+def _rule_mp_note(
+    examined: int, cleared: int, opts: Options, target: Target, lost: np.ndarray | None
+) -> str:
     """What the rule on mpmath numbers said of the MISMATCH entries it examined."""
-    said = (
-        f"it agrees with the reference at {cleared}: there the rule is right, and the "
-        "float64 value differs from it by the round-off of evaluating it in float64 "
-        "(within what f itself loses at the point, PASS; beyond it, UNSTABLE)"
-        if cleared
-        else "it disagrees with the reference there too: the rule itself is wrong"
+    entries = f"entr{'y' if examined == 1 else 'ies'}"
+    head = (
+        f"the rule of the {examined} MISMATCH {entries} (the code's own VJP, or the "
+        f"derivative supplied) was re-executed at the point on mpmath numbers at "
+        f"{opts.dps} digits"
     )
+    if not cleared:
+        return f"{head}; it disagrees with the reference there too: the rule itself is wrong"
+    own = ""
+    if lost is not None and lost.size and target.eps <= F64_EPS:
+        own = (
+            f"; f itself is computed here with a relative error of {float(np.max(lost)):.2g} "
+            f"against mp, and each such entry is allowed {opts.policy.c_lost:g} times that "
+            "share of its scale (PASS within it, UNSTABLE beyond)"
+        )
+    rest = examined - cleared
+    wrong = f"; at the other {rest} it disagrees: the rule itself is wrong there" if rest else ""
     return (
-        f"the rule of the {examined} MISMATCH entr{'y' if examined == 1 else 'ies'} (the "
-        f"code's own VJP program) was re-executed at the point on mpmath numbers at {dps} "
-        f"digits; {said}"
+        f"{head}; it agrees with the reference at {cleared} of them: there the rule is right, "
+        f"and its value differs from it by the round-off of evaluating it in floating point"
+        f"{own}{wrong}"
     )
 
 
