@@ -205,21 +205,25 @@ def _rule_mp_note(
         f"derivative supplied) was re-executed at the point on mpmath numbers at "
         f"{opts.dps} digits"
     )
+    wrong = (
+        "the rule is wrong, or a primitive's own value is (the mp evaluation computes each "
+        "primitive exactly: a wrong kernel shows only in the comparison above)"
+    )
     if not cleared:
-        return f"{head}; it disagrees with the reference there too: the rule itself is wrong"
+        return f"{head}; it does not explain them as round-off: {wrong}"
     own = ""
     if lost is not None and lost.size and target.eps <= F64_EPS:
         own = (
             f"; f itself is computed here with a relative error of {float(np.max(lost)):.2g} "
             f"against mp, and each such entry is allowed {opts.policy.c_lost:g} times that "
-            "share of its scale (PASS within it, UNSTABLE beyond)"
+            "share of its scale"
         )
     rest = examined - cleared
-    wrong = f"; at the other {rest} it disagrees: the rule itself is wrong there" if rest else ""
+    others = f"; the other {rest} it does not explain: {wrong}" if rest else ""
     return (
         f"{head}; it agrees with the reference at {cleared} of them: there the rule is right, "
         f"and its value differs from it by the round-off of evaluating it in floating point"
-        f"{own}{wrong}"
+        f"{own}{others}"
     )
 
 

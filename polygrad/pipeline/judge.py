@@ -113,9 +113,7 @@ class Findings:
     ref_finite : the reference value is finite.
     bad_64 : the rule (float64 evaluation, else the working one) is outside tolerance.
     bad_w : the working-dtype value is outside tolerance.
-    have64 : a wider evaluation of the rule exists (float64, one bool for all entries;
-        or, in float64 code, per entry, its evaluation on mpmath numbers agrees with
-        the reference).
+    have64 : a float64 evaluation of the rule exists (one bool for all entries).
     coarse : the reference error bar is too wide to decide.
     """
 
@@ -124,7 +122,7 @@ class Findings:
     ref_finite: np.ndarray
     bad_64: np.ndarray
     bad_w: np.ndarray
-    have64: bool | np.ndarray
+    have64: bool
     coarse: np.ndarray
 
 
@@ -298,10 +296,12 @@ class _Rule:
         round-off of evaluating it: a log-softmax whose largest logit dominates
         computes ``1 - p`` with ``p`` within 1e-9 of 1, from ``f``'s own
         ``log(1 + tiny)``; ``1 - tanh(u)^2`` at a saturated ``u`` rounds ``tanh`` at
-        ulp(1). Float64 code's value is allowed what ``f`` itself lost there
-        (:meth:`hidden`), and beyond it is UNSTABLE; a narrower value is judged in its
-        own dtype as before. Never MISMATCH: a rule wrong in exact arithmetic (1e-6
-        off where its float64 round-off is 1e-4) disagrees here too and stays so.
+        ulp(1). Such an entry is not MISMATCH where that value is within what the
+        working dtype allows anyway (float64 code: what ``f`` itself lost there, see
+        :meth:`hidden`). A rule wrong in exact arithmetic (1e-6 off where its float64
+        round-off is 1e-4) disagrees here too; and since the mp evaluation computes
+        each primitive exactly, a wrong kernel (JAX's digamma gradient below 0) agrees
+        here but not within that allowance: both stay MISMATCH.
         """
         a = self.inp.ad_mp
         if a is None:
@@ -422,21 +422,26 @@ def findings(inp: JudgeInput) -> _Evidence:
         # float64 code inherits f's own lost digits only where its rule is exact
         hidden = np.where(exact, rule.hidden(), 0.0) if inp.eps_w <= F64_EPS else rule.hidden()
         tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
+        # the exact rule clears an entry only where its value is within what the working
+        # dtype allows anyway: the mp evaluation runs each primitive exactly, so a wrong
+        # kernel (JAX's digamma gradient below 0, off by more than 1) looks right there
+        value64 = inp.ad64 if inp.have64 else inp.ad
+        cleared = exact & (np.abs(value64 - ref) <= tol_f)
         if inp.have64:  # (float64 code evaluates its own rule in float64)
             own = hidden if inp.eps_w <= F64_EPS else 0.0
             tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64() + own
             bad_64 = (
                 ~(np.abs(inp.ad64 - ref) <= tol_64)
                 & ~rule.fits_a_side(inp.ad64, F64_EPS, coarse)
-                & ~exact
+                & ~cleared
             )
         elif inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
-            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f) & ~exact
+            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f) & ~cleared
         else:
             # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
             # of the rule's own intermediates (the gradient of a sum inherits none of the
             # sum's round-off), so nothing is excused
-            bad_64 = bad_w & ~exact
+            bad_64 = bad_w & ~cleared
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
         fd = Findings(
             nonsmooth=nonsmooth,
@@ -444,7 +449,7 @@ def findings(inp: JudgeInput) -> _Evidence:
             ref_finite=ref_value_finite,
             bad_64=bad_64,
             bad_w=bad_w & ~excused,
-            have64=inp.have64 | exact if exact.any() else inp.have64,
+            have64=inp.have64,
             coarse=coarse,
         )
     shown = np.where(excused, tol_f, tol_w)
