@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..mpexec.values import vjp_rows
 from ._tf_promote import promote_to_float64
 
 __all__ = ["tf_vjp_mp"]
@@ -78,11 +79,4 @@ def tf_vjp_mp(
     except Exception:  # noqa: BLE001 - an op without an mpmath rule: no mp evaluation
         return None
 
-    def vjp_mp(x0: np.ndarray, U: np.ndarray, dps: int) -> np.ndarray:
-        rows = []
-        for u in np.atleast_2d(np.asarray(U, dtype=np.float64)):
-            at = np.concatenate([np.asarray(x0, dtype=np.float64), u])
-            rows.append(ev(at, np.zeros_like(at), dps))
-        return np.stack(rows) if rows else np.empty((0, np.size(x0)), dtype=object)
-
-    return vjp_mp
+    return vjp_rows(ev)

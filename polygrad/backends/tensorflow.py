@@ -886,7 +886,7 @@ class TensorflowBackend(Backend):
             )
 
         def build_rule_mp(target: Target) -> None:
-            # deferred: only float64 code whose entries fail asks for it
+            # deferred: only a check whose entries are still MISMATCH asks for it
             rule = cached("tf.rule_mp", lambda: tf_vjp_mp(self.tf, call, originals, target.m))
             x0 = target.x0
             target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))

@@ -777,7 +777,7 @@ class TorchBackend(Backend):
             )
 
         def build_rule_mp(target: Target) -> None:
-            # deferred: only float64 code whose entries fail asks for it (cached as above)
+            # deferred: only a check whose entries are still MISMATCH asks for it (cached as above)
             key = (wrt, tuple(argnums), tuple(names), _signature(primals))
             state = frozen_state(f, args, argnums if wrt == "inputs" else None)
             rule = CAPTURES.get(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .jaxpr import build_evaluate_mp
+from .values import vjp_rows
 
 __all__ = ["build_vjp_mp"]
 
@@ -84,11 +85,4 @@ def build_vjp_mp(
     if ev is None:
         return None
 
-    def vjp_mp(x0: np.ndarray, U: np.ndarray, dps: int) -> np.ndarray:
-        rows = []
-        for u in np.atleast_2d(np.asarray(U, dtype=np.float64)):
-            at = np.concatenate([np.asarray(x0, dtype=np.float64), u])
-            rows.append(ev(at, np.zeros_like(at), dps))
-        return np.stack(rows) if rows else np.empty((0, int(np.asarray(x0).size)), dtype=object)
-
-    return vjp_mp
+    return vjp_rows(ev)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .torch_graph import torch_mp_evaluator
+from .values import vjp_rows
 
 __all__ = ["torch_vjp_mp"]
 
@@ -60,11 +61,4 @@ def torch_vjp_mp(
     u = torch.ones(m, dtype=like.dtype, device=like.device)
     ev = torch_mp_evaluator(rule, [*primals, u])
 
-    def vjp_mp(x0: np.ndarray, U: np.ndarray, dps: int) -> np.ndarray:
-        rows = []
-        for row in np.atleast_2d(np.asarray(U, dtype=np.float64)):
-            at = np.concatenate([np.asarray(x0, dtype=np.float64), row])
-            rows.append(ev(at, np.zeros_like(at), dps))
-        return np.stack(rows) if rows else np.empty((0, np.size(x0)), dtype=object)
-
-    return vjp_mp
+    return vjp_rows(ev)

@@ -9,12 +9,12 @@ NumPy object arrays of ``mpf`` of one private context
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["leaves_at", "mp_array", "mpf_of", "point_at"]
+__all__ = ["leaves_at", "mp_array", "mpf_of", "point_at", "vjp_rows"]
 
 _LAST_POINT: dict[str, tuple[Any, bytes, list[Any]]] = {}
 """The last point converted (its context, its bytes, its ``mpf`` values): an mp reference
@@ -129,3 +129,35 @@ def point_at(ctx: Any, x0: np.ndarray, dx: np.ndarray) -> np.ndarray:
     for i in np.flatnonzero(d):
         flat[i] = base[i] + ctx.mpf(float(d[i]))
     return flat
+
+
+def vjp_rows(
+    evaluate: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
+) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
+    """A VJP on mpmath numbers, row by row, from an evaluator of ``(inputs, cotangent)``.
+
+    Parameters
+    ----------
+    evaluate : callable
+        ``(z0, dz, dps) -> object ndarray (n,)``: a captured VJP program whose flat
+        input ``z`` is the checked inputs ``x`` (``n`` values) followed by one
+        cotangent ``u`` (``m`` values), as the mp evaluators of
+        :mod:`polygrad.mpexec` take it.
+
+    Returns
+    -------
+    callable
+        ``(x0: ndarray (n,), U: ndarray (k, m), dps: int) -> object ndarray (k, n)``:
+        one evaluation at ``(x0, u)`` per row ``u`` of ``U``, each exact on the way
+        in (float64 values convert exactly).
+    """
+
+    def vjp_mp(x0: np.ndarray, U: np.ndarray, dps: int) -> np.ndarray:
+        x = np.ravel(np.asarray(x0, dtype=np.float64))
+        rows = []
+        for u in np.atleast_2d(np.asarray(U, dtype=np.float64)):
+            at = np.concatenate([x, u])
+            rows.append(evaluate(at, np.zeros_like(at), dps))
+        return np.stack(rows) if rows else np.empty((0, x.size), dtype=object)
+
+    return vjp_mp

@@ -136,11 +136,17 @@ def _with_f_in_mp(
     if source.evaluate_mp is None:
         return st, blocks
     try:
-        at_x0 = source.evaluate_mp(source.x0, np.zeros_like(source.x0), opts.dps)
+        st = replace(st, f0_mp=_f_at_x0_mp(source, opts.dps))
     except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
         return st, blocks
-    st = replace(st, f0_mp=_floats_or_none(at_x0))
     return st, judge_modes(prep.target, st, prep.modes, opts, allowances)
+
+
+def _f_at_x0_mp(target: Target, dps: int) -> np.ndarray | None:
+    """``f`` at the point on mpmath numbers at ``dps`` digits, as float64 (None where not
+    real); raises what ``evaluate_mp`` raises."""
+    assert target.evaluate_mp is not None
+    return _floats_or_none(target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps))
 
 
 RULE_MP_ROWS = 16
@@ -164,13 +170,14 @@ def _with_rule_in_mp(
     prep: Prepared, st: Setting, blocks: list[Entries], opts: Options, allowances: Any,
     notes: list[str],
 ) -> tuple[Setting, list[Entries]]:  # fmt: skip
-    """Float64 code whose reverse-mode entries are MISMATCH, judged again beside its rule
-    re-executed on mpmath numbers (``Target.vjp_mp``), where the backend can.
+    """Reverse-mode entries still MISMATCH, judged again beside the rule re-executed on
+    mpmath numbers (``Target.vjp_mp``), where the backend can.
 
-    No wider evaluation of a float64 rule exists, and from outside, a right rule that
-    rounds badly (``1 - p`` at ``p = 1 - 2e-9``) looks like a wrong one: the same
-    rule in exact arithmetic decides (see :meth:`polygrad.pipeline.judge._Rule.exact`).
-    ``f`` on mpmath numbers at the point measures what ``f`` itself lost.
+    No wider evaluation of a float64 rule exists (float64 code's own, or a narrower
+    check's stand-in), and from outside, a right rule that rounds badly (``1 - p`` at
+    ``p = 1 - 2e-9``) looks like a wrong one: the same rule in exact arithmetic decides
+    (see :meth:`polygrad.pipeline.judge._Rule.exact`). ``f`` on mpmath numbers at the
+    point measures what ``f`` itself lost.
     """
     target = prep.target
     if "rev" not in prep.modes or prep.complex_any:
@@ -183,9 +190,7 @@ def _with_rule_in_mp(
         return st, blocks
     try:
         if st.f0_mp is None and target.mp_mode():
-            assert target.evaluate_mp is not None
-            at_x0 = target.evaluate_mp(target.x0, np.zeros_like(target.x0), opts.dps)
-            st = replace(st, f0_mp=_floats_or_none(at_x0))
+            st = replace(st, f0_mp=_f_at_x0_mp(target, opts.dps))
         judged = judge_modes(target, st, prep.modes, opts, allowances, doubt)
     except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
         return st, blocks

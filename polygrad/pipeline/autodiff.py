@@ -260,7 +260,11 @@ def f64_accuracy(target: Target, st: Setting) -> np.ndarray | None:
         return None
     if np.size(st.f0) != np.size(st.f0_mp) or np.size(st.f0) != target.m:
         return None
-    rho = digits_lost(st.f0, st.f0_mp)
+    return _counted(digits_lost(st.f0, st.f0_mp))
+
+
+def _counted(rho: np.ndarray) -> np.ndarray:
+    """``rho`` where ``f`` keeps at least two digits, 0 elsewhere (:data:`F64_LOST_AT_MOST`)."""
     return np.where(rho <= F64_LOST_AT_MOST, rho, 0.0)
 
 
@@ -397,8 +401,7 @@ def _lost_in_float64(target: Target, st: Setting, ad_mp: np.ndarray | None) -> A
         return None
     if np.size(st.f0_mp) != target.m:
         return None
-    rho = digits_lost(target.y0, st.f0_mp)
-    return np.where(rho <= F64_LOST_AT_MOST, rho, 0.0)
+    return _counted(digits_lost(target.y0, st.f0_mp))
 
 
 def gather(

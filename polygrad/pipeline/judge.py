@@ -259,15 +259,17 @@ class _Rule:
         self.scale_w = np.maximum(scale, fscale) if narrow else scale
 
     def hidden(self) -> np.ndarray:
-        """Round-off from ``f``'s own hidden cancellation in a narrow dtype, per entry.
+        """Round-off from ``f``'s own hidden cancellation in the working dtype, per entry.
 
         Where ``f`` itself keeps only a relative accuracy ``rho`` in the working
         dtype (its value made from intermediates far larger than itself), a right
         rule computed from the same intermediates can lose as much: ``c_lost * rho``
-        times the entry's scale. It only tells round-off from instability
-        (UNSTABLE), never a wrong rule: the gradient of a sum inherits none of the
-        sum's cancellation, and an exact rule of an ill-conditioned ``f`` with a
-        small error looks the same from outside as a rule that inherits f's.
+        times the entry's scale. In a narrow dtype it only tells round-off from
+        instability (UNSTABLE), never a wrong rule: the gradient of a sum inherits
+        none of the sum's cancellation, and an exact rule of an ill-conditioned ``f``
+        with a small error looks the same from outside as a rule that inherits f's.
+        Float64 code gets it only where its rule on mpmath numbers agrees with the
+        reference (:meth:`exact`), which tells the two apart.
         """
         return self._lost(self.inp.lost_w)
 
