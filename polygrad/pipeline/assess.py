@@ -204,18 +204,18 @@ def _rule_mp_note(
     examined: int, cleared: int, opts: Options, target: Target, lost: np.ndarray | None
 ) -> str:
     """What the rule on mpmath numbers said of the MISMATCH entries it examined."""
-    entries = f"entr{'y' if examined == 1 else 'ies'}"
+    one = examined == 1
     head = (
-        f"the rule of the {examined} MISMATCH {entries} (the code's own VJP, or the "
-        f"derivative supplied) was re-executed at the point on mpmath numbers at "
-        f"{opts.dps} digits"
+        f"{examined} entr{'y' if one else 'ies'} beyond the tolerances above had "
+        f"{'its' if one else 'their'} rule (the code's own VJP, or the derivative supplied) "
+        f"re-executed at the point on mpmath numbers at {opts.dps} digits"
     )
     wrong = (
         "the rule is wrong, or a primitive's own value is (the mp evaluation computes each "
         "primitive exactly: a wrong kernel shows only in the comparison above)"
     )
     if not cleared:
-        return f"{head}; it does not explain them as round-off: {wrong}"
+        return f"{head}; it does not explain {'it' if one else 'them'} as round-off: {wrong}"
     own = ""
     if lost is not None and lost.size and target.eps <= F64_EPS:
         own = (
@@ -225,10 +225,10 @@ def _rule_mp_note(
         )
     rest = examined - cleared
     others = f"; the other {rest} it does not explain: {wrong}" if rest else ""
+    where = "there" if one else f"at {cleared} of them"
     return (
-        f"{head}; it agrees with the reference at {cleared} of them: there the rule is right, "
-        f"and its value differs from it by the round-off of evaluating it in floating point"
-        f"{own}{others}"
+        f"{head}; it agrees with the reference {where}: the rule is right, and its value "
+        f"differs from it by the round-off of evaluating it in floating point{own}{others}"
     )
 
 
