@@ -362,8 +362,15 @@ class _Demo:
             files.append(str(p))
         counts = ", ".join(f"{v} {k}" for k, v in sorted(report.counts().items()))
         ref = report.details.reference
+        d = report.details
+        checked = (
+            f"{len(report.entries.names)} pixels in one batched pass"
+            if d.strategy == "full"
+            else f"{len(report.entries.names)} random projections of the {d.inputs}-pixel "
+            "gradient (strategy='auto' estimated a full check beyond its time budget here)"
+        )
         detail = (
-            f"{len(report.entries.names)} pixels in one batched pass ({counts}); "
+            f"{checked} ({counts}); "
             f"{ref.method} reference, {ref.evaluations} model evaluations in "
             f"{ref.seconds:.1f} s"
         )
