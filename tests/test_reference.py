@@ -5,7 +5,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import polygrad as pg
@@ -108,6 +108,9 @@ def test_neville_exact_on_polynomial_differences():
     central=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
 )
+# found in CI: two error bars 1e-13 apart, ordered one way by each path (a near-tie that
+# picked different entries, now tied: TIED_ERRORS)
+@example(levels=6, width=1, curvature=-1.0, noise=-6.0, central=False, seed=6)
 def test_neville_coefficients_agree_with_the_recursion(
     levels, width, curvature, noise, central, seed
 ):

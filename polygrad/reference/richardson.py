@@ -47,6 +47,12 @@ COEFFICIENT_PATH_SIZE = 256
 products with its fixed coefficients (a few NumPy calls, where the column-by-column
 recursion makes dozens on tiny arrays); beyond it, column by column."""
 
+TIED_ERRORS = 2.0**-30
+"""Error bars within this relative distance of the least are tied, and the first of them
+wins: the two ways of forming a tableau (coefficients or recursion) round its error bars
+differently in the last digits (1e-13 apart), and a near-tie must not pick different
+entries in each (an error bar is an estimate good to a few digits at best)."""
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -308,7 +314,8 @@ def _least(
     """(value, error, truncation, noise, level, order) of the least-error entry per
     element (among the entries ``among`` marks, if given); NaN, inf, inf, inf, 0, 0
     where no entry has a finite error bar. The first of equal error bars wins (the
-    coarsest column, then the coarsest row)."""
+    coarsest column, then the coarsest row), and so does the first of those within
+    :data:`TIED_ERRORS` of the least."""
     T, err, trunc, noise = entries
     N, batch = err.shape[0], err.shape[1:]
     e2 = err.reshape(N, -1)
@@ -316,6 +323,9 @@ def _least(
         e2 = np.where(among[:, None], e2, np.inf)
     pick = np.argmin(e2, axis=0)
     cols = np.arange(e2.shape[1])
+    with np.errstate(invalid="ignore"):
+        tied = e2 <= e2[pick, cols] * (1.0 + TIED_ERRORS)  # (a NaN least ties nothing)
+    pick = np.where(tied.any(axis=0), np.argmax(tied, axis=0), pick)
     e = e2[pick, cols]
     found = e < np.inf
 
