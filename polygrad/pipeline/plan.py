@@ -243,9 +243,14 @@ def _ladder(target: Target, ref_eps: float, d: int, p: Policy) -> tuple[float, f
 
 def _time_per_row(ref_fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray) -> float:
     """Seconds per evaluated point, timed on a batch of copies of ``x0`` (at most 64,
-    and at most :data:`~polygrad.reference.differences.BATCH_BYTES` of points)."""
+    and at most :data:`~polygrad.reference.differences.BATCH_BYTES` of points), on its
+    second call: the first pays once for what a batch of that size costs the first
+    time (a TensorFlow graph vectorized, a JAX program compiled: 20 times a warm
+    batch of the case-2 CNN, which made a 3 s full check look like 67 s)."""
     probe = min(x0.size, rows_per_batch(x0.size, 64))
-    return probe_seconds(lambda: ref_fn(np.repeat(x0[None, :], probe, axis=0))) / probe
+    batch = np.repeat(x0[None, :], probe, axis=0)
+    ref_fn(batch)
+    return probe_seconds(lambda: ref_fn(batch)) / probe
 
 
 def _seconds(t: float) -> str:
