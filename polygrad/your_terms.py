@@ -497,12 +497,23 @@ def your_terms_result(
 
     A full check lends its reference Jacobian, error bars and kinks (the
     first ``n m`` entries, ordered input-major); a check by projections
-    leaves the truncation to Richardson extrapolation.
+    leaves the truncation to Richardson extrapolation. At a kink (NONSMOOTH)
+    the reference lent is the one-sided derivative nearer autodiff, which
+    returns one element of the generalized derivative there: the central
+    estimate is neither side, and the gap to it belongs to the kink, not to
+    autodiff.
     """
     n, m = target.n, target.m
     ref = err = kink = None
     if full and len(entries.names) >= n * m:
-        ref = entries.reference[: n * m].reshape(n, m).T
-        err = entries.reference_error[: n * m].reshape(n, m).T
+        at_kink = entries.status == SEVERITY[Verdict.NONSMOOTH]
+        left_nearer = np.abs(entries.autodiff - entries.left) <= np.abs(
+            entries.autodiff - entries.right
+        )
+        side = np.where(left_nearer, entries.left, entries.right)
+        side_err = np.where(left_nearer, entries.left_error, entries.right_error)
+        use_side = at_kink & np.isfinite(side)
+        ref = np.where(use_side, side, entries.reference)[: n * m].reshape(n, m).T
+        err = np.where(use_side, side_err, entries.reference_error)[: n * m].reshape(n, m).T
         kink = (entries.status[: n * m] == SEVERITY[Verdict.NONSMOOTH]).reshape(n, m).T
     return in_your_terms(target, tool, step, ref, err, kink, seed)
