@@ -77,6 +77,50 @@ def test_an_unchanged_entry_is_reused_and_a_changed_one_rebuilt():
     assert cache.builds == {"k": 3}
 
 
+def test_new_function_objects_over_equal_values_share_one_entry():
+    """A parametrization's new lambda over new, equal arrays finds the first's capture;
+    over other values it does not."""
+    cache = CaptureCache()
+    made = []
+
+    def build():
+        made.append(1)
+        return len(made)
+
+    def make(w):
+        return lambda x: w * x
+
+    assert cache.get("k", ("shape",), (make(np.array([1.0, 2.0])),), build) == 1
+    assert cache.get("k", ("shape",), (make(np.array([1.0, 2.0])),), build) == 1
+    assert cache.get("k", ("shape",), (make(np.array([1.0, 3.0])),), build) == 2
+    assert cache.builds == {"k": 2}
+
+
+def test_a_shared_entry_is_not_served_once_its_own_function_changed():
+    """The entry was built from ``first``; ``second`` looks the same. Once ``first``'s
+    array is changed in place, the entry (which may call ``first``) is not served to
+    ``second`` but rebuilt."""
+    cache = CaptureCache()
+    w1, w2 = np.array([1.0, 2.0]), np.array([1.0, 2.0])
+
+    def make(w):
+        return lambda x: w * x
+
+    first, second = make(w1), make(w2)
+    made = []
+
+    def build():
+        made.append(1)
+        return len(made)
+
+    assert cache.get("k", (), (first,), build) == 1
+    assert cache.get("k", (), (second,), build) == 1
+    w1 += 1.0
+    assert cache.get("k", (), (second,), build) == 2
+    assert cache.get("k", (), (first,), build) == 3
+    assert cache.get("k", (), (second,), build) == 2
+
+
 def test_the_cache_is_bounded():
     cache = CaptureCache(maxsize=2)
     fs = [lambda x, i=i: x + i for i in range(4)]
@@ -291,6 +335,27 @@ def test_tensorflow_parametrized_checks_share_captures_per_shape(n):
     compiled = builds("tf.compiled")
     pg.check(f, x + 0.5)
     assert builds("tf.compiled") == compiled
+
+
+def test_tensorflow_new_lambdas_over_new_equal_constants_share_captures():
+    """As a parametrized test writes it: a new lambda over a new ``tf.constant`` per
+    case. Equal weights share the traced programs; other weights are traced again, and
+    each check has its own closed form."""
+    import tensorflow as tf
+
+    x = tf.constant([0.3, -1.2, 0.7, 2.0], dtype=tf.float32)
+    xs = x.numpy().astype(np.float64)
+    counts = []
+    for scale in (1.0, 1.0, -3.0):
+        w = tf.constant([scale, 2.0 * scale, -scale, 0.5], dtype=tf.float32)
+        report = pg.check(lambda x: tf.reduce_sum(w * tf.sin(x)), x)  # noqa: B023
+        want = w.numpy().astype(np.float64) * np.cos(xs)
+        assert report.verdict is pg.Verdict.PASS and report.ok, report
+        np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6)
+        np.testing.assert_allclose(report.entries.autodiff, want, rtol=1e-5)
+        counts.append(builds("tf.compiled"))
+    assert counts[1] == counts[0]  # equal weights: the first lambda's capture
+    assert counts[2] == counts[1] + 1  # other weights: traced again
 
 
 # -- explanations computed on first read --------------------------------------------------------

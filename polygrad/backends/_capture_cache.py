@@ -16,11 +16,21 @@ signature* of all of these (:func:`state_signature`) to be unchanged:
   operation, an optimizer step included) and storage address;
 * a TensorFlow variable (Keras weights included) by identity and a hash of its
   value (``assign`` leaves no cheaper trace);
-* a NumPy array by identity and a hash of its bytes;
-* immutable arrays (``jax.Array``, eager ``tf.Tensor``) by identity;
+* a NumPy array by its shape, dtype and a hash of its bytes;
+* immutable arrays (``jax.Array``, eager ``tf.Tensor``) by value (shape, dtype and
+  a hash of their bytes) up to :data:`VALUE_HASH_SIZE` entries, by identity beyond;
 * numbers and strings by value;
-* functions by identity, their closure cells and the globals their code reads,
-  recursively; other objects by identity and their attributes, recursively.
+* functions by their code, their closure cells, defaults and the globals their
+  code reads, recursively; other objects by identity and their attributes,
+  recursively.
+
+So a new function object with the same code over equal values (a pytest
+parametrization builds a new lambda over new constants for every case) finds the
+capture of the first: a test suite traces each function once, not once per test.
+Such a hit is taken only while the state of the function the entry was built from
+still has the signature it had (the capture may call that function, or read its
+arrays), so a value changed in place since is never served to an equal-looking
+newcomer.
 
 Every object whose identity enters a signature is kept alive by the entry, so an
 identity cannot be reused by another object while the entry lives. When a
@@ -52,6 +62,10 @@ MAX_DEPTH = 16
 MAX_ITEMS = 20000
 """Most objects visited for one signature; a larger state is not cached."""
 
+VALUE_HASH_SIZE = 1 << 16
+"""Largest immutable array (entries) summarised by value; larger ones by identity (a
+hash per check would cost more than it saves)."""
+
 
 class Uncacheable(Exception):
     """The state a capture depends on cannot be summarised with confidence."""
@@ -62,7 +76,7 @@ class _Walk:
     """Objects kept alive by a signature, and the ids already visited."""
 
     keep: list[Any] = field(default_factory=list)
-    seen: set[int] = field(default_factory=set)
+    seen: dict[int, int] = field(default_factory=dict)  # id -> order of first visit
 
 
 def _array_hash(a: np.ndarray) -> str:
@@ -72,20 +86,32 @@ def _array_hash(a: np.ndarray) -> str:
 def _framework_leaf(v: Any) -> tuple[Any, ...] | None:
     """The signature of a tensor, variable or array; None for other objects."""
     if isinstance(v, np.ndarray):
-        return ("ndarray", id(v), v.shape, v.dtype.str, _array_hash(v))
+        return ("ndarray", v.shape, v.dtype.str, _array_hash(v))
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(v, torch.Tensor):
         ptr = v.data_ptr() if v.layout == torch.strided and not v.is_meta else 0
         return ("tensor", id(v), v._version, ptr, tuple(v.shape), str(v.dtype), v.requires_grad)
     jax = sys.modules.get("jax")
     if jax is not None and isinstance(v, jax.Array):
-        return ("jax", id(v))
+        return ("jax", *_immutable(v, lambda: np.asarray(v)))
     tf = sys.modules.get("tensorflow")
     if tf is not None and isinstance(v, tf.Variable):
         return ("tfvar", id(v), v.dtype.name, _array_hash(np.asarray(v.numpy())), v.trainable)
     if tf is not None and isinstance(v, tf.Tensor) and hasattr(v, "numpy"):
-        return ("tftensor", id(v))
+        return ("tftensor", *_immutable(v, v.numpy))
     return None
+
+
+def _immutable(v: Any, values: Callable[[], np.ndarray]) -> tuple[Any, ...]:
+    """An immutable array's signature: by value when small, else by identity."""
+    size = int(np.prod(getattr(v, "shape", ()) or (1,)))
+    if size > VALUE_HASH_SIZE:
+        return ("id", id(v))
+    try:
+        a = np.asarray(values())
+    except Exception:  # noqa: BLE001 - not concrete (a tracer), on a device that will not copy
+        return ("id", id(v))
+    return (a.shape, a.dtype.str, _array_hash(a))
 
 
 def _framework_leaf_kind(v: Any) -> bool:
@@ -135,7 +161,7 @@ def _function(fn: types.FunctionType, walk: _Walk, depth: int) -> tuple[Any, ...
     reads = sorted(_code_globals(fn.__code__) & fn.__globals__.keys())
     glob = tuple((name, _sig(fn.__globals__[name], walk, depth + 1)) for name in reads)
     defaults = _sig((fn.__defaults__, fn.__kwdefaults__), walk, depth + 1)
-    return ("function", id(fn), id(fn.__code__), cells, glob, defaults)
+    return ("function", id(fn.__code__), id(fn.__globals__), cells, glob, defaults)
 
 
 def _cell(cell: Any, walk: _Walk, depth: int) -> Any:
@@ -155,8 +181,8 @@ def _sig(v: Any, walk: _Walk, depth: int) -> Any:  # noqa: C901, PLR0911 - one c
     if depth > MAX_DEPTH or len(walk.seen) > MAX_ITEMS:
         raise Uncacheable("the state the function reads is too deep or too large")
     if id(v) in walk.seen:
-        return ("again", id(v))
-    walk.seen.add(id(v))
+        return ("again", walk.seen[id(v)])
+    walk.seen[id(v)] = len(walk.seen)
     walk.keep.append(v)
     leaf = _framework_leaf(v)
     if leaf is not None:
@@ -273,6 +299,20 @@ class _Entry:
     signature: Hashable
     keep: list[Any]
     value: Any
+    state: tuple[Any, ...]
+    owner: Hashable  # (kind, key, id of the function it was built from)
+
+    def still_valid(self, state: tuple[Any, ...]) -> bool:
+        """Whether a hit for ``state`` may be served: the same objects, or the objects
+        this entry was built from still have the signature they had then."""
+        if len(state) == len(self.state) and all(
+            a is b for a, b in zip(state, self.state, strict=True)
+        ):
+            return True
+        try:
+            return state_signature(*self.state)[0] == self.signature
+        except (Uncacheable, TypeError):
+            return False
 
 
 class CaptureCache:
@@ -294,6 +334,7 @@ class CaptureCache:
         self.maxsize = int(maxsize)
         self.builds: dict[str, int] = {}
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._owned: dict[Hashable, Hashable] = {}  # owner -> slot of its latest entry
         self._lock = threading.Lock()
 
     def get(self, kind: str, key: Hashable, state: tuple[Any, ...], build: Callable[[], T]) -> T:
@@ -319,23 +360,36 @@ class CaptureCache:
         """
         try:
             signature, keep = state_signature(*state)
-            slot = (kind, key, id(state[0]) if state else None)
+            slot = (kind, key, signature)
+            owner = (kind, key, id(state[0]) if state else None)
             hash(slot)
-            hash(signature)
         except (Uncacheable, TypeError):
             return self._build(kind, build)
         with self._lock:
             entry = self._entries.get(slot)
-            if entry is not None and entry.signature == signature:
-                self._entries.move_to_end(slot)
-                return entry.value  # type: ignore[no-any-return]
+        if entry is not None and entry.still_valid(state):
+            with self._lock:
+                if slot in self._entries:
+                    self._entries.move_to_end(slot)
+            return entry.value  # type: ignore[no-any-return]
         value = self._build(kind, build)  # a miss, or a stale entry replaced
         with self._lock:
-            self._entries[slot] = _Entry(signature, keep, value)
-            self._entries.move_to_end(slot)
+            # the function's previous capture (its state has changed since) is dropped
+            stale = self._owned.pop(owner, None)
+            if stale is not None:
+                self._drop(stale)
+            self._drop(slot)
+            self._entries[slot] = _Entry(signature, keep, value, tuple(state), owner)
+            self._owned[owner] = slot
             while len(self._entries) > self.maxsize:
-                self._entries.popitem(last=False)
+                self._drop(next(iter(self._entries)))
         return value
+
+    def _drop(self, slot: Hashable) -> None:
+        """Remove an entry and its owner's record of it (with the lock held)."""
+        entry = self._entries.pop(slot, None)
+        if entry is not None and self._owned.get(entry.owner) == slot:
+            del self._owned[entry.owner]
 
     def _build(self, kind: str, build: Callable[[], T]) -> T:
         self.builds[kind] = self.builds.get(kind, 0) + 1
@@ -345,6 +399,7 @@ class CaptureCache:
         """Drop every entry (the build counters are kept)."""
         with self._lock:
             self._entries.clear()
+            self._owned.clear()
 
 
 CAPTURES = CaptureCache()

@@ -76,6 +76,7 @@ from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
+    WHOLE_BATCH_NUMBERS,
     SMALL_BATCH,
     Backend,
     ChunkSizer,
@@ -383,7 +384,7 @@ class _Program:
         self.out_paths: list[str] = []
         self.primals = primals
         self.batch_size = max(1, int(batch_size))
-        self._sizer = ChunkSizer(self.batch_size)
+        self._sizer = ChunkSizer(self.batch_size, whole_below=WHOLE_BATCH_NUMBERS)
         self.notes = notes
         self.sizes = [p.numel() for p in primals]
         self.out_dtype = None

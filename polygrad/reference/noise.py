@@ -351,24 +351,20 @@ def estimate_noise(
             Y = np.concatenate([fn(X[b : b + most]) for b in range(0, X.shape[0], most)])
             blocks.append(Y.reshape(sub.size, points + 1, -1))
             evals += X.shape[0]
-        Y = np.concatenate(blocks)
-        for row, k in enumerate(idx):
-            sig, inf = ecnoise(Y[row])
-            # rounding noise above sqrt(eps) of the values is a function that varies on
-            # the scale of the step (sin at x ~ 1e6 sampled 3 apart), not noise: a
-            # smaller step tells (a truly noisy function stays as noisy)
-            with np.errstate(invalid="ignore"):
-                plausible = np.sqrt(eps) * np.max(np.abs(Y[row]), axis=0)
-            inf = np.where(
-                (inf == NOISE_DETECTED) & (eps > 0) & (sig > plausible), STEP_TOO_LARGE, inf
-            )
-            improve = (inf == NOISE_DETECTED) | (best_inform[k] != NOISE_DETECTED)
-            best_sigma[k] = np.where(improve, sig, best_sigma[k])
-            best_inform[k] = np.where(improve, inf, best_inform[k])
-            if np.any(best_inform[k] == STEP_TOO_LARGE):
-                delta[k] /= 64.0
-            else:
-                todo[k] = False
+        Y = np.concatenate(blocks)  # (directions, p + 1, m): one table per direction
+        sig, inf = ecnoise(np.moveaxis(Y, 1, 0))
+        # rounding noise above sqrt(eps) of the values is a function that varies on
+        # the scale of the step (sin at x ~ 1e6 sampled 3 apart), not noise: a
+        # smaller step tells (a truly noisy function stays as noisy)
+        with np.errstate(invalid="ignore"):
+            plausible = np.sqrt(eps) * np.max(np.abs(Y), axis=1)
+        inf = np.where((inf == NOISE_DETECTED) & (eps > 0) & (sig > plausible), STEP_TOO_LARGE, inf)
+        improve = (inf == NOISE_DETECTED) | (best_inform[idx] != NOISE_DETECTED)
+        best_sigma[idx] = np.where(improve, sig, best_sigma[idx])
+        best_inform[idx] = np.where(improve, inf, best_inform[idx])
+        again = np.any((best_inform[idx] == STEP_TOO_LARGE).reshape(idx.size, -1), axis=1)
+        delta[idx[again]] /= 64.0
+        todo[idx[~again]] = False
     return NoiseEstimate(
         sigma=np.maximum(best_sigma, floor[None, :]),
         floor=floor,
