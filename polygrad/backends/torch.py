@@ -76,8 +76,8 @@ from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
-    WHOLE_BATCH_NUMBERS,
     SMALL_BATCH,
+    WHOLE_BATCH_NUMBERS,
     Backend,
     ChunkSizer,
     Layout,
