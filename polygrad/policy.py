@@ -71,6 +71,20 @@ class Policy:
         directions are alike: each draws the same distribution of noise), and it
         serves all, as for a large full check; each direction's own noise table
         costs nine evaluations of ``f``, most of the cost of a check at n = 1e6.
+    probe_noise_directions : int
+        A full check whose finite-difference reference aims at a relative accuracy
+        of at least ``probe_noise_accuracy`` (a float32, float16 or bfloat16 check
+        on float64 differences, whose round-off lies far below that aim) first
+        measures the noise along this many random sign directions only: each moves
+        every input, so it re-rounds every intermediate that a coordinate direction
+        does. Where each detects noise, the largest, times ``shared_noise_margin``,
+        serves every direction; the directions whose error bar then misses the aim
+        get their own noise measured and are estimated again. Elsewhere, and for
+        checks of at most twice this many directions, each direction's own noise
+        is measured from the start (nine evaluations each, two thirds of a small
+        float32 check's). 0: always each direction's own.
+    probe_noise_accuracy : float
+        The least relative accuracy aimed at for which the noise is probed first.
     borrow_share : float
         Share of the directions that must detect noise before the others borrow it.
     dithers : int
@@ -111,6 +125,8 @@ class Policy:
     shared_noise_directions: int = 32
     shared_noise_margin: float = 10.0
     shared_noise_projections: int = 2
+    probe_noise_directions: int = 2
+    probe_noise_accuracy: float = 1e-9
     borrow_share: float = 0.25
     dithers: int = 5
     dither_ulps: int = 2

@@ -14,6 +14,7 @@ import pytest
 import polygrad as pg
 from polygrad.backends.mpmath import make_context, mp_evaluator
 from polygrad.mpexec.values import leaves_at, point_at
+from polygrad.policy import Policy
 
 
 def test_point_at_sums_exactly_and_adds_only_the_nonzero_steps() -> None:
@@ -147,3 +148,63 @@ def test_rerunning_the_small_latency_rows_replaces_them(tmp_path: Path) -> None:
     path.write_text(json.dumps({"rows": [small, other, large]}))
     assert _kept_rows(path, ["small:jax,float32"]) == [other, large]
     assert _kept_rows(path, ["full:10000"]) == [small, other]
+
+
+# -- the noise of a float32 check, probed along random sign directions --------------------------
+def _sin_exp(w: np.ndarray) -> tuple[Any, Any]:
+    def f(x: np.ndarray) -> Any:
+        return np.sum(w * np.sin(x) * np.exp(x / 3))
+
+    def grad(x: np.ndarray) -> np.ndarray:
+        return w * np.exp(x / 3) * (np.cos(x) + np.sin(x) / 3)
+
+    return f, grad
+
+
+def test_a_float32_check_probes_the_noise_once_for_every_direction() -> None:
+    """Ten inputs: the noise of the float64 reference is measured along two random sign
+    directions (18 evaluations) instead of each direction's own (90); the reference is
+    still right to its stated error bar, which meets the float32 aim."""
+    rng = np.random.default_rng(5)
+    w = rng.uniform(0.5, 1.5, 10).astype(np.float32)
+    x = rng.uniform(-2.0, 2.0, 10).astype(np.float32)
+    f, grad = _sin_exp(w)
+    report = pg.check(f, x, grad=grad)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    ref = report.details["reference"]
+    assert ref["noise_measured_along"].startswith("2 random sign directions")
+    assert ref["evaluations"] < 90
+    xs, ws = x.astype(np.float64), w.astype(np.float64)
+    want = ws * np.exp(xs / 3) * (np.cos(xs) + np.sin(xs) / 3)
+    err = np.abs(report.entries.reference - want)
+    bar = report.entries.reference_error
+    assert np.all(err <= bar)
+    assert np.all(bar <= 1.2e-7 * (np.abs(want) + np.sqrt(np.mean(want**2))))
+
+
+def test_noise_of_cancelling_terms_is_measured_along_each_direction() -> None:
+    """``x[0]`` enters through ``(x0 + 2^20)^2 - 2^40``, whose float64 round-off (at the
+    size of 2^40) is far above that of ``f``'s value: the random directions, which move
+    ``x[0]`` too, measure that noise, and since it is not the ordinary rounding of
+    ``f`` (it would send the other directions to long steps), each direction's own noise
+    is measured, as with probing switched off. Every entry is right to its error bar."""
+    rng = np.random.default_rng(6)
+    x = rng.uniform(-2.0, 2.0, 8).astype(np.float32)
+
+    def f(x: np.ndarray) -> Any:
+        return np.sum(np.sin(x[1:])) + ((x[0] + 2.0**20) ** 2 - 2.0**40) * 1e-6
+
+    def grad(x: np.ndarray) -> np.ndarray:
+        g = np.cos(x).astype(np.float64)
+        g[0] = 2e-6 * (float(x[0]) + 2.0**20)
+        return g
+
+    report = pg.check(f, x, grad=grad)
+    own = pg.check(f, x, grad=grad, policy=Policy(probe_noise_directions=0))
+    want = grad(x.astype(np.float64))
+    for rep in (report, own):
+        assert rep.verdict is pg.Verdict.PASS and rep.ok, rep
+        assert rep.details["reference"]["noise_measured_along"] == "each direction"
+        assert np.all(np.abs(rep.entries.reference - want) <= rep.entries.reference_error)
+    assert report.details["reference"]["evaluations"] == own.details["reference"][
+        "evaluations"] + 18  # the two probes'  # fmt: skip

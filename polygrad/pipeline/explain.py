@@ -153,6 +153,24 @@ def detection_power(
     )
 
 
+def _noise_measured_along(plan: Plan, info: dict[str, Any], p: Any) -> str:
+    """Where the noise of the finite-difference reference was measured, in words."""
+    if plan.shared_noise_dirs is not None:
+        return (
+            f"{plan.shared_noise_dirs.shape[0]} sampled directions "
+            f"({p.shared_noise_margin:g} x the smallest, at most the largest, used for all)"
+        )
+    probes = info.get("noise_probes", 0)
+    if not probes:
+        return "each direction"
+    again = info.get("noise_remeasured", 0)
+    return (
+        f"{probes} random sign directions ({p.shared_noise_margin:g} x the largest, used "
+        f"for all; {again} direction{'s' if again != 1 else ''} measured again on "
+        "their own)"
+    )
+
+
 def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> ReferenceInfo:
     p, info = opts.policy, ref.noise
     size = max(np.max(np.abs(plan.f0)), 1e-300)
@@ -162,12 +180,7 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> Re
         noise=float(np.median(dd.central.noise)),
         noise_max=float(np.max(dd.central.noise)),
         noise_detected_fraction=info["detected"] / max(info["total"], 1),
-        noise_measured_along=(
-            "each direction"
-            if plan.shared_noise_dirs is None
-            else f"{plan.shared_noise_dirs.shape[0]} sampled directions "
-            f"({p.shared_noise_margin:g} x the smallest, at most the largest, used for all)"
-        ),
+        noise_measured_along=_noise_measured_along(plan, info, p),
         target_accuracy=plan.accuracy,
         noise_relative=float(np.median(np.max(dd.central.noise, axis=1) / size)),
         median_step=float(np.median(dd.central.step)),

@@ -15,9 +15,9 @@ from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from ..reference.differences import DirectionalDerivatives
 from ..reference.mp import expected_mp_evaluations
-from ..reference.noise import output_resolution
+from ..reference.noise import NOISE_DETECTED, output_resolution
 from ..reference.richardson import Estimate
-from ..reference.steps import ecnoise_step, ladder
+from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
 from .plan import Plan
@@ -97,6 +97,55 @@ def _shared_noise(
     low = np.where(np.isfinite(low), low, noise.sigma.min(axis=0))
     high = np.where(np.isfinite(high), np.maximum(high, low), np.inf)
     return np.minimum(opts.policy.shared_noise_margin * low, high)
+
+
+PROBED_ROUNDOFF_ULPS = 16.0
+"""Probed noise serves every direction only up to this many times the rounding of ``f``
+at ``x`` (its ``eps |f|``, or its value grid where cancelling terms set it)."""
+
+
+def _probed_noise(
+    fn: Callable[..., Any], target: Target, plan: Plan, opts: Options, info: dict[str, Any]
+) -> np.ndarray | None:
+    """Per output, the noise that serves every direction of a small full check whose
+    reference aims far above float64's round-off (``policy.probe_noise_directions``):
+    the largest measured along a few random sign directions, times
+    ``policy.shared_noise_margin``. None where the check does not qualify, where a
+    probe detects no clean noise (a kink or a flat output along it), or where the noise
+    is beyond :data:`PROBED_ROUNDOFF_ULPS` roundings of ``f``'s value (cancelling terms:
+    a coordinate that enters through them has far more noise than the others, which the
+    probe's noise would send to long steps): then each direction's own is measured."""
+    p = opts.policy
+    k = p.probe_noise_directions
+    qualifies = plan.full and opts.executor is None and plan.accuracy >= p.probe_noise_accuracy
+    if not qualifies or k <= 0 or plan.d <= 2 * k:
+        return None
+    signs = rademacher(np.random.default_rng([opts.seed, 3]), k, target.n)
+    noise = estimate_noise(fn, target.x0, signs * plan.s[None, :], plan.f0, plan.ref_eps,
+                           ecnoise_step(plan.ref_eps), resolution=info["_resolution"])  # fmt: skip
+    _count(info, noise)
+    ordinary = noise.sigma <= PROBED_ROUNDOFF_ULPS * noise.floor[None, :]
+    if not np.all((noise.inform == NOISE_DETECTED) & ordinary):
+        return None
+    info["noise_probes"] = k
+    return p.shared_noise_margin * np.max(noise.sigma, axis=0)
+
+
+def _own_noise_where_missed(
+    dd: DirectionalDerivatives, fn: Callable[..., Any], target: Target, plan: Plan,
+    method: str, opts: Options, info: dict[str, Any],
+) -> DirectionalDerivatives:  # fmt: skip
+    """``dd`` (estimated with probed noise) with the directions whose error bar misses
+    the aim estimated again, each with its own noise measured: the probe's margin, or a
+    kink it read as noise, must not cost an entry its verdict."""
+    idx = _missed(dd, plan.s, plan.accuracy)
+    if idx.size == 0:
+        return dd
+    W = np.zeros((idx.size, plan.s.size))
+    W[np.arange(idx.size), idx] = plan.s[idx]
+    info["noise_remeasured"] = int(idx.size)
+    own = _differences(fn, target, W, plan, method, opts, info, None)
+    return merge_directions(dd, own, idx)
 
 
 def borrow_unseen_noise(
@@ -185,9 +234,12 @@ def _directional(
 ) -> DirectionalDerivatives:  # fmt: skip
     """The reference along every direction of ``plan`` by ``method`` (on
     ``opts.executor`` in shards when one is given)."""
-    shared = None
+    shared, probed = None, False
     if method != "mp" and plan.shared_noise_dirs is not None:
         shared = _shared_noise(fn, target, plan, opts, info)
+    elif method != "mp":
+        shared = _probed_noise(fn, target, plan, opts, info)
+        probed = shared is not None
     if opts.executor is not None:
         from ..sharding import shard_spec, sharded_reference
 
@@ -196,6 +248,8 @@ def _directional(
                                  shared)  # fmt: skip
     dd = _concat([along(method, fn, target, W, plan, opts, info, shared)
                   for W in plan.chunks()])  # fmt: skip
+    if probed:
+        dd = _own_noise_where_missed(dd, fn, target, plan, method, opts, info)
     return _tighten(dd, method, fn, target, plan, opts, info) if method != "mp" else dd
 
 
