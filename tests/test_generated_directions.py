@@ -20,6 +20,7 @@ from polygrad.pipeline.autodiff import Setting, accurate_sum
 from polygrad.pipeline.plan import make_plan
 from polygrad.pipeline.prepare import Options, prepare
 from polygrad.pipeline.reference import compute_reference
+from polygrad.policy import Policy
 from polygrad.reference.steps import RademacherDirections, pow2_scales
 
 N_WIDE = 100_000
@@ -55,7 +56,10 @@ def test_generated_directions_are_the_same_rows_every_time():
 
 
 def _entries(f, x, stored: bool):  # type: ignore[no-untyped-def]
-    opts = Options(strategy="projections")
+    # no mp escalation of the entries in doubt: it runs only where its timed cost is
+    # within policy.mp_auto_seconds, so on a loaded machine one of the two runs would
+    # re-examine the planted MISMATCH with mp and the other would not
+    opts = Options(strategy="projections", policy=Policy(mp_auto_seconds=0.0))
     prep = prepare(f, (x,), 0, Supplied(None, None, None, None), None, opts)
     plan = make_plan(prep.target, opts)
     assert isinstance(plan.W, RademacherDirections)
