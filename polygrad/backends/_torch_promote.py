@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -162,7 +163,14 @@ def _has_floating(torch: Any, args: tuple, kwargs: dict) -> bool:
 
 
 def _run_eagerly(torch: Any, stack: contextlib.ExitStack) -> None:
-    """Make ``torch.compile``-decorated functions run their Python code (torch >= 2.6)."""
+    """Make ``torch.compile``-decorated functions run their Python code (torch >= 2.6).
+
+    Only once ``torch.compile`` has been used in this process (it imports
+    ``torch._dynamo``): setting a stance imports the compiler too, which takes about
+    2 s, and without it no function can be compiled.
+    """
+    if "torch._dynamo" not in sys.modules:
+        return
     stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     if stance is not None:
         stack.enter_context(stance("force_eager"))

@@ -76,6 +76,7 @@ from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
+    SMALL_BATCH,
     WHOLE_BATCH_NUMBERS,
     Backend,
     ChunkSizer,
@@ -93,10 +94,23 @@ __all__ = ["TorchBackend"]
 MP_UNAVAILABLE = "high-precision (mpmath) evaluation is unavailable for this function"
 
 PER_ROW_BATCH = 3
-"""Batches up to this many rows run one plain call per row, larger ones through
+"""Small batches of up to this many rows run one plain call per row, larger ones through
 ``torch.func.vmap``: one vmap call costs about what two to four plain calls do (a
 function of 10 inputs promoted to float64 here: 0.45 ms a plain call, 1.1 to 1.9 ms a
 vmap call of 17 to 32 rows, where 16 plain calls took 7 ms)."""
+
+
+def _batched(rows: int, numbers: int) -> bool:
+    """Whether ``rows`` points (``numbers`` input numbers in all) go through vmap.
+
+    A batch of up to :data:`PER_ROW_BATCH` rows runs row by row; so does one of up to
+    :data:`SMALL_BATCH` rows of a large input (at least
+    :data:`~polygrad.backends.base.WHOLE_BATCH_NUMBERS` numbers), whose calls cost
+    their arithmetic, not their overhead, and whose vmap would hold every row's
+    intermediates at once (9 rows of an input of 1e6: 0.2 GB more at the peak).
+    """
+    limit = PER_ROW_BATCH if numbers < WHOLE_BATCH_NUMBERS else SMALL_BATCH
+    return rows > limit
 
 
 def _first_line(exc: BaseException) -> str:
@@ -469,7 +483,7 @@ class _Program:
     def _evaluate_chunk(self, X: np.ndarray) -> np.ndarray:
         torch = self.torch
         leaves = self.leaves_from(X)
-        if self._vmap_eval and X.shape[0] > PER_ROW_BATCH:
+        if self._vmap_eval and _batched(X.shape[0], X.size):
             try:
                 with torch.no_grad():
                     return _to_float64_numpy(torch, torch.func.vmap(self.call)(*leaves))
@@ -494,7 +508,7 @@ class _Program:
         torch = self.torch
         k = U.shape[0]
         Ut = torch.tensor(np.asarray(U, dtype=np.float64)).to(self.out_device, self.out_dtype)
-        if self._vmap_vjp and k > PER_ROW_BATCH:
+        if self._vmap_vjp and _batched(k, k * sum(self.sizes)):
             try:
                 if self._vjp_fn is None:
                     _, self._vjp_fn = torch.func.vjp(self.call, *self.primals)
