@@ -50,7 +50,7 @@ HERE = Path(__file__).resolve().parent
 OUT_JSON = HERE / "results" / "latency.json"
 OUT_MD = HERE.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- latency:begin -->", "<!-- latency:end -->"
-WARM_REPEATS = 5
+WARM_REPEATS = 9
 FRAMEWORKS = ("numpy", "torch", "jax", "tensorflow")
 
 
@@ -68,13 +68,12 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t
 
 
-def _first_and_warm(make: Callable[[], Callable[[], Any]]) -> tuple[float, float]:
-    """First call on a new function object, then the median of warm calls."""
-    first = _timed(make())
-    go = make()
-    go()
-    warm = statistics.median(_timed(go) for _ in range(WARM_REPEATS))
-    return first, warm
+def _interleaved_warm(tool: Callable[[], Any], ours: Callable[[], Any]) -> tuple[float, float]:
+    """Medians of warm calls of the two, alternated call by call: a machine whose speed
+    drifts (a shared one) moves both alike, and their ratio stays put."""
+    tool(), ours()
+    pairs = [(_timed(tool), _timed(ours)) for _ in range(WARM_REPEATS)]
+    return statistics.median(t for t, _ in pairs), statistics.median(o for _, o in pairs)
 
 
 def _numpy_row(n: int, dtype: str) -> dict[str, Any]:
@@ -180,8 +179,8 @@ def _compare(
 ) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tool_first, tool_warm = _first_and_warm(make_tool)
-        pg_first, pg_warm = _first_and_warm(make_pg)
+        tool_first, pg_first = _timed(make_tool()), _timed(make_pg())
+        tool_warm, pg_warm = _interleaved_warm(make_tool(), make_pg())
         verdict = make_pg()().verdict.name
     return {
         "tool": tool,
@@ -528,8 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         threads = os.environ.get("OMP_NUM_THREADS")
         meta = (
             f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPU cores by "
-            "`python -m benchmarks latency`; warm = median of 5 calls, first = first call "
-            "on a new function object"
+            "`python -m benchmarks latency`; warm = median of 9 calls, each alternated with "
+            "one of the tool's (a drift of the machine's speed moves both alike), first = "
+            "first call on a new function object"
             + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
             + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
             "small input has paid the one-time imports)."
