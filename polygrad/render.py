@@ -113,9 +113,12 @@ def _reference_noise(report: Report) -> str:
         arith, eps = f"mpmath at {ref.dps} digits", 10.0 ** -float(ref.dps or 15)
     elif ref.method == "float64":
         arith, eps = "float64", float(np.finfo(np.float64).eps)
+    along = ref.noise_measured_along
+    shared = along not in ("", "each direction") and ref.method != "mp"
+    where = f"; measured along {along}" if shared else ""
     return (
         f"  noise of f in {arith} (the reference's arithmetic, which limits its error bar): "
-        f"{_g(ref.noise, 3)} ({_noise_vs_f(ref.noise, ref.f_abs, eps)})"
+        f"{_g(ref.noise, 3)} ({_noise_vs_f(ref.noise, ref.f_abs, eps)}){where}"
     )
 
 
