@@ -17,6 +17,7 @@ from ..details import (
     Rules,
     TaylorSummary,
 )
+from ..policy import Policy
 from ..reference import estimate_noise
 from ..reference.curvature import derivative_coefficients, rounding_noise
 from ..reference.steps import F64_EPS, RademacherDirections, ecnoise_step
@@ -153,7 +154,7 @@ def detection_power(
     )
 
 
-def _noise_measured_along(plan: Plan, info: dict[str, Any], p: Any) -> str:
+def _noise_measured_along(plan: Plan, info: dict[str, Any], p: Policy) -> str:
     """Where the noise of the finite-difference reference was measured, in words."""
     if plan.shared_noise_dirs is not None:
         return (

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..refcache import CachedReference
     from .cache import CacheRequest, CacheSlot
 
-__all__ = ["Plan", "make_plan", "raising_points_as_nan"]
+__all__ = ["Plan", "coordinate_directions", "make_plan", "raising_points_as_nan"]
 
 
 @dataclass(frozen=True)
@@ -104,17 +104,22 @@ class Plan:
         if self.W is not None:  # a few directions: one chunk, built here, dropped after
             yield np.asarray(self.W)
             return
-        n, s = self.s.size, self.s
+        n = self.s.size
         chunk = max(1, min(n, (1 << 22) // max(n, 1)))
         for a in range(0, n, chunk):
-            b = min(n, a + chunk)
-            W = np.zeros((b - a, n))
-            W[np.arange(b - a), np.arange(a, b)] = s[a:b]
-            yield W
+            yield coordinate_directions(self.s, np.arange(a, min(n, a + chunk)))
 
     def directions(self) -> np.ndarray:
         """All directions ``(d, n)``."""
         return np.diag(self.s) if self.W is None else np.asarray(self.W)
+
+
+def coordinate_directions(s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """The coordinate directions ``idx`` scaled by ``s``: ``(len(idx), n)`` float64, row
+    ``r`` holding ``s[idx[r]]`` at column ``idx[r]`` and zeros elsewhere."""
+    W = np.zeros((idx.size, s.size))
+    W[np.arange(idx.size), idx] = s[idx]
+    return W
 
 
 def raising_points_as_nan(

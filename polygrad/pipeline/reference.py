@@ -20,7 +20,7 @@ from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
-from .plan import Plan
+from .plan import Plan, coordinate_directions
 from .prepare import Options
 
 __all__ = ["Reference", "along", "compute_reference", "escalate", "name_deciders", "raised_note"]
@@ -141,8 +141,7 @@ def _own_noise_where_missed(
     idx = _missed(dd, plan.s, plan.accuracy)
     if idx.size == 0:
         return dd
-    W = np.zeros((idx.size, plan.s.size))
-    W[np.arange(idx.size), idx] = plan.s[idx]
+    W = coordinate_directions(plan.s, idx)
     info["noise_remeasured"] = int(idx.size)
     own = _differences(fn, target, W, plan, method, opts, info, None)
     return merge_directions(dd, own, idx)
@@ -281,8 +280,7 @@ def _tighten(
     idx = _missed(dd, plan.s, bound)
     if idx.size == 0:
         return dd
-    W = np.zeros((idx.size, plan.s.size))
-    W[np.arange(idx.size), idx] = plan.s[idx]
+    W = coordinate_directions(plan.s, idx)
     acc = plan.strict_accuracy
     strict = replace(plan, accuracy=acc,
                      ladder=ladder(plan.ref_eps, acc, p.condition_allowance))  # fmt: skip
