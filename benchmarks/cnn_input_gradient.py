@@ -69,6 +69,181 @@ def digit_image(size: int) -> tuple[np.ndarray, int]:
     return np.clip(big.numpy()[0, :, :, 0], 0.0, 1.0).astype(np.float32), int(digits.target[0])
 
 
+def keras_cnn(size: int, dtype: str = "float32") -> Any:
+    """The case-2 Keras CNN for ``size`` x ``size`` inputs, with seeded weights.
+
+    Parameters
+    ----------
+    size : int
+        Side length of the input image.
+    dtype : str
+        The layers' dtype (``"float64"`` builds the floor's model; same weights).
+
+    Returns
+    -------
+    keras.Sequential
+    """
+    import keras
+
+    keras.utils.set_random_seed(1)
+    opts = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05), "dtype": dtype}
+    return keras.Sequential(
+        [
+            keras.Input((size, size, 1), dtype=dtype),
+            keras.layers.Conv2D(32, 3, activation="relu", **opts),
+            keras.layers.MaxPooling2D(2, dtype=dtype),
+            keras.layers.Conv2D(64, 3, activation="relu", **opts),
+            keras.layers.MaxPooling2D(2, dtype=dtype),
+            keras.layers.Flatten(dtype=dtype),
+            keras.layers.Dropout(0.5, dtype=dtype),
+            keras.layers.Dense(10, activation="softmax", **opts),
+        ]
+    )
+
+
+def torch_cnn(size: int) -> Any:
+    """The case-2 CNN in PyTorch for ``size`` x ``size`` inputs, seeded, in eval mode.
+
+    Parameters
+    ----------
+    size : int
+        Side length of the input image.
+
+    Returns
+    -------
+    torch.nn.Sequential
+        float32.
+    """
+    import torch
+    from torch import nn
+
+    side = ((size - 2) // 2 - 2) // 2
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(64 * side * side, 10),
+    ).eval()
+
+
+FLOOR_STEPS = (2.0**-12, 2.0**-11)
+"""Two central differences per pixel: the fewest evaluations of ``f`` that give a
+derivative together with an estimate of its error (4 per pixel)."""
+FLOOR_BATCH = 256
+"""Images per batch of the floor's natively batched float64 model calls."""
+
+
+def floor_points(image: np.ndarray) -> np.ndarray:
+    """The points of two central differences along every pixel, in float64.
+
+    Parameters
+    ----------
+    image : numpy.ndarray
+        The input, any shape with ``n`` entries.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, shape ``(4 n, *image.shape)``: ``x0 ± h e_i`` for both
+        :data:`FLOOR_STEPS`.
+    """
+    x0 = image.astype(np.float64)
+    eye = np.eye(x0.size).reshape(x0.size, *x0.shape)
+    return np.concatenate([x0 + s * h * eye for h in FLOOR_STEPS for s in (1.0, -1.0)])
+
+
+def time_floor(per_example_loss: Callable[[np.ndarray], Any], points: np.ndarray) -> float:
+    """Seconds to evaluate ``per_example_loss`` on ``points`` in batches of
+    :data:`FLOOR_BATCH`, after one untimed batch (tracing, allocation).
+
+    Parameters
+    ----------
+    per_example_loss : callable
+        ``(B, ...)`` float64 points to ``B`` losses (the model's own batch dimension).
+    points : numpy.ndarray
+        From :func:`floor_points`.
+
+    Returns
+    -------
+    float
+        Wall-clock seconds.
+    """
+    per_example_loss(points[:FLOOR_BATCH])
+    t0 = time.perf_counter()
+    for i in range(0, len(points), FLOOR_BATCH):
+        per_example_loss(points[i : i + FLOOR_BATCH])
+    return time.perf_counter() - t0
+
+
+def keras_floor(model: Any, image: np.ndarray, label: int) -> float:
+    """:func:`time_floor` of the Keras CNN's loss in float64 (a float64 copy of ``model``).
+
+    Parameters
+    ----------
+    model : keras.Sequential
+        From :func:`keras_cnn` (float32); its weights are copied, not changed.
+    image : numpy.ndarray
+        ``(size, size)`` input.
+    label : int
+        The digit's class.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    import keras
+    import tensorflow as tf
+
+    model64 = keras_cnn(image.shape[0], "float64")
+    model64.set_weights([w.astype(np.float64) for w in model.get_weights()])
+    onehot = tf.one_hot([label], 10, dtype=tf.float64)
+
+    @tf.function
+    def losses(x: Any) -> Any:
+        targets = tf.repeat(onehot, tf.shape(x)[0], axis=0)
+        return keras.losses.categorical_crossentropy(targets, model64(x, training=False))
+
+    return time_floor(lambda p: losses(tf.constant(p)).numpy(), floor_points(image)[..., None])
+
+
+def torch_floor(model: Any, image: np.ndarray, label: int) -> float:
+    """:func:`time_floor` of the PyTorch CNN's loss in float64 (a float64 copy of ``model``).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        From :func:`torch_cnn`; copied, not changed.
+    image : numpy.ndarray
+        ``(size, size)`` input.
+    label : int
+        The digit's class.
+
+    Returns
+    -------
+    float
+        Seconds.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    model64 = copy.deepcopy(model).double()
+    target = torch.tensor([label])
+
+    def losses(p: np.ndarray) -> Any:
+        with torch.no_grad():
+            x = torch.from_numpy(p)[:, None]
+            return F.cross_entropy(model64(x), target.expand(len(x)), reduction="none").numpy()
+
+    return time_floor(losses, floor_points(image))
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     """Call ``fn`` and return its result and the wall time in seconds.
 
@@ -140,20 +315,7 @@ def run_tensorflow(size: int) -> list[dict[str, Any]]:
 
     import polygrad as pg
 
-    keras.utils.set_random_seed(1)
-    bias = {"bias_initializer": keras.initializers.RandomNormal(stddev=0.05)}
-    model = keras.Sequential(
-        [
-            keras.Input((size, size, 1)),
-            keras.layers.Conv2D(32, 3, activation="relu", **bias),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Conv2D(64, 3, activation="relu", **bias),
-            keras.layers.MaxPooling2D(2),
-            keras.layers.Flatten(),
-            keras.layers.Dropout(0.5),
-            keras.layers.Dense(10, activation="softmax", **bias),
-        ]
-    )
+    model = keras_cnn(size)
     image, label = digit_image(size)
     onehot = tf.one_hot([label], 10)
     x = tf.constant(image[None, :, :, None])
@@ -211,19 +373,7 @@ def run_torch(size: int) -> list[dict[str, Any]]:
 
     import polygrad as pg
 
-    side = ((size - 2) // 2 - 2) // 2
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(1, 32, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Dropout(0.5),
-        nn.Linear(64 * side * side, 10),
-    ).eval()
+    model = torch_cnn(size)
     image, label_int = digit_image(size)
     img = torch.tensor(image)[None, None]
     label = torch.tensor([label_int])

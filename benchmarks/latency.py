@@ -22,6 +22,10 @@ float32 weights; see :func:`_problem`):
 * n = 1e6, PyTorch float32, random projections: polygrad against one
   forward+backward pass, with polygrad's extra peak memory (resident set, measured
   in a fresh process).
+* the case-2 CNN (784 pixels, float32, model closed over), Keras and PyTorch, full
+  check: polygrad against ``tf.test.compute_gradient`` / ``gradcheck`` (one call each)
+  and against its floor, the float64 model evaluations of two central differences per
+  pixel evaluated in the model's own batches (:func:`_cnn_row`).
 
 Each framework runs in its own worker process, so that no framework's threads or
 caches slow another's. The table goes to stdout, into ``benchmarks/results/latency.json``,
@@ -32,6 +36,7 @@ and into the block between the ``latency`` markers of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import os
@@ -279,6 +284,86 @@ def _torch_projections(n: int) -> dict[str, Any]:
     }
 
 
+CNN_SIZE = 28
+CNN_WARM_REPEATS = 3
+
+
+Thunk = Callable[[], Any]
+
+
+def _cnn_problem(framework: str) -> tuple[Thunk, Thunk, Callable[[], float]]:
+    """The case-2 CNN as the user wrote it (model closed over): (polygrad's check, the
+    framework's checker, the floor's timing), each a function of no arguments."""
+    import polygrad as pg
+
+    from . import cnn_input_gradient as cnn
+
+    image, label = cnn.digit_image(CNN_SIZE)
+    if framework == "tensorflow":
+        import keras
+        import tensorflow as tf
+
+        model = cnn.keras_cnn(CNN_SIZE)
+        onehot = tf.one_hot([label], 10)
+        x = tf.constant(image[None, :, :, None])
+
+        def loss(m: Any, x: Any) -> Any:
+            probabilities = m(x, training=False)
+            return tf.reduce_sum(keras.losses.categorical_crossentropy(onehot, probabilities))
+
+        loss(model, x)  # builds the weights
+        tool = lambda: tf.test.compute_gradient(lambda x: loss(model, x), [x])  # noqa: E731
+        floor = functools.partial(cnn.keras_floor, model, image, label)
+    else:
+        import torch
+        import torch.nn.functional as F
+
+        model = cnn.torch_cnn(CNN_SIZE)
+        target = torch.tensor([label])
+        x = torch.tensor(image)[None, None]
+        loss = lambda m, x: F.cross_entropy(m(x), target)  # noqa: E731
+        model64, x64 = copy.deepcopy(model).double(), x.double().requires_grad_()
+        tool = lambda: torch.autograd.gradcheck(  # noqa: E731
+            lambda v: loss(model64, v), (x64,), eps=1e-3, atol=1e-2, rtol=1e-2
+        )
+        floor = functools.partial(cnn.torch_floor, model, image, label)
+    ours = lambda: pg.check(lambda x: loss(model, x), x, strategy="full")  # noqa: E731
+    return ours, tool, floor
+
+
+def _cnn_row(framework: str) -> dict[str, Any]:
+    """polygrad's full check of the case-2 CNN against the framework's checker and
+    against its floor: the float64 model evaluations of two central differences per
+    pixel (the fewest that give an error estimate), natively batched."""
+    from . import cnn_input_gradient as cnn
+
+    ours, tool, floor = _cnn_problem(framework)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t_first = _timed(ours)
+        report = ours()  # the same code again: its captured program is reused
+        t_warm = statistics.median(_timed(ours) for _ in range(CNN_WARM_REPEATS))
+        t_tool = _timed(tool)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(report.counts().items()))
+    return {
+        "n": CNN_SIZE * CNN_SIZE,
+        "framework": framework,
+        "dtype": "float32",
+        "strategy": "full, case-2 CNN (model closed over)",
+        "job": f"cnn:{framework}",
+        "tool": "tf.test.compute_gradient" if framework == "tensorflow"
+        else "torch.autograd.gradcheck (float64 copy)",
+        "tool_first": t_tool,
+        "tool_warm": t_tool,
+        "polygrad_first": t_first,
+        "polygrad_warm": t_warm,
+        "verdict": f"{report.verdict.name} ok={report.ok} ({counts})",
+        "evaluations": int(report.details["reference"]["evaluations"]),
+        "floor_evaluations": len(cnn.FLOOR_STEPS) * 2 * CNN_SIZE * CNN_SIZE,
+        "floor_seconds": floor(),
+    }  # fmt: skip
+
+
 SUITE_SIZE = 200
 
 
@@ -388,6 +473,8 @@ def _worker(job: str) -> None:
     if kind == "small":
         framework, dtype = arg.split(",")
         rows = [{"n": 10, "framework": framework, "dtype": dtype, **ROWS[framework](10, dtype)}]
+    elif kind == "cnn":
+        rows = [_cnn_row(arg)]
     elif kind == "full":
         rows = [
             {"n": int(arg), "framework": "torch", "dtype": "float64", "strategy": "full", **r}
@@ -425,7 +512,8 @@ def jobs(quick: bool) -> list[str]:
     """The worker jobs of a run (see the module docstring)."""
     frameworks = ("numpy", "torch") if quick else FRAMEWORKS
     small = [f"small:{fw},{dt}" for fw in frameworks for dt in ("float32", "float64")]
-    return small if quick else [*small, "full:10000", "projections:1000000", f"suite:{SUITE_SIZE}"]
+    large = ["full:10000", "projections:1000000", "cnn:tensorflow", "cnn:torch"]
+    return small if quick else [*small, *large, f"suite:{SUITE_SIZE}"]
 
 
 def _ratio(row: dict[str, Any], key: str) -> str:
@@ -456,6 +544,13 @@ def render(rows: list[dict[str, Any]]) -> str:
             what += f", {r['function']}"
         if "evaluations_per_input" in r:
             what += f" ({r['evaluations_per_input']:.1f} evaluations per input)"
+        if "floor_seconds" in r:
+            what += (
+                f" ({r['evaluations']} evaluations; floor: {r['floor_evaluations']} float64 "
+                f"model evaluations, natively batched, {_ms(r['floor_seconds'])}: polygrad "
+                f"{r['polygrad_first'] / r['floor_seconds']:.1f}x it first, "
+                f"{r['polygrad_warm'] / r['floor_seconds']:.1f}x warm)"
+            )
         if "extra_peak_mb" in r:
             what += f" (+{r['extra_peak_mb']:.0f} MB peak)"
         out.append(

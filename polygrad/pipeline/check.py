@@ -249,7 +249,7 @@ def make_report(
     """The :class:`Report` of one implementation judged in full (verdict, details)."""
     verdict, ok = overall(judged.entries, opts.nonsmooth)
     details = replace(
-        explain(prep, plan, ref, judged, verdict, opts), seconds=time.perf_counter() - t_start
+        explain(prep, plan, ref, judged, verdict, ok, opts), seconds=time.perf_counter() - t_start
     )
     quantity = judged.quantity or ("Jacobian entries" if plan.full else "projections uᵀJw")
     return Report(verdict=verdict, ok=ok, entries=judged.entries, quantity=quantity,

@@ -253,9 +253,16 @@ def _taylor(
 
 
 def explain(
-    prep: Prepared, plan: Plan, ref: Reference, a: Assessment, verdict: Verdict, opts: Options
+    prep: Prepared,
+    plan: Plan,
+    ref: Reference,
+    a: Assessment,
+    verdict: Verdict,
+    ok: bool,
+    opts: Options,
 ) -> Details:
-    """The report's ``details``: notes, the reference, the rules, supporting evidence."""
+    """The report's ``details``: notes, the reference, the rules, supporting evidence
+    (``ok``: whether the check passes, which defers the evidence)."""
     t = prep.target
     notes = prep.notes + plan.notes + ref.notes + list(a.notes) + edge_notes(a.entries, plan.f0)
     details = _summary(prep, plan, ref, a, opts, notes)
@@ -271,7 +278,7 @@ def explain(
     if plan.raised:
         notes.append(raised_note(plan.raised))
     details = replace(details, notes=tuple(dict.fromkeys(notes + list(t.notes))))
-    return _supporting_evidence(details, prep, plan, a.entries, verdict, opts)
+    return _supporting_evidence(details, prep, plan, a.entries, ok, opts)
 
 
 def _supporting_evidence(
@@ -279,14 +286,15 @@ def _supporting_evidence(
     prep: Prepared,
     plan: Plan,
     entries: Entries,
-    verdict: Verdict,
+    ok: bool,
     opts: Options,
 ) -> Details:
     """``details`` with the naive central difference's predicted error (working dtypes
     narrower than float64) and the Taylor-remainder test.
 
-    Neither decides a verdict. For a PASS they are computed when first read
-    (printed, serialised, indexed); for any other verdict, now.
+    Neither decides a verdict. For a check that passes (``ok``: a PASS, or kinks
+    within tolerance) they are computed when first read (printed, serialised,
+    indexed); for one that fails, now, while the function is as it was checked.
     """
     t = prep.target
     naive: Callable[[], NaiveCentralDifference | None] | None = None
@@ -301,6 +309,6 @@ def _supporting_evidence(
     if opts.tool is not None:  # asked for: computed now
         terms = your_terms_result(t, opts.tool, opts.tool_step, entries, plan.full, opts.seed)
         details = replace(details, your_terms=terms)
-    if verdict is not Verdict.PASS:
+    if not ok:
         details.force()
     return details
