@@ -18,7 +18,7 @@ side; the corresponding one-sided derivative is reported as ``±inf``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -386,7 +386,7 @@ def directional_derivatives(
             evaluations=evals,
         )
 
-    sol = _solve(Y, f0, steps, sigma, eps, final=True)
+    sol = _solve(Y, f0, steps, sigma, eps, final=sol)
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
@@ -540,18 +540,19 @@ def _solve(
     steps: np.ndarray,
     sigma: np.ndarray,
     eps: float,
-    final: bool = False,
+    final: _Solution | None = None,
 ) -> _Solution:
     """Tableaus and jump flags per direction, each on the steps evaluated for it.
 
     Directions are grouped by which steps of the ladder were evaluated for them
     (the ladder is extended only where needed), so no tableau sees a gap.
-    With ``final``, the error bars reported are also cross-checked between
-    tableau columns (see :func:`polygrad.reference.richardson.neville`); the
-    jump test and the ladder's moves use the plain ones (a jump or a kink
-    makes the columns diverge, and the ladder must still move towards it).
+    With ``final`` (the plain solution of the same ``Y``), the error bars
+    reported are cross-checked between tableau columns (see
+    :func:`polygrad.reference.richardson.neville`), and the jump flags are
+    ``final``'s: the jump test and the ladder's moves use the plain tableaus (a
+    jump or a kink makes the columns diverge, and the ladder must still move
+    towards it), which are not computed again.
     """
-    d = Y.shape[0]
     valid = ~np.all(np.isnan(Y), axis=(2, 3))  # (d, L)
     patterns, inverse = np.unique(valid, axis=0, return_inverse=True)
     inverse = np.asarray(inverse).reshape(-1)
@@ -565,62 +566,66 @@ def _solve(
             cols = np.arange(steps.size)
         st = steps[cols]
         Yg = Y[rows][:, cols]
-        c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps)
-        fine = c
-        if st.size > FINE_LEVELS:
-            fine = _tableaus(
-                Yg[:, -FINE_LEVELS:], f0, st[-FINE_LEVELS:], sigma[rows], eps, sides=False
-            )[0]
-        tabs["fine"].append((fine, st[-FINE_LEVELS:][np.minimum(fine.level, FINE_LEVELS - 1)]))
-        jr, sr = _jumps(Yg, f0, sigma[rows], 0, r, eps)
-        jl, sl = _jumps(Yg, f0, sigma[rows], 1, l, eps)
-        if final:
-            c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps, cross_check=True)
         order.append(rows)
+        c, r, l = _tableaus(Yg, f0, st, sigma[rows], eps, cross_check=final is not None)
         for key, t in (("c", c), ("r", r), ("l", l)):
             tabs[key].append((t, st[np.minimum(t.level, st.size - 1)]))
-        for key, v in (
-            ("jump_r", jr),
-            ("sgn_r", sr),
-            ("jump_l", jl),
-            ("sgn_l", sl),
-            ("finest", np.full(rows.size, st[-1])),
-            ("largest", np.full(rows.size, st[0])),
-        ):
-            parts.setdefault(key, []).append(v)
-    idx = np.concatenate(order)
-    back = np.empty(d, dtype=np.int64)
-    back[idx] = np.arange(d)
-
-    def gather(items: list) -> np.ndarray:
-        return np.concatenate(items)[back]
-
-    def tab(key: str) -> tuple[TableauResult, np.ndarray]:
-        ts = [t for t, _ in tabs[key]]
-        res = TableauResult(
-            *(
-                gather([getattr(t, f) for t in ts])
-                for f in ("value", "error", "truncation", "noise", "level", "order")
-            )
-        )
-        return res, gather([s for _, s in tabs[key]])
-
-    (c, sc), (r, sr_), (l, sl_), (fine, _) = tab("c"), tab("r"), tab("l"), tab("fine")
+        if final is None:
+            _steer(Yg, f0, st, sigma[rows], eps, (c, r, l), tabs, parts)
+    (c, sc), (r, sr_), (l, sl_) = (_gathered(tabs[k], order) for k in ("c", "r", "l"))
+    if final is not None:
+        return replace(final, c=c, r=r, l=l, step_c=sc, step_r=sr_, step_l=sl_)
+    fine, _ = _gathered(tabs["fine"], order)
+    p = {key: _gather(v, order) for key, v in parts.items()}
     return _Solution(
-        c,
-        r,
-        l,
-        sc,
-        sr_,
-        sl_,
-        gather(parts["jump_r"]),
-        gather(parts["sgn_r"]),
-        gather(parts["jump_l"]),
-        gather(parts["sgn_l"]),
-        gather(parts["finest"]),
-        gather(parts["largest"]),
-        fine,
-    )
+        c, r, l, sc, sr_, sl_, p["jump_r"], p["sgn_r"], p["jump_l"], p["sgn_l"],
+        p["finest"], p["largest"], fine,
+    )  # fmt: skip
+
+
+def _steer(
+    Yg: np.ndarray,
+    f0: np.ndarray,
+    st: np.ndarray,
+    sigma: np.ndarray,
+    eps: float,
+    plain: tuple[TableauResult, TableauResult, TableauResult],
+    tabs: dict[str, list],
+    parts: dict[str, list[np.ndarray]],
+) -> None:
+    """Append one group's quantities that steer the ladder (its finest steps' own
+    estimate, jump flags, step range) to ``tabs`` and ``parts``."""
+    c, r, l = plain
+    fine = c
+    if st.size > FINE_LEVELS:
+        fine = _tableaus(Yg[:, -FINE_LEVELS:], f0, st[-FINE_LEVELS:], sigma, eps, sides=False)[0]
+    tabs["fine"].append((fine, st[-FINE_LEVELS:][np.minimum(fine.level, FINE_LEVELS - 1)]))
+    jr, sr = _jumps(Yg, f0, sigma, 0, r, eps)
+    jl, sl = _jumps(Yg, f0, sigma, 1, l, eps)
+    rows = Yg.shape[0]
+    for key, v in (
+        ("jump_r", jr), ("sgn_r", sr), ("jump_l", jl), ("sgn_l", sl),
+        ("finest", np.full(rows, st[-1])), ("largest", np.full(rows, st[0])),
+    ):  # fmt: skip
+        parts.setdefault(key, []).append(v)
+
+
+def _gather(items: list[np.ndarray], order: list[np.ndarray]) -> np.ndarray:
+    """Groups' arrays (rows ``order``) concatenated back into direction order."""
+    idx = np.concatenate(order)
+    back = np.empty(idx.size, dtype=np.int64)
+    back[idx] = np.arange(idx.size)
+    return np.concatenate(items)[back]
+
+
+def _gathered(
+    items: list[tuple[TableauResult, np.ndarray]], order: list[np.ndarray]
+) -> tuple[TableauResult, np.ndarray]:
+    """Groups' (tableau result, step) pairs, back in direction order."""
+    ts = [t for t, _ in items]
+    fields = ("value", "error", "truncation", "noise", "level", "order")
+    res = TableauResult(*(_gather([getattr(t, f) for t in ts], order) for f in fields))
+    return res, _gather([s for _, s in items], order)
 
 
 def _with_jumps(e: Estimate, jump: np.ndarray, sign: np.ndarray) -> Estimate:
