@@ -45,6 +45,9 @@ class Policy:
     first_levels : int
         Steps of a short ladder evaluated first along every direction; the rest
         only where needed.
+    first_start : int
+        Index of the short ladder's step that those first steps begin at (0: its
+        largest; see :func:`polygrad.reference.directional_derivatives`).
     large_full_inputs : int
         A full check of at least this many inputs aims its finite-difference
         reference at ``large_full_accuracy`` at least: a short ladder of small
@@ -119,6 +122,7 @@ class Policy:
     progress_after_seconds: float = 2.0
     condition_allowance: float = 1e4
     first_levels: int = 2
+    first_start: int = 1
     large_full_inputs: int = 1024
     large_full_accuracy: float = 1e-8
     large_full_condition_allowance: float = 1e5

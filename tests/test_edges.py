@@ -10,6 +10,7 @@ the function not at all.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import mpmath
@@ -172,6 +173,46 @@ def test_stationary_point_of_a_scalar_function_passes(backend, case):
 
     planted = backend.check(cut, np.full(2, 1.5, np.float32), grad=lambda x: 0 * x)
     assert planted.verdict == Verdict.MISMATCH
+
+
+def erf(backend: Any) -> Any:
+    """The framework's own error function (its own gradient rule)."""
+    if backend.name == "torch":
+        import torch
+
+        return torch.erf
+    if backend.name == "jax":
+        from jax.scipy.special import erf as jax_erf
+
+        return jax_erf
+    if backend.name == "tensorflow":
+        import tensorflow as tf
+
+        return tf.math.erf
+    return np.vectorize(math.erf, otypes=[np.float32])
+
+
+def test_entries_far_below_the_round_off_of_f_pass(backend):
+    """erf at 11 and -12 in float32: f is 1 to the last bit of float64 over every step, and
+    its derivatives, 2/sqrt(pi) exp(-x^2) = 4.3e-53 and 6.0e-63, underflow float32. Such an
+    entry is judged only to the round-off its rule inherits from values of the size of f
+    (its tolerance), and a reference far finer than that decides it: PASS, not
+    INCONCLUSIVE for an error bar that is wide next to 1e-53. The reference's error bar
+    covers the closed form."""
+    x = np.array([11.0, -12.0], np.float32)
+
+    def jac(x):
+        return np.diag(2 / np.sqrt(np.pi) * np.exp(-(x.astype(np.float32) ** 2)))
+
+    report = backend.check(erf(backend), x, jac=jac)
+    assert_pass(report)
+    truth = [
+        float(2 / mpmath.sqrt(mpmath.pi) * mpmath.exp(-(mpmath.mpf(float(t)) ** 2))) for t in x
+    ]
+    e = report.entries
+    diag = e.reference.reshape(2, 2).diagonal()
+    err = e.reference_error.reshape(2, 2).diagonal()
+    assert np.all(np.abs(diag - truth) <= err)
 
 
 # ---- round-off of right rules in low precision --------------------------------------------

@@ -27,16 +27,47 @@ def _counted(f):
     return fn, rows
 
 
-def _staged(fn, x, noise):
+def _staged(fn, x, noise, first_start=0, first_levels=2):
     """The staged short ladder of a check aimed at float32 accuracy (float64 differences,
-    the coarse pair 2^-11, 2^-12 first) along the coordinate axes of ``x``, with noise
-    ``noise`` in the single output."""
+    the pair 2^-11, 2^-12 first, or the one ``first_start`` steps below) along the
+    coordinate axes of ``x``, with noise ``noise`` in the single output."""
     f0 = fn(x[None])[0]
     sig = np.full((x.size, 1), noise)
     return directional_derivatives(
         fn, x, np.eye(x.size), f0, sig, EPS64, "float64", 2.0**-11, 4,
-        target_relative_error=EPS32, first_levels=2, resolution=EPS32,
+        target_relative_error=EPS32, first_levels=first_levels, resolution=EPS32,
+        first_start=first_start,
     )  # fmt: skip
+
+
+def test_middle_pair_settles_what_the_coarse_pair_leaves_to_truncation():
+    """sin(3 x): the error bar of the coarse pair (the difference of its two central
+    differences, of the size of the h^2 term) misses float32's target at every x; the
+    middle pair's, a quarter of it, meets it. The error bars cover the closed form."""
+    x = np.linspace(0.1, 0.4, 20)
+    fn, _ = _counted(lambda X: np.sum(np.sin(3 * X), axis=1)[:, None])
+    coarse, middle = _staged(fn, x, 4 * EPS64), _staged(fn, x, 4 * EPS64, first_start=1)
+    assert coarse.central.evaluations > x.size * 8
+    assert middle.central.evaluations == x.size * 4 + 1
+    exact = 3 * np.cos(3 * x)
+    for dd in (coarse, middle):
+        assert np.all(np.abs(dd.central.value[:, 0] - exact) <= dd.central.error[:, 0])
+    assert np.all(middle.central.step[:, 0] == 2.0**-13)
+
+
+def test_a_direction_the_middle_pair_does_not_settle_gets_the_whole_ladder():
+    """|x_0 - 1e-5|: a kink within the middle pair's steps. Its direction gets the step
+    above and the step below, so its estimate is the one of the ladder evaluated whole
+    (same steps, same values), and the smooth direction stays at 4 evaluations."""
+    x = np.array([0.0, 0.5])
+    fn, _ = _counted(lambda X: (np.abs(X[:, 0] - 1e-5) + np.sin(X[:, 1]))[:, None])
+    staged = _staged(fn, x, 4 * EPS64, first_start=1)
+    whole = _staged(fn, x, 4 * EPS64, first_levels=0)
+    for side in ("central", "right", "left"):
+        a, b = getattr(staged, side), getattr(whole, side)
+        assert a.value[0, 0] == b.value[0, 0] and a.error[0, 0] == b.error[0, 0]
+    assert staged.central.value[0, 0] == pytest.approx(-1.0, abs=1e-9)
+    assert staged.central.evaluations < whole.central.evaluations
 
 
 def test_smooth_directions_settle_on_the_first_two_steps():

@@ -412,7 +412,11 @@ def findings(inp: JudgeInput) -> _Evidence:
         lo, hi = np.fmin(inp.left, inp.right), np.fmax(inp.left, inp.right)
         within = (inp.ad >= lo - tol_w) & (inp.ad <= hi + tol_w)
         ad_finite = np.isfinite(inp.ad) & (np.isfinite(inp.ad64) | ~inp.have64)
-        coarse = too_coarse(ref_err, scale, inp.eps_w, p)
+        # an entry far below the round-off its rule inherits from intermediates of the
+        # size of f is decided only to that round-off (the tolerances below), which is
+        # all its reference needs to resolve (erf or a softmax saturated to 1e-100)
+        resolvable = np.maximum(scale, p.c_ad * F64_EPS * np.maximum(inp.fscale - scale, 0.0))
+        coarse = too_coarse(ref_err, resolvable, inp.eps_w, p)
         bad_w = ~(np.abs(inp.ad - ref) <= tol_w) & ~rule.fits_a_side(inp.ad, inp.eps_w, coarse)
         # a right rule is wrong by no more than the round-off it inherits from
         # intermediates of the size of f: in the float64 evaluation (or a float64

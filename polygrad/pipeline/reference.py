@@ -186,8 +186,9 @@ def _differences(
     return directional_derivatives(
         fn, target.x0, W, plan.f0, sigma, eps, method,
         h_max, levels, max_rows=opts.batch_size, target_relative_error=plan.accuracy,
-        # a short ladder starts with its coarse pair; a long one is evaluated whole
+        # a short ladder starts with a pair of its steps; a long one is evaluated whole
         first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
+        first_start=p.first_start,
     )  # fmt: skip
 
 

@@ -220,6 +220,7 @@ def directional_derivatives(
     h_floor: float = 2.0**-24,
     first_levels: int = 0,
     resolution: float = 0.0,
+    first_start: int = 0,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -278,6 +279,13 @@ def directional_derivatives(
         truncation of the finer one); a smooth direction usually settles on them,
         which halves the cost of a large check. Meant for a short ladder, whose
         steps all lie where round-off and truncation are both small.
+    first_start : int
+        Index of the ladder step that the first steps begin at (0: the largest).
+        Directions that do not settle there, nor only need larger steps against
+        noise, get the ladder's steps above as well as those below, so that
+        their tableau is the whole ladder's. A start one step below the largest
+        quarters the truncation the error bar of the first pair carries, while
+        the round-off of a short ladder's steps stays far below its target.
     resolution : float
         Distance (in units of the direction) below which two points cannot be
         told apart in the working dtype (its epsilon, for directions scaled like
@@ -302,8 +310,9 @@ def directional_derivatives(
     center: dict[str, np.ndarray] = {}
     raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved up
     if staged:
-        Y = evaluate_ladder(fn, x0, W, steps[:first_levels], max_rows, center)
-        steps = steps[:first_levels]
+        start = min(max(first_start, 0), levels - first_levels)
+        steps = steps[start : start + first_levels]
+        Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
         evals = d * first_levels * 2
         f0 = center.get("f0", f0)
         evals += len(center)
@@ -315,8 +324,10 @@ def directional_derivatives(
         pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
         # the rest of the ladder below, or, where only noise stands in the way, steps above
         k_up = np.where(noisy, _levels_up(sol, size, target_relative_error, refine_levels), 0)
-        k_dn = np.where(~settled & ~pinned & ~(noisy & (k_up > 0)), levels - first_levels, 0)
-        raised += k_up
+        rest = ~settled & ~pinned & ~(noisy & (k_up > 0))
+        k_dn = np.where(rest, levels - start - first_levels, 0)
+        k_up = np.where(rest, start, k_up)
+        raised += np.maximum(k_up - start, 0)  # levels above the ladder's largest step
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
             evals += added
