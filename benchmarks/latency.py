@@ -627,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
             "first call on a new function object"
             + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
             + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
-            "small input has paid the one-time imports)."
+            "small input has paid the one-time imports). The CNN rows: the tool is one call; "
+            "polygrad's first is the first check, its warm the median of 3 more checks of "
+            "the same code (a new lambda each, its capture reused)."
         )
         write_markdown(table, args.out_md, meta)
     return 0
