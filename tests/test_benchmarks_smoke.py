@@ -78,3 +78,38 @@ def test_corpus_benchmark_subset(tmp_path: Path) -> None:
     row_md = "| torch | float32 | 1 | 1 | 1/1 (100%) | 0 | 0 | 0 | 0 (0) | 2/2 (100%) | 0 | 0 "
     assert row_md + "| 1 / 0 / 0 |" in block
     assert "**Findings: 0 operators" in block
+
+
+def test_cnn_floor_points_are_two_central_differences_per_pixel() -> None:
+    """The floor's points: ``x0 ± h e_i`` for both steps, in float64, pixel by pixel."""
+    import numpy as np
+
+    from benchmarks import cnn_input_gradient as cnn
+
+    image = (np.arange(6, dtype=np.float32) / 8).reshape(2, 3)
+    points = cnn.floor_points(image)
+    assert points.shape == (4 * 6, 2, 3) and points.dtype == np.float64
+    moves = (points - image.astype(np.float64)).reshape(4, 6, 6)
+    for block, (h, sign) in enumerate((h, s) for h in cnn.FLOOR_STEPS for s in (1.0, -1.0)):
+        np.testing.assert_array_equal(moves[block], sign * h * np.eye(6))
+
+
+def test_cnn_floors_time_the_float64_models_without_changing_them() -> None:
+    """Both floors run the float64 copy of the model on the quick (14x14) input; the
+    user's float32 models keep their dtype and weights."""
+    import numpy as np
+
+    from benchmarks import cnn_input_gradient as cnn
+
+    image, label = cnn.digit_image(14)
+    torch_model, keras_model = cnn.torch_cnn(14), cnn.keras_cnn(14)
+    keras_model(image[None, :, :, None])
+    before = [w.copy() for w in keras_model.get_weights()]
+    assert cnn.torch_floor(torch_model, image, label) > 0
+    assert cnn.keras_floor(keras_model, image, label) > 0
+    assert all(p.dtype.is_floating_point and str(p.dtype) == "torch.float32"
+               for p in torch_model.parameters())  # fmt: skip
+    after = keras_model.get_weights()
+    assert len(after) == len(before)
+    pairs = zip(after, before, strict=True)
+    assert all(a.dtype == np.float32 and np.array_equal(a, b) for a, b in pairs)
