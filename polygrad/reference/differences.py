@@ -587,10 +587,10 @@ def _solve(
     if final is not None:
         return replace(final, c=c, r=r, l=l, step_c=sc, step_r=sr_, step_l=sl_)
     fine, _ = _gathered(tabs["fine"], order)
-    p = {key: _gather(v, order) for key, v in parts.items()}
+    g = {key: _gather(v, order) for key, v in parts.items()}
     return _Solution(
-        c, r, l, sc, sr_, sl_, p["jump_r"], p["sgn_r"], p["jump_l"], p["sgn_l"],
-        p["finest"], p["largest"], fine,
+        c, r, l, sc, sr_, sl_, g["jump_r"], g["sgn_r"], g["jump_l"], g["sgn_l"],
+        g["finest"], g["largest"], fine,
     )  # fmt: skip
 
 
