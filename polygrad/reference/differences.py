@@ -308,37 +308,24 @@ def directional_derivatives(
     # differently from a vectorized batch, and a few units of round-off in g(0) over a
     # function that is exactly constant along w would read as a jump)
     center: dict[str, np.ndarray] = {}
-    raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved up
+    start = min(max(first_start, 0), levels - first_levels) if staged else 0
+    steps = steps[start : start + first_levels] if staged else steps
+    Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
+    f0 = center.get("f0", f0)
+    evals = d * steps.size * 2 + len(center)
+    sol = _solve(Y, f0, steps, sigma, eps)
+    settled = np.zeros(d, dtype=bool)
+    raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved above the ladder
     if staged:
-        start = min(max(first_start, 0), levels - first_levels)
-        steps = steps[start : start + first_levels]
-        Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
-        evals = d * first_levels * 2
-        f0 = center.get("f0", f0)
-        evals += len(center)
-        sol = _solve(Y, f0, steps, sigma, eps)
-        size = _size(sol.c, norms)
-        settled, noisy = _triage(sol, Y, size, target_relative_error)
-        # a kink pinned at x by the coarse pair needs no finer steps (see the loop below)
-        _, resolved = _kinks(sol, resolution)
-        pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
-        # the rest of the ladder below, or, where only noise stands in the way, steps above
-        k_up = np.where(noisy, _levels_up(sol, size, target_relative_error, refine_levels), 0)
-        rest = ~settled & ~pinned & ~(noisy & (k_up > 0))
-        k_dn = np.where(rest, levels - start - first_levels, 0)
-        k_up = np.where(rest, start, k_up)
-        raised += np.maximum(k_up - start, 0)  # levels above the ladder's largest step
+        below = levels - start - first_levels
+        settled, k_up, k_dn = _first_moves(
+            sol, Y, norms, target_relative_error, resolution, refine_levels, start, below
+        )
+        raised += np.maximum(k_up - start, 0)
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
             evals += added
             sol = _solve(Y, f0, steps, sigma, eps)
-    else:
-        Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
-        evals = Y.shape[0] * Y.shape[1] * 2
-        f0 = center.get("f0", f0)
-        evals += len(center)
-        sol = _solve(Y, f0, steps, sigma, eps)
-        settled = np.zeros(d, dtype=bool)
     kinked = np.zeros(d, dtype=bool)
     for _ in range(max_refinements):
         # The ladder moves where the best estimate sits at its edge: downwards where it
@@ -401,6 +388,31 @@ def directional_derivatives(
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _first_moves(
+    sol: _Solution,
+    Y: np.ndarray,
+    norms: np.ndarray,
+    accuracy: float,
+    resolution: float,
+    most: int,
+    above: int,
+    below: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(settled, k_up, k_dn)``, each ``(d,)``, after the first steps of a staged ladder
+    (``above`` of its steps lie above them, ``below`` below): settled directions get
+    nothing more; a direction that misses the target only through noise moves up by the
+    levels it needs (at most ``most``); a kink pinned at x by the first steps needs no
+    finer ones (see the refinement loop of :func:`directional_derivatives`); every other
+    direction gets the rest of the ladder, above and below."""
+    size = _size(sol.c, norms)
+    settled, noisy = _triage(sol, Y, size, accuracy)
+    _, resolved = _kinks(sol, resolution)
+    pinned = resolved & np.all(np.isfinite(Y), axis=(1, 2, 3))
+    k_up = np.where(noisy, _levels_up(sol, size, accuracy, most), 0)
+    rest = ~settled & ~pinned & ~(noisy & (k_up > 0))
+    return settled, np.where(rest, above, k_up), np.where(rest, below, 0)
 
 
 def _extend(
