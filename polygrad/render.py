@@ -76,6 +76,8 @@ def _noise_vs_f(noise: float | None, f_abs: float | None, eps: float | None) -> 
     if f_abs == 0:
         return "f = 0 here, so the noise comes from the terms that cancel to 0"
     ulps = noise / (eps * f_abs) if eps else np.inf
+    if ulps < ULPS_BELOW:  # an mp evaluation carried more digits than its nominal ones
+        return f"~{_g(noise / f_abs, 2)} of |f| = {_g(f_abs, 3)}, below its last digit"
     if ulps <= ULPS_EXPLAINED:
         return f"~{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}"
     return (
@@ -86,6 +88,9 @@ def _noise_vs_f(noise: float | None, f_abs: float | None, eps: float | None) -> 
 
 ULPS_EXPLAINED = 1e3
 """Noise up to this many ulps of ``|f|`` is the rounding of f's value; beyond, cancellation."""
+ULPS_BELOW = 1e-3
+"""Noise below this many ulps of ``|f|`` is said relative to ``|f|`` (a fraction of an ulp
+as small as 1e-25, of an mp evaluation at extra digits, reads as nothing)."""
 
 
 def _step(ref: ReferenceInfo) -> str:

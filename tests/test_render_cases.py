@@ -223,6 +223,19 @@ def test_noise_figures_are_named_and_worded_by_what_was_measured():
     assert "|f| = 1.5" in noise[0] and "more than rounding f's value explains" in noise[0]
 
 
+def test_mp_noise_far_below_one_unit_of_its_digits_is_said_relative_to_f():
+    """An mp reference evaluates f at more digits than its nominal 50: its noise, 1e-75 of
+    |f|, is said as a fraction of |f| below its last digit, not as 1e-25 of an ulp."""
+    x = np.linspace(0.1, 1.0, 5)
+    report = pg.check(lambda x: np.sum(np.sin(x) * x), x, grad=lambda x: np.cos(x) * x + np.sin(x))
+    assert report.details.reference.method == "mp" and report.verdict == pg.Verdict.PASS
+    noise = [line for line in _text(report).splitlines() if line.startswith("  noise of f in mp")]
+    assert len(noise) == 1
+    assert "below its last digit" in noise[0] and "ulp" not in noise[0]
+    f_abs = float(np.sum(np.sin(x) * x))
+    assert f"|f| = {f_abs:.3g}" in noise[0]
+
+
 def test_entries_judged_on_their_row_scale_are_counted():
     """Row 0 holds 2e20 and 1e-3: the float64 reference's error bar at the small entry is far
     larger than the entry, so it is judged on the row's scale; the report counts it."""
