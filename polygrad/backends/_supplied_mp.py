@@ -48,7 +48,10 @@ def supplied_vjp_mp(
             value = rule(*pf.args_with(leaves))
             return value if n_args > 1 else (value,)
 
-        return mp_evaluator(call, shapes)(pf.x0, np.zeros_like(pf.x0), dps)
+        try:
+            return mp_evaluator(call, shapes)(pf.x0, np.zeros_like(pf.x0), dps)
+        except TypeError:  # a ufunc without an object loop (np.logaddexp...)
+            return mp_evaluator(call, shapes, ufuncs=True)(pf.x0, np.zeros_like(pf.x0), dps)
 
     whole = supplied.grad if supplied.grad is not None else supplied.jac
     if whole is not None:

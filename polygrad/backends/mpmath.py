@@ -14,9 +14,13 @@ reference, and the report says why):
   ``float(x)``, ``np.asarray(x, dtype=float)``, writing into a preallocated
   float array (``out = np.empty(n); out[:] = ...``);
 * compiled routines: ``np.linalg``, ``np.fft``, SciPy, Numba, C extensions;
-* ufuncs NumPy has no object loop for: ``np.logaddexp``, ``np.copysign``,
-  ``np.isfinite``/``np.isnan``, ``np.heaviside``, ``np.float_power``,
-  ``np.spacing``, ``np.nextafter``.
+* floating-point properties with no meaning at arbitrary precision:
+  ``np.spacing``, ``np.nextafter``, ``np.frexp``.
+
+The ufuncs NumPy has no object loop for (``np.logaddexp``, ``np.copysign``,
+``np.isfinite``/``np.isnan``, ``np.heaviside``, ``np.float_power``...) run on the
+array subclass of :mod:`polygrad.backends._mp_ufuncs` (``mp_evaluator(...,
+ufuncs=True)``), which the NumPy backend tries when plain object arrays fail.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..mpexec.values import point_at
+from ._mp_ufuncs import mp_array_type
 
 __all__ = ["MP_UFUNC_METHODS", "make_context", "mp_array", "mp_evaluator", "MpmathBackend"]
 
@@ -135,13 +140,14 @@ def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
                     f"the function produced a {type(v).__name__} value on mpmath input "
                     "(a conversion to machine precision)"
                 )
-        parts.append(arr.ravel())
+        parts.append(np.asarray(arr).ravel())  # a plain object array, not a subclass
     return np.concatenate(parts) if parts else np.empty(0, dtype=object)
 
 
 def mp_evaluator(
     call: Callable[[list[np.ndarray]], Any],
     shapes: list[tuple[int, ...]],
+    ufuncs: bool = False,
 ) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
     """Wrap ``call(leaves)`` so that it evaluates on mpmath numbers.
 
@@ -152,6 +158,10 @@ def mp_evaluator(
         the given shapes) and returns the function's output.
     shapes : list of tuple
         Shapes of the checked leaves.
+    ufuncs : bool
+        Pass the leaves as :func:`~polygrad.backends._mp_ufuncs.mp_array_type`
+        arrays, on which the ufuncs without an object loop (``np.logaddexp``...) run
+        too (each operation then pays a Python-level dispatch).
 
     Returns
     -------
@@ -168,6 +178,7 @@ def mp_evaluator(
         for shape in shapes:
             size = int(np.prod(shape, dtype=np.int64))
             leaf = flat[off : off + size].reshape(shape)
+            leaf = leaf.view(mp_array_type(ctx)) if ufuncs else leaf
             leaves.append(leaf if shape != () else leaf.reshape(()))
             off += size
         with np.errstate(all="ignore"):

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._pytree import flatten
 from ..errors import ShapeMismatchError
+from ..policy import DEFAULT_POLICY
 from ._common import PointFunction, as_float_output, check_not_mutated, output_layout
 from ._supplied_mp import supplied_vjp_mp
 from .base import Backend, Supplied, Target, computed_in_note, dtype_eps
@@ -108,8 +109,14 @@ class NumpyBackend(Backend):
                 "the supplied derivative does not return float64 for float64 input, so a "
                 "wrong rule cannot be told apart from an unstable one"
             )
-        evaluate_mp, mp_reason = _mp_evaluator(f, pf, m)
-        return Target(
+        out_shape = out_layout.leaves[0].shape
+
+        def build_mp(target: Target) -> None:
+            target.evaluate_mp, target.mp_unavailable_reason = _mp_evaluator(f, pf, m)
+            if target.evaluate_mp is not None:
+                target.vjp_mp = supplied_vjp_mp(pf, supplied, len(argnums), out_shape)
+
+        target = Target(
             x0=pf.x0,
             y0=y0,
             working_dtype=wd.name,
@@ -120,17 +127,23 @@ class NumpyBackend(Backend):
             vjp64=vjp_fns["float64"],
             jvp=jvp_fns["working"],
             jvp64=jvp_fns["float64"],
-            evaluate_mp=evaluate_mp,
-            vjp_mp=None
-            if evaluate_mp is None
-            else supplied_vjp_mp(pf, supplied, len(argnums), out_layout.leaves[0].shape),
             input_layout=pf.layout,
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            mp_unavailable_reason=mp_reason,
         )
+        # f runs once on mpmath numbers to show that it can: a large input, whose check
+        # considers mp only to re-examine entries in doubt, pays that when it does
+        if pf.x0.size > EAGER_MP_PROBE_INPUTS:
+            target.deferred["mp"] = build_mp
+        else:
+            build_mp(target)
+        return target
 
+
+EAGER_MP_PROBE_INPUTS = DEFAULT_POLICY.mp_auto_size
+"""Inputs up to which f's run on mpmath numbers is tried when the target is made; a larger
+input tries it when a check first asks for mp (see :meth:`Target.mp_mode`)."""
 
 Rule = Callable[[np.ndarray], np.ndarray] | None
 """A VJP ``(k, m) -> (k, n)`` or JVP ``(k, n) -> (k, m)`` on rows, or None."""
@@ -323,14 +336,24 @@ class _Rules:
 def _mp_evaluator(
     f: Callable[..., Any], pf: PointFunction, m: int
 ) -> tuple[Callable[..., np.ndarray] | None, str | None]:
-    """f on mpmath numbers (``evaluate_mp``), or None and the reason it does not run."""
-    try:
-        evaluate_mp = mp_evaluator(
-            lambda leaves: f(*pf.args_with(leaves)), [l.shape for l in pf.layout.leaves]
-        )
-        y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
-        if y_mp.size != m:
-            raise TypeError("the output size changed on mpmath input")
-    except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
-        return None, f"{type(exc).__name__}: {exc}"
-    return evaluate_mp, None
+    """f on mpmath numbers (``evaluate_mp``), or None and the reason it does not run.
+
+    Plain object arrays first; where they fail, the array subclass on which the ufuncs
+    without an object loop run too (``np.logaddexp``, ``np.isfinite``...; see
+    :mod:`polygrad.backends._mp_ufuncs`). The reason given is the plain arrays' failure.
+    """
+    reason = None
+    for ufuncs in (False, True):
+        try:
+            evaluate_mp = mp_evaluator(
+                lambda leaves: f(*pf.args_with(leaves)),
+                [l.shape for l in pf.layout.leaves],
+                ufuncs=ufuncs,
+            )
+            y_mp = evaluate_mp(pf.x0, np.zeros_like(pf.x0), 30)
+            if y_mp.size != m:
+                raise TypeError("the output size changed on mpmath input")
+            return evaluate_mp, None
+        except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
+            reason = reason or f"{type(exc).__name__}: {exc}"
+    return None, reason
