@@ -63,7 +63,7 @@ import functools
 import sys
 import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, cast
 
@@ -98,6 +98,18 @@ PER_ROW_BATCH = 3
 ``torch.func.vmap``: one vmap call costs about what two to four plain calls do (a
 function of 10 inputs promoted to float64 here: 0.45 ms a plain call, 1.1 to 1.9 ms a
 vmap call of 17 to 32 rows, where 16 plain calls took 7 ms)."""
+
+
+@contextlib.contextmanager
+def _vmap_fallback_quiet() -> Iterator[None]:
+    """Silence ``torch.func.vmap``'s warning that an operator has no batching rule (it
+    runs one row at a time instead, with the same result): polygrad's batching raises
+    it, not the user's code, and it asks the user to file an issue."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="There is a performance drop", category=UserWarning
+        )
+        yield
 
 
 def _batched(rows: int, numbers: int) -> bool:
@@ -451,7 +463,7 @@ class _Program:
 
         Returns the flattened output and records the output leaves in ``out_leaves``.
         """
-        with self.scope():
+        with self.scope(), _vmap_fallback_quiet():
             return self._first_call()
 
     def _first_call(self) -> Any:
@@ -477,7 +489,7 @@ class _Program:
     # -------------------------------------------------------------- evaluate
     def evaluate(self, X: np.ndarray) -> np.ndarray:
         """``(B, n) -> (B, m)`` float64."""
-        with self.scope():
+        with self.scope(), _vmap_fallback_quiet():
             return self._sizer(self._evaluate_chunk, X)
 
     def _evaluate_chunk(self, X: np.ndarray) -> np.ndarray:
@@ -501,7 +513,7 @@ class _Program:
     # ------------------------------------------------------------------- vjp
     def vjp(self, U: np.ndarray) -> np.ndarray:
         """``(k, m) -> (k, n)`` = ``U @ J``."""
-        with self.scope():
+        with self.scope(), _vmap_fallback_quiet():
             return chunked(self._vjp_chunk, U, self.batch_size)
 
     def _vjp_chunk(self, U: np.ndarray) -> np.ndarray:
@@ -543,7 +555,7 @@ class _Program:
     # ------------------------------------------------------------------- jvp
     def jvp(self, V: np.ndarray) -> np.ndarray:
         """``(k, n) -> (k, m)`` = ``V @ J.T``."""
-        with self.scope():
+        with self.scope(), _vmap_fallback_quiet():
             return chunked(self._jvp_chunk, V, self.batch_size)
 
     def _jvp_chunk(self, V: np.ndarray) -> np.ndarray:
