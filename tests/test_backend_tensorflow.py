@@ -23,6 +23,7 @@ from polygrad.errors import (  # noqa: E402
     InputTypeError,
     InputValueError,
     NondeterministicFunctionError,
+    ShapeMismatchError,
 )
 
 BE = TensorflowBackend()
@@ -552,3 +553,29 @@ def test_a_failure_under_a_heading_is_described_by_the_line_that_names_it():
         "complex128->double"
     )
     assert describe_exception(ValueError("a: b")) == "ValueError: a: b"
+
+
+def test_custom_gradient_of_the_wrong_shape_is_a_clear_error():
+    """A tf.custom_gradient that returns a scalar for a vector input: TensorFlow's tape
+    passes the scalar on; the check raises ShapeMismatchError rather than comparing it
+    (its report could not even be printed)."""
+
+    @tf.custom_gradient
+    def bad(x):
+        return tf.sin(x), lambda g: tf.reduce_sum(g * tf.cos(x))  # () for a (3,) input
+
+    shapes = r"shape \(\) came back for a tensor of shape \(3,\)"
+    with pytest.raises(ShapeMismatchError, match=shapes):
+        pg.check(lambda x: tf.reduce_sum(bad(x)), tf.constant([0.1, 0.2, 0.3]))
+
+
+def test_auto_mode_says_why_reverse_mode_failed_before_forward_mode():
+    """Reverse mode fails (the tape adds a shapeless py_function gradient to a vector one),
+    and forward mode too: the error names the reverse-mode failure first."""
+
+    def f(x):
+        y = tf.py_function(lambda v: np.sin(v.numpy()), [x], tf.float32)
+        return tf.reduce_sum(y + x**2)
+
+    with pytest.raises(ValueError, match="reverse mode failed.*forward mode failed"):
+        pg.check(f, tf.constant([0.1, 0.2]))

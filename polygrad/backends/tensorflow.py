@@ -93,7 +93,12 @@ from typing import Any
 import numpy as np
 
 from .._pytree import flatten, tree_map, unflatten
-from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
+from ..errors import (
+    InputMutationError,
+    InputTypeError,
+    NondeterministicFunctionError,
+    ShapeMismatchError,
+)
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import PointFunction, check_not_mutated, output_layout
 from ._tf_promote import (
@@ -327,8 +332,11 @@ class _Program:
         ]
 
     def _flat64(self, tensors: Sequence[Any], sources: Sequence[Any]) -> Any:
-        """Concatenate tensors (None → zeros shaped like ``sources``) as flat float64."""
+        """Concatenate tensors (None → zeros shaped like ``sources``) as flat float64;
+        ``ShapeMismatchError`` where a tensor's static shape is not its source's."""
         tf = self.tf
+        for t, s in zip(tensors, sources, strict=True):
+            _same_shape(tf, t, s)
         flat = [
             tf.reshape(tf.cast(tf.zeros_like(s) if t is None else t, tf.float64), [-1])
             for t, s in zip(tensors, sources, strict=True)
@@ -1193,9 +1201,27 @@ def _probe_reverse(prog: _Program, u: np.ndarray, suffix: str) -> str | None:
     """None when one VJP runs eagerly, else the note saying why reverse mode is unavailable."""
     try:
         prog.vjp_one(u)
+    except ShapeMismatchError:  # the rule's own error, not a mode TensorFlow lacks
+        raise
     except Exception as exc:  # noqa: BLE001 - reported in the notes
         return _mode_failed("reverse", suffix, exc)
     return None
+
+
+def _same_shape(tf: Any, t: Any, source: Any) -> None:
+    """``ShapeMismatchError`` where the derivative ``t`` (a tensor) has a static shape other
+    than its ``source``'s: TensorFlow passes a custom gradient's wrong shape on (a scalar
+    for a vector input), and no comparison of it would mean anything."""
+    if not isinstance(t, tf.Tensor):
+        return
+    ts, ss = t.shape, source.shape
+    if ts.is_fully_defined() and ss.is_fully_defined() and ts != ss:
+        raise ShapeMismatchError(
+            f"a derivative of shape {tuple(ts)} came back for a tensor of shape "
+            f"{tuple(ss)}, which TensorFlow passes on unchecked: does a custom gradient "
+            "(tf.custom_gradient) return the wrong shape, or does an op lose the static "
+            "shape on the way (tf.py_function without set_shape)?"
+        )
 
 
 def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:

@@ -163,7 +163,9 @@ def choose_modes(target: Target, mode: str, autodiff: bool) -> list[str]:
         modes = ["rev", "fwd"] if mode == "both" else [mode]
     for md in modes:
         if not target.has_mode(md):
-            why = target.mode_notes.get(md, [])
+            # "auto" tried reverse mode first: why it failed is the first thing to say
+            tried = ["rev", md] if mode == "auto" and md == "fwd" else [md]
+            why = [note for t in tried for note in target.mode_notes.get(t, [])]
             raise ValueError(
                 f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
                 "function does not provide"
