@@ -536,10 +536,13 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
     if k_i:
         parts.append(
             f"at {k_i} of {_entries(n)} f is differentiable (its left and right derivatives "
-            "agree) but an intermediate of f sits exactly at its kink (a tie, an abs or ReLU "
-            "at 0), where the framework takes one side of it and autodiff is not the derivative"
+            "agree) but the rule takes another value at this exact input than a few ulps "
+            "away: an intermediate of f at its kink (a tie, an abs or ReLU at 0), where the "
+            "framework takes one side of it, or a rule that special-cases this input, which "
+            "would be a bug (see the note)"
         )
-    txt = smooth + "; ".join(parts) + ", which is not a gradient error"
+    txt = smooth + "; ".join(parts)
+    txt += ", which is not a gradient error" if k > k_i else ""
     nan = int(np.sum(at_kink & ~np.isfinite(np.asarray(e.autodiff, dtype=float))))
     if nan:
         txt += (

@@ -4,6 +4,7 @@ and compare() judging every implementation the same way."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import polygrad as pg
 from polygrad import Verdict
@@ -92,3 +93,24 @@ def test_a_kink_of_an_intermediate_that_cancels_is_nonsmooth_not_mismatch():
     np.testing.assert_allclose(report.entries.autodiff, [truth / 16.5, -truth / 16.5], rtol=1e-6)
     away = pg.check(f, torch.tensor([[1.0, 1.5]]))
     assert away.verdict == Verdict.PASS and away.ok, str(away)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_rule_wrong_only_at_the_exact_input_is_not_passed(dtype):
+    """grad = 100 where x == 0, cos(x) elsewhere, for sum(sin(x)): a few ulps away the rule
+    is right, and every move of the input changes it by the same 99. That is no round-off
+    (it would scatter): no allowance makes it PASS. From outside it looks like an
+    intermediate at a kink, so it is NONSMOOTH, with a note that says it may be a bug,
+    and nonsmooth='within' fails it."""
+    x = np.array([0.0, 0.5, 0.0, -1.0], dtype=dtype)
+
+    def grad(v):
+        return np.where(v == 0, 100.0, np.cos(v)).astype(v.dtype)
+
+    report = pg.check(lambda v: np.sum(np.sin(v)), x, grad=grad)
+    assert report.verdict == Verdict.NONSMOOTH, str(report)
+    assert report.counts() == {"NONSMOOTH": 2, "PASS": 2}
+    np.testing.assert_allclose(report.entries.reference, np.cos(x.astype(np.float64)), rtol=1e-6)
+    assert any("special-cases this input" in n for n in report.notes)
+    strict = pg.check(lambda v: np.sum(np.sin(v)), x, grad=grad, nonsmooth="within")
+    assert not strict.ok

@@ -498,7 +498,35 @@ def _allow(
         else:  # the derivative's own change, from the float64 rule, taken out
             pairs = zip(moves, others, strict=True)
             moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in pairs]
+        new &= ~displaced_at_the_point(moves, b.tolerance)
         return np.where(new, np.fmax(allow, factor * spread(moves)), allow)
+
+
+DISPLACED_TOLERANCES = 1e3
+"""A value at the point that every moved input's value leaves by more than this many
+times the entry's tolerance, alike, is no round-off (see :func:`displaced_at_the_point`)."""
+
+
+def displaced_at_the_point(moves: list[np.ndarray], tolerance: np.ndarray) -> np.ndarray:
+    """Entries whose value at the point stands apart from the moved inputs' values.
+
+    Round-off scatters: the point's value is one more draw among its neighbours', and
+    the moves from it differ from one another by about as much as they are large. A
+    rule that takes another value at the point alone (``np.where(x == 0, 0.0,
+    np.cos(x))``, a backward that special-cases an exact input) moves every neighbour
+    by the same amount, far beyond round-off: at least two moves exceed
+    :data:`DISPLACED_TOLERANCES` tolerances and agree to 1% (the other moves are those
+    that left the entry's input where it was). Such a move is no allowance; whether
+    the point sits at a kink of an intermediate is for :func:`kinks_at_the_point` to say.
+    """
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no large move: an all-NaN slice
+        stack = np.array(moves)
+        big = np.abs(stack) > DISPLACED_TOLERANCES * tolerance
+        large = np.where(big, stack, np.nan)
+        lo, hi = np.nanmin(large, axis=0), np.nanmax(large, axis=0)
+        alike = (np.sign(lo) == np.sign(hi)) & (hi - lo <= 0.01 * np.minimum(abs(lo), abs(hi)))
+        return (np.sum(big, axis=0) >= 2) & alike
 
 
 def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: float) -> np.ndarray:

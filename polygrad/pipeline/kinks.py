@@ -226,10 +226,13 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     note = (
         f"{shown}: autodiff differs from the reference at this point, but at inputs moved "
-        f"by a few ulps the same rule all but agrees with it: an intermediate of f sits "
-        f"exactly at a kink here (a tie, a ReLU at 0), where the framework takes one side "
-        f"of it, while f itself is differentiable along every axis; autodiff returns an "
-        f"element of a conservative gradient, not the derivative (Bolte & Pauwels, 2020), "
-        f"so these entries are NONSMOOTH"
+        f"by a few ulps the same rule all but agrees with it, while f itself is "
+        f"differentiable along every axis: the rule is discontinuous at this exact input. "
+        f"Where an intermediate of f sits exactly at a kink (a tie, a ReLU at 0) the "
+        f"framework takes one side of it and returns an element of a conservative "
+        f"gradient, not the derivative (Bolte & Pauwels, 2020), so these entries are "
+        f"NONSMOOTH; a rule that special-cases this input (a branch on x == 0) looks the "
+        f"same from outside and is a bug: if no intermediate is at a kink here, read "
+        f"these entries as wrong (nonsmooth='within' fails them)"
     )
     return replace(judged, entries=entries, notes=(*judged.notes, note))
