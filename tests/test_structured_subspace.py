@@ -208,6 +208,33 @@ def test_torch_eigvalsh_checked_on_subspace():
     assert measured(report)["reads_upper"] is False
 
 
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
+def test_float32_built_matrix_checked_in_float64_on_subspace(framework):
+    """S = M Mᵀ + 5 I built in float32 (its product rounds (i, j) and (j, i) apart, so S
+    is symmetric to float32 ulps only), then cast to float64 and checked there, as users
+    write it: still the symmetric subspace's convention, PASS (it was MISMATCH, 5e11 times
+    the float64 tolerance, while the same float32 check passed)."""
+    M = np.random.default_rng(3).standard_normal((5, 5)).astype(np.float32)
+    S32 = M @ M.T + 5 * np.eye(5, dtype=np.float32)
+    S = S32.astype(np.float64)
+    lower = np.tril(S) + np.tril(S, -1).T  # what the operators read
+    c = np.array([0.5, -1.0, 2.0, 1.5, 1.0])
+    if framework == "torch":
+        report = pg.check(lambda x: (torch.linalg.eigvalsh(x) ** 2 * torch.tensor(c)).sum(),
+                          torch.tensor(S))  # fmt: skip
+    elif framework == "jax":
+        with jax.enable_x64(True):
+            report = pg.check(lambda x: (jnp.linalg.eigvalsh(x) ** 2 * c).sum(), jnp.asarray(S))
+    else:
+        report = pg.check(lambda x: tf.reduce_sum(tf.linalg.eigvalsh(x) ** 2 * c),
+                          tf.constant(S))  # fmt: skip
+    if "convention" not in report.details:  # a framework that symmetrizes inside
+        assert report.verdict == Verdict.PASS and report.ok, report
+        return
+    expected = np.array([d_eigen_sum(lower, c)(D) for _, _, D in sym_directions(5)])
+    assert_on_subspace(report, expected, 1e-7)
+
+
 def test_torch_eigh_eigenvalues_checked_on_subspace():
     c = torch.tensor(COEF)
     report = pg.check(lambda x: (torch.linalg.eigh(x)[0] ** 2 * c).sum(), torch.tensor(SPD))

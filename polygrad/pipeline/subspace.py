@@ -103,8 +103,17 @@ class Rechecked:
     judged: Assessment
 
 
+NEAR_SYMMETRIC = 2.0**-17
+"""Relative asymmetry (of the largest entry) below which a matrix argument counts as
+symmetric, or ``4 eps`` of the working dtype if larger: a matrix built as ``M @ M.T`` in
+float32 and cast to float64 is symmetric to a few float32 ulps only (matrix products
+sum ``(i, j)`` and ``(j, i)`` in different orders), and the operators that read one
+triangle treat it as symmetric all the same."""
+
+
 def _matrix_leaves(target: Target) -> list[Leaf]:
-    """Real leaves whose last two axes are equal (``n >= 2``) and whose value is symmetric."""
+    """Real leaves whose last two axes are equal (``n >= 2``) and whose value is symmetric
+    (to :data:`NEAR_SYMMETRIC`)."""
     out = []
     for leaf in target.input_layout.leaves:
         shape = leaf.shape
@@ -112,7 +121,7 @@ def _matrix_leaves(target: Target) -> list[Leaf]:
             continue
         X = np.asarray(target.x0[leaf.offset : leaf.offset + leaf.size]).reshape(shape)
         size = float(np.max(np.abs(X))) if X.size else 0.0
-        if np.all(np.abs(X - np.swapaxes(X, -1, -2)) <= 4 * target.eps * size):
+        if np.all(np.abs(X - np.swapaxes(X, -1, -2)) <= max(4 * target.eps, NEAR_SYMMETRIC) * size):
             out.append(leaf)
     return out
 
