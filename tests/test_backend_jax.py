@@ -596,3 +596,26 @@ def test_a_numpy_float64_constant_with_x64_off_is_checked_in_the_users_own_mode(
     scaled_sin.defvjp(lambda u: (jnp.sin(u), u), lambda u, g: (1.001 * g * jnp.cos(u),))
     planted = pg.check(lambda z: jnp.sum(scaled_sin(z) * weights), z)
     assert not planted.ok and planted.verdict is not pg.Verdict.PASS, planted
+
+
+def test_while_loop_checks_forward_mode_under_auto():
+    """lax.while_loop has no transpose: JAX cannot differentiate it in reverse mode.
+    mode='auto' finds that out (abstractly, before any reference is computed) and checks
+    forward mode, saying why; mode='rev' raises with JAX's reason."""
+
+    def f(x):
+        def body(c):
+            return c[0] + 1, jnp.sin(c[1])
+
+        return jnp.sum(jax.lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1])
+
+    x = jnp.linspace(-1.0, 1.0, 4)
+    report = pg.check(f, x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert "mode fwd" in str(report)
+    assert any("reverse mode failed" in n and "while_loop" in n for n in report.notes)
+    x64 = np.asarray(x, np.float64)
+    d = np.cos(np.sin(np.sin(x64))) * np.cos(np.sin(x64)) * np.cos(x64)  # of sin(sin(sin(x)))
+    np.testing.assert_allclose(report.entries.reference, d, rtol=1e-6)
+    with pytest.raises(ValueError, match="reverse mode failed.*while_loop"):
+        pg.check(f, x, mode="rev")

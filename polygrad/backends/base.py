@@ -213,7 +213,8 @@ class Target:
     deferred : dict
         Work a backend leaves until it is needed, each ``(target) -> None``:
         ``"forward"`` tests that ``jvp``/``jvp64`` work (and sets them to None,
-        with a note, if not), run by :meth:`forward_mode`; ``"mp"`` sets
+        with a note, if not), run by :meth:`forward_mode`; ``"reverse"`` does the
+        same for ``vjp``/``vjp64``, run by :meth:`reverse_mode`; ``"mp"`` sets
         ``evaluate_mp`` (or ``mp_unavailable_reason``), run by :meth:`mp_mode`;
         ``"rule_mp"`` sets ``vjp_mp``, run by :meth:`rule_mp_mode`.
         A float32 reverse-mode check then never pays for forward mode's first
@@ -240,6 +241,13 @@ class Target:
     mode_notes: dict[str, list[str]] = field(default_factory=dict)
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
 
+    def reverse_mode(self) -> bool:
+        """Whether VJPs are available (running the deferred ``"reverse"`` test once)."""
+        probe = self.deferred.pop("reverse", None)
+        if probe is not None and self.vjp is not None:
+            probe(self)
+        return self.vjp is not None
+
     def forward_mode(self) -> bool:
         """Whether JVPs are available (running the deferred ``"forward"`` test once)."""
         probe = self.deferred.pop("forward", None)
@@ -263,14 +271,14 @@ class Target:
         Parameters
         ----------
         mode : {"rev", "fwd"}
-            VJPs (``vjp``) or JVPs (``jvp``, probed on first use: see
-            :meth:`forward_mode`).
+            VJPs (``vjp``) or JVPs (``jvp``), each probed on first use where the
+            backend defers that (see :meth:`reverse_mode`, :meth:`forward_mode`).
 
         Returns
         -------
         bool
         """
-        return self.vjp is not None if mode == "rev" else self.forward_mode()
+        return self.reverse_mode() if mode == "rev" else self.forward_mode()
 
     def mp_mode(self) -> bool:
         """Whether ``evaluate_mp`` is available (building it once if deferred)."""

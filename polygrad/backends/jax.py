@@ -53,6 +53,7 @@ from .base import (
     change_under_a_move,
     chunked,
     computed_in_note,
+    describe_exception,
     dtype_eps,
     validate_float_array,
 )
@@ -64,6 +65,16 @@ _CALL_PRIMITIVES = {"jit", "pjit", "closed_call", "core_call", "remat", "checkpo
 _CUSTOM_PRIMITIVES = {"custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr"}
 # Rows per vmapped call (see _Batched): bounded so that padding a small request stays cheap.
 _MAX_ROWS = 128
+
+
+def _probe_reverse(target: Target, work: _Derivatives) -> None:
+    """No reverse mode (``vjp``, ``vjp64`` None, with the reason in the notes) where JAX
+    cannot transpose ``f`` (a ``lax.while_loop``): ``mode="auto"`` then checks forward
+    mode, as for any function without a VJP."""
+    why = work.reverse_failure()
+    if why is not None:
+        target.vjp = target.vjp64 = None
+        target.note_unavailable("rev", why + "; forward mode (JVP) is checked instead")
 
 
 def _forward_mode(jvp: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
@@ -535,6 +546,27 @@ class _Derivatives:
         self.vjp = make(self._vjp, self._vjp_row, "VJP")
         self.jvp = make(self._jvp, self._jvp_row, "JVP")
 
+    def reverse_failure(self) -> str | None:
+        """None where JAX differentiates ``g`` in reverse mode, else why it cannot
+        (``lax.while_loop`` has no transpose): traced abstractly, nothing is computed,
+        once per function and signature."""
+        return CAPTURES.get("jax.reverse", self._context, self.flat.frozen(), self._reverse_failure)
+
+    def _reverse_failure(self) -> str | None:
+        import jax
+        import jax.numpy as jnp
+
+        def pull(*primals: Any) -> Any:
+            _, vjp = jax.vjp(self._float_g, *primals)
+            return vjp([jnp.zeros(shape, dtype) for shape, dtype in self.cot_specs])
+
+        try:
+            with self.ctx():
+                jax.eval_shape(pull, *self.primals)
+        except Exception as exc:  # noqa: BLE001 - the reason goes to the notes
+            return f"reverse mode failed: {describe_exception(exc)}"
+        return None
+
     # -- helpers -----------------------------------------------------------------
     def _jits(self) -> tuple[Any, Any, Any]:
         """Batched evaluation, VJP and JVP, each under ``jax.jit`` (compiled on first call),
@@ -785,7 +817,10 @@ class JaxBackend(Backend):
             backend=self.name,
             notes=notes,
             mp_unavailable_reason=mp_reason,
-            deferred={"rule_mp": lambda t: _set_vjp_mp(t, flat)},
+            deferred={
+                "rule_mp": lambda t: _set_vjp_mp(t, flat),
+                "reverse": lambda t: _probe_reverse(t, work),
+            },  # fmt: skip
         )
 
     @staticmethod
