@@ -63,13 +63,16 @@ def _paint(text: str, code: str, color: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if color else text
 
 
-def _noise_vs_f(noise: float | None, f_abs: float | None, eps: float | None) -> str:
+def _noise_vs_f(
+    noise: float | None, f_abs: float | None, eps: float | None, kinks: bool = False
+) -> str:
     """The noise against what rounding f's own value explains, worded by what was measured.
 
     A noise of a few ulps of ``|f|`` is the rounding of f's value; a far larger
     one (f computed as a difference of larger terms, or through a ``where``
     whose branches differ) is said to be larger, with ``|f|``, never that f
-    is near 0 unless it is.
+    is near 0 unless it is. With ``kinks`` (some entries are NONSMOOTH) the kink
+    comes first: the noise sample steps across it, and its slopes differ.
     """
     if noise is None or f_abs is None or not np.isfinite(noise):
         return "not measured"
@@ -80,9 +83,13 @@ def _noise_vs_f(noise: float | None, f_abs: float | None, eps: float | None) -> 
         return f"~{_g(noise / f_abs, 2)} of |f| = {_g(f_abs, 3)}, below its last digit"
     if ulps <= ULPS_EXPLAINED:
         return f"~{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}"
+    why = (
+        "f has a kink here (the NONSMOOTH entries below), which the noise sample steps across"
+        if kinks
+        else "so f is computed from larger terms that cancel (or branches that differ) here"
+    )
     return (
-        f"{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}: more than rounding f's value explains, "
-        "so f is computed from larger terms that cancel (or branches that differ) here"
+        f"{_g(ulps, 2)} ulp of |f| = {_g(f_abs, 3)}: more than rounding f's value explains; {why}"
     )
 
 
@@ -123,8 +130,16 @@ def _reference_noise(report: Report) -> str:
     where = f"; measured along {along}" if shared else ""
     return (
         f"  noise of f in {arith} (the reference's arithmetic, which limits its error bar): "
-        f"{_g(ref.noise, 3)} ({_noise_vs_f(ref.noise, ref.f_abs, eps)}){where}"
+        f"{_g(ref.noise, 3)} ({_noise_vs_f(ref.noise, ref.f_abs, eps, _has_kinks(report))})"
+        f"{where}"
     )
+
+
+def _has_kinks(report: Report) -> bool:
+    """Whether some entry of ``report`` is NONSMOOTH."""
+    from .report import SEVERITY, Verdict
+
+    return bool(np.any(report.entries.status == SEVERITY[Verdict.NONSMOOTH]))
 
 
 def _g(x: float | None, digits: int = 4) -> str:

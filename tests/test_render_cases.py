@@ -221,6 +221,18 @@ def test_noise_figures_are_named_and_worded_by_what_was_measured():
     noise = [line for line in text.splitlines() if line.startswith("  noise of f in float64")]
     assert len(noise) == 1
     assert "|f| = 1.5" in noise[0] and "more than rounding f's value explains" in noise[0]
+    assert "larger terms that cancel" in noise[0]
+
+
+def test_noise_at_a_kink_is_said_to_be_the_kink_not_cancellation():
+    """max of tied entries: the noise sample steps across the kink, and its spread, 2e7
+    ulps of |f|, is the kink's, which the report names (not cancelling terms); the same
+    line for f = (1e4 + x) - 1e4 + 1 above still names cancellation."""
+    report = pg.check(lambda x: torch.max(x), torch.tensor([2.0, 2.0, 1.0]))
+    assert report.verdict == pg.Verdict.NONSMOOTH and report.ok
+    noise = [ln for ln in _text(report).splitlines() if ln.startswith("  noise of f in float64")]
+    assert len(noise) == 1
+    assert "f has a kink here" in noise[0] and "cancel" not in noise[0]
 
 
 def test_mp_noise_far_below_one_unit_of_its_digits_is_said_relative_to_f():
