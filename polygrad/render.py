@@ -350,11 +350,15 @@ def _taylor_line(report: Report, taylor: TaylorSummary) -> str:
 
 
 def _row_scale_only(report: Report) -> str | None:
-    """Entries whose reference error bar exceeds the entry: judged on their row's scale only."""
+    """PASS entries whose reference error bar exceeds the entry: judged on their row's
+    scale only. (A NONSMOOTH entry's error bar is that of a difference across a kink, an
+    infinite one at an infinite slope: it says nothing of what a smooth entry allows.)"""
+    from .report import SEVERITY, Verdict
+
     e = report.entries
     if report.details.reference.method == "mp":
         return None
-    judged = np.isin(e.status, [0, 1])  # PASS, NONSMOOTH
+    judged = e.status == SEVERITY[Verdict.PASS]
     with np.errstate(invalid="ignore"):
         wide = judged & (np.abs(e.reference_error) > np.abs(e.reference))
     k = int(np.sum(wide))
@@ -522,12 +526,15 @@ def _median_error(report: Report) -> str:
 
 def _kinks_of_intermediates(report: Report) -> np.ndarray:
     """Per entry: NONSMOOTH although f's left and right derivatives agree (within twice
-    their error bars), i.e. f is differentiable there and an intermediate of f sits at
-    its kink (see :func:`polygrad.pipeline.kinks.kinks_of_intermediates`)."""
+    their error bars, both finite), i.e. f is differentiable there and an intermediate
+    of f sits at its kink (see :func:`polygrad.pipeline.kinks.kinks_of_intermediates`).
+    An infinite one-sided derivative (``sqrt`` at 0, whose error bar is infinite too)
+    agrees with nothing."""
     e = report.entries
     at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
     with np.errstate(all="ignore"):
-        agree = np.abs(e.left - e.right) <= 2 * (e.left_error + e.right_error)
+        finite = np.isfinite(e.left) & np.isfinite(e.right)
+        agree = finite & (np.abs(e.left - e.right) <= 2 * (e.left_error + e.right_error))
     return at_kink & agree
 
 
