@@ -369,6 +369,22 @@ SOFTPLUS_OF_LAYER_NORM = Program(
     op("leaky", op("softplus", op("layer_norm", X)), p=(0.5,)), (3,), "float64", (1.0, 1.0, 1.0)
 )
 
+# sin(softplus(x)²) at x = 16 in float64: its derivative 2 sp cos(u) σ(x) takes cos at
+# u = 256.0000036, where cos is 0.04 and sin 1; u = sp² rounds by 1.4e-15, which moves
+# the rule by 4.4e-14 (1.4 times its tolerance). Moves of x by whole ulps move u by whole
+# ulps of its own (2 sp ulp(sp) = 2 ulp(u)), so they keep that rounding; the rule on
+# mpmath numbers agrees with the reference, but nothing bounds the float64 rule's
+# round-off from intermediates larger than f
+COS_OF_A_LARGE_SQUARE = (
+    "polygrad limit (hidden round-off of the float64 rule): cos(u) at u = 256 where cos "
+    "is small inherits u's rounding, which moves of x by whole ulps do not re-round; the "
+    "rule is right on mpmath numbers, and its float64 value is 1.4 tolerances off: MISMATCH"
+)
+SIN_OF_SQUARED_SOFTPLUS = Program(
+    op("sin", op("mul", op("relu", op("softplus", X)), op("abs", op("relu", op("softplus", X))))),
+    (1,), "float64", (16.0,),
+)  # fmt: skip
+
 ERF_OF_MEAN = Program(
     op("affine", op("abs", op("erf", op("mean", op("abs", X), p=(None,)))), p=(3.0, 0.5)),
     (3,),
@@ -634,6 +650,9 @@ FOUND = [
     _found("numpy", TIED_CLIP),
     _found("numpy", LOG1P_TINY),
     _found("numpy", SOFTPLUS_OF_LAYER_NORM),
+    _found("numpy", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),
+    _found("torch", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),
+    _found("jax", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),
     _found("numpy", ERF_OF_MEAN),
     _found("numpy", LOG_SOFTMAX),
     _found("torch", LOG_SOFTMAX),
