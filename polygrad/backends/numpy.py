@@ -340,7 +340,7 @@ def _mp_evaluator(
 
     Plain object arrays first; where they fail, the array subclass on which the ufuncs
     without an object loop run too (``np.logaddexp``, ``np.isfinite``...; see
-    :mod:`polygrad.backends._mp_ufuncs`). The reason given is the plain arrays' failure.
+    :mod:`polygrad.backends._mp_ufuncs`). The reason given is the subclass's failure.
     """
     reason = None
     for ufuncs in (False, True):
@@ -355,5 +355,5 @@ def _mp_evaluator(
                 raise TypeError("the output size changed on mpmath input")
             return evaluate_mp, None
         except Exception as exc:  # noqa: BLE001 - any failure means: no mp reference
-            reason = reason or f"{type(exc).__name__}: {exc}"
+            reason = f"{type(exc).__name__}: {exc}"  # the subclass's, which got further
     return None, reason
