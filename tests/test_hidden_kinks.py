@@ -96,21 +96,39 @@ def test_a_kink_of_an_intermediate_that_cancels_is_nonsmooth_not_mismatch():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_a_rule_wrong_only_at_the_exact_input_is_not_passed(dtype):
+def test_a_rule_wrong_only_at_the_exact_input_is_a_mismatch(dtype):
     """grad = 100 where x == 0, cos(x) elsewhere, for sum(sin(x)): a few ulps away the rule
     is right, and every move of the input changes it by the same 99. That is no round-off
-    (it would scatter): no allowance makes it PASS. From outside it looks like an
-    intermediate at a kink, so it is NONSMOOTH, with a note that says it may be a bug,
-    and nonsmooth='within' fails it."""
+    (it would scatter): no allowance makes it PASS. Nor is it a side of a kink: sum(sin(x))
+    run on mpmath numbers at the point has no operation at a kink, so it is MISMATCH (it was
+    PASS in float64, NONSMOOTH ok in float32), and the note says why."""
     x = np.array([0.0, 0.5, 0.0, -1.0], dtype=dtype)
 
     def grad(v):
         return np.where(v == 0, 100.0, np.cos(v)).astype(v.dtype)
 
     report = pg.check(lambda v: np.sum(np.sin(v)), x, grad=grad)
-    assert report.verdict == Verdict.NONSMOOTH, str(report)
-    assert report.counts() == {"NONSMOOTH": 2, "PASS": 2}
+    assert report.verdict == Verdict.MISMATCH and not report.ok, str(report)
+    assert report.counts() == {"MISMATCH": 2, "PASS": 2}
     np.testing.assert_allclose(report.entries.reference, np.cos(x.astype(np.float64)), rtol=1e-6)
-    assert any("special-cases this input" in n for n in report.notes)
-    strict = pg.check(lambda v: np.sum(np.sin(v)), x, grad=grad, nonsmooth="within")
-    assert not strict.ok
+    assert any("no operation at its kink here" in n for n in report.notes)
+
+
+def test_a_numpy_relu_at_zero_inside_a_differentiable_function_is_nonsmooth():
+    """f = relu(x) - relu(-x) = x, written with np.maximum, and the rule that autodiff would
+    give (relu' = 1 where u > 0, else 0): at x = 0 the rule says 0, the derivative is 1,
+    and a few ulps away the rule agrees. Here np.maximum sits at its kink (0 against 0):
+    NONSMOOTH (ok), as for a framework's ReLU."""
+    x = np.array([0.0, 0.5, -1.0])
+
+    def f(v):
+        return np.sum(np.maximum(v, 0.0) - np.maximum(-v, 0.0))
+
+    def grad(v):
+        return (v > 0).astype(v.dtype) + (-v > 0).astype(v.dtype)
+
+    report = pg.check(f, x, grad=grad)
+    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
+    assert report.counts() == {"NONSMOOTH": 1, "PASS": 2}
+    np.testing.assert_allclose(report.entries.reference, [1.0, 1.0, 1.0], rtol=1e-9)
+    assert any("conservative" in n for n in report.notes)

@@ -17,13 +17,16 @@ reference, and the report says why.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["NO_OBJECT_LOOP", "mp_array_type"]
+from ._mp_kinks import function_at_kink, ufunc_at_kink
+
+__all__ = ["NO_OBJECT_LOOP", "mp_array_type", "recording_kinks"]
 
 NO_OBJECT_LOOP = (
     "logaddexp", "logaddexp2", "copysign", "isfinite", "isnan", "isinf", "signbit",
@@ -115,6 +118,18 @@ def _plain(ctx: Any, a: Any) -> Any:
     return a
 
 
+@contextlib.contextmanager
+def recording_kinks(cls: type[np.ndarray]) -> Iterator[list[str]]:
+    """The names of the operations on ``cls`` arrays (an :func:`mp_array_type`) that sit
+    exactly at their kink, while inside."""
+    found: list[str] = []
+    cls.kinks = found  # type: ignore[attr-defined]
+    try:
+        yield found
+    finally:
+        cls.kinks = None  # type: ignore[attr-defined]
+
+
 def _views(out: Any) -> Any:
     """The ``out=`` of a ufunc (an array or a tuple of them) as plain arrays, in place."""
     if isinstance(out, tuple):
@@ -148,12 +163,20 @@ def _make_class(ctx: Any) -> type[np.ndarray]:
         return out
 
     class MpArray(np.ndarray):
-        """An object array of mpmath numbers on which every ufunc runs (see the module)."""
+        """An object array of mpmath numbers on which every ufunc runs (see the module).
+
+        While ``kinks`` is a list (see :func:`recording_kinks`), the name of every
+        operation that sits exactly at its kink is appended to it (see
+        :mod:`polygrad.backends._mp_kinks`)."""
+
+        kinks: list[str] | None = None
 
         def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
             inputs = _plain(ctx, inputs)
             # out= is written in place: a view of the same memory, never a converted copy
             kwargs = {k: _views(v) if k == "out" else _plain(ctx, v) for k, v in kwargs.items()}
+            if MpArray.kinks is not None and ufunc_at_kink(ufunc.__name__, method, inputs, kwargs):
+                MpArray.kinks.append(ufunc.__name__)
             impl = impls.get(ufunc.__name__)
             if impl is None or method != "__call__" or "out" in kwargs:
                 return wrap(getattr(ufunc, method)(*inputs, **kwargs))
@@ -165,7 +188,10 @@ def _make_class(ctx: Any) -> type[np.ndarray]:
         def __array_function__(
             self, func: Any, types: Any, args: Iterable[Any], kwargs: Mapping[str, Any]
         ) -> Any:
-            args = _plain(ctx, tuple(args))
-            return wrap(func(*args, **{k: _plain(ctx, v) for k, v in kwargs.items()}))
+            plain = _plain(ctx, tuple(args))
+            name = getattr(func, "__name__", "")
+            if MpArray.kinks is not None and function_at_kink(name, plain, kwargs):
+                MpArray.kinks.append(name)
+            return wrap(func(*plain, **{k: _plain(ctx, v) for k, v in kwargs.items()}))
 
     return MpArray

@@ -219,6 +219,9 @@ class Target:
         ``"rule_mp"`` sets ``vjp_mp``, run by :meth:`rule_mp_mode`.
         A float32 reverse-mode check then never pays for forward mode's first
         pass or for capturing the mp graph.
+    intermediate_kinks : callable or None
+        ``() -> bool or None``: whether an operation of ``f`` sits at its kink at the
+        point (see :meth:`intermediates_at_a_kink`); None where the backend cannot tell.
     """
 
     x0: np.ndarray
@@ -240,6 +243,17 @@ class Target:
     mp_unavailable_reason: str | None = None
     mode_notes: dict[str, list[str]] = field(default_factory=dict)
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
+    intermediate_kinks: Callable[[], bool | None] | None = None
+
+    def intermediates_at_a_kink(self) -> bool | None:
+        """Whether some operation of ``f`` sits exactly at its kink at the point (a tie
+        of ``max``, a ReLU at 0): True or False where the backend can tell (NumPy code,
+        run once on mpmath numbers operation by operation), None where it cannot. Asked
+        once; the answer is kept."""
+        probe, self.intermediate_kinks = self.intermediate_kinks, None
+        if probe is not None:
+            self._kinks_at_point = probe()
+        return getattr(self, "_kinks_at_point", None)
 
     def reverse_mode(self) -> bool:
         """Whether VJPs are available (running the deferred ``"reverse"`` test once)."""

@@ -17,9 +17,10 @@ from .._pytree import flatten
 from ..errors import ShapeMismatchError
 from ..policy import DEFAULT_POLICY
 from ._common import PointFunction, as_float_output, check_not_mutated, output_layout
+from ._mp_ufuncs import mp_array_type, recording_kinks
 from ._supplied_mp import supplied_vjp_mp
 from .base import Backend, Supplied, Target, computed_in_note, dtype_eps
-from .mpmath import mp_evaluator
+from .mpmath import _shared_context, mp_evaluator
 
 __all__ = ["NumpyBackend"]
 
@@ -132,6 +133,7 @@ class NumpyBackend(Backend):
             backend=self.name,
             notes=notes,
         )
+        target.intermediate_kinks = lambda: _intermediates_at_a_kink(f, pf)
         # f runs once on mpmath numbers to show that it can: a large input, whose check
         # considers mp only to re-examine entries in doubt, pays that when it does
         if pf.x0.size > EAGER_MP_PROBE_INPUTS:
@@ -139,6 +141,22 @@ class NumpyBackend(Backend):
         else:
             build_mp(target)
         return target
+
+
+def _intermediates_at_a_kink(f: Callable[..., Any], pf: PointFunction) -> bool | None:
+    """Whether ``f``, run once at the point on mpmath numbers (the array subclass that
+    sees every ufunc and array function), has an operation exactly at its kink (see
+    :mod:`polygrad.backends._mp_kinks`); None where it does not run there."""
+    dps = 30
+    cls = mp_array_type(_shared_context(dps))
+    leaves = [leaf.shape for leaf in pf.layout.leaves]
+    try:
+        evaluate = mp_evaluator(lambda ls: f(*pf.args_with(ls)), leaves, ufuncs=True)
+        with recording_kinks(cls) as found:
+            evaluate(pf.x0, np.zeros_like(pf.x0), dps)
+    except Exception:  # noqa: BLE001 - f does not run there: no answer
+        return None
+    return bool(found)
 
 
 EAGER_MP_PROBE_INPUTS = DEFAULT_POLICY.mp_auto_size

@@ -218,6 +218,8 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
     if found is None or not any(fl.any() for fl in found):
         return None
     hit = np.concatenate(found)
+    if prep.target.intermediates_at_a_kink() is False:
+        return replace(judged, notes=(*judged.notes, _no_kink_note(e, hit)))
     entries = replace(
         e, status=np.where(hit, SEVERITY[Verdict.NONSMOOTH], e.status),
         within_one_sided=e.within_one_sided & ~hit,
@@ -236,3 +238,16 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
         f"these entries as wrong (nonsmooth='within' fails them)"
     )
     return replace(judged, entries=entries, notes=(*judged.notes, note))
+
+
+def _no_kink_note(e: Entries, hit: np.ndarray) -> str:
+    """Why entries that only the point shows stay MISMATCH: no operation of f is at a kink."""
+    names = [e.names[i] for i in np.flatnonzero(hit)]
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (
+        f"{shown}: autodiff differs from the reference at this point but agrees with it "
+        f"at inputs moved by a few ulps; f, run on mpmath numbers at the point operation "
+        f"by operation, has no operation at its kink here (no tie, no ReLU or abs at 0), "
+        f"so this is not a side of a kink: the rule takes another value at this exact "
+        f"input (a branch on x == 0?), and is wrong here"
+    )
