@@ -183,3 +183,33 @@ def test_large_input_runs_f_on_mp_only_when_a_check_asks(extra: int) -> None:
     assert target.mp_mode()  # built now, where it was deferred
     y = target.evaluate_mp(x, np.zeros_like(x), 30)  # type: ignore[misc]
     assert float(mpmath.fsum(y)) == pytest.approx(float(np.sum(np.logaddexp(0.0, x))), rel=1e-15)
+
+
+def test_operations_at_their_kinks_are_recorded(ctx: object) -> None:
+    """Run on the array subclass, every operation that sits exactly at its kink is named;
+    the same operations a little off their kinks are not."""
+    from polygrad.backends._mp_ufuncs import recording_kinks
+
+    cls = mp_array_type(ctx)
+
+    def kinks(fn, values: list[float]) -> list[str]:
+        with recording_kinks(cls) as found:
+            fn(_mp(ctx, values))
+        return found
+
+    assert kinks(lambda a: np.maximum(a, 0.0), [0.0, 1.0]) == ["maximum"]
+    assert kinks(lambda a: np.maximum(a, 0.0), [0.5, 1.0]) == []
+    assert kinks(lambda a: np.where(a > 1.0, a, 2 * a), [1.0, 3.0]) == ["greater"]
+    assert kinks(lambda a: np.abs(a), [0.0]) == ["absolute"]
+    assert kinks(lambda a: np.abs(a), [1e-300]) == []
+    assert kinks(lambda a: np.floor(a), [2.0]) == ["floor"]
+    assert kinks(lambda a: np.floor(a), [2.5]) == []
+    assert kinks(lambda a: np.rint(a), [2.5]) == ["rint"]
+    assert kinks(lambda a: np.max(a), [1.0, 3.0, 3.0]) == ["max"]
+    assert kinks(lambda a: np.maximum.reduce(a), [3.0, 1.0, 3.0]) == ["maximum"]
+    assert kinks(lambda a: np.max(a), [1.0, 3.0, 2.0]) == []
+    assert kinks(lambda a: np.clip(a, -1.0, 1.0), [1.0, 0.0]) == ["clip"]
+    assert kinks(lambda a: np.clip(a, -1.0, 1.0), [0.5, 0.0]) == []
+    assert kinks(lambda a: np.sort(a), [2.0, 1.0, 2.0]) == ["sort"]
+    assert kinks(lambda a: np.sin(a) * np.exp(a), [0.0, 1.0]) == []
+    assert cls.kinks is None  # type: ignore[attr-defined]  # recording ends with the block

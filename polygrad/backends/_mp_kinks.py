@@ -15,7 +15,7 @@ An operation is *at its kink* when it switches branch exactly at its arguments:
   ``less_equal``, ``equal``...): two arguments equal (a ``where`` reads a comparison);
 * ``absolute``, ``fabs``, ``sign``, ``heaviside``: an argument 0;
 * ``floor``, ``ceil``, ``trunc``: an integer; ``rint``: a half-integer;
-* ``maximum.reduce``, ``minimum.reduce`` (``np.max``...): a tie of the extreme;
+* ``np.max``, ``np.min``, ``maximum.reduce``, ``minimum.reduce``: a tie of the extreme;
 * ``np.clip``: an entry at a bound; ``np.sort``, ``np.argsort``, ``np.argmax``,
   ``np.argmin``, ``np.median``, ``np.percentile``, ``np.quantile``, ``np.partition``,
   ``np.unique``: two equal entries.
@@ -61,14 +61,24 @@ def _finite(v: Any) -> bool:
         return False
 
 
+def _tied_extreme(ufunc: np.ufunc, a: Any, axis: Any) -> bool:
+    """Whether the extreme (``ufunc`` ``maximum`` or ``minimum``) of ``a`` along ``axis``
+    (None: all of it) is attained twice somewhere."""
+    a = np.asarray(a, dtype=object)
+    if a.size == 0:
+        return False
+    if axis is None:
+        a, axis = a.ravel(), 0
+    extreme = np.asarray(ufunc.reduce(a, axis=axis, keepdims=True), dtype=object)
+    return _any(np.sum(a == extreme, axis=axis) >= 2)
+
+
 def ufunc_at_kink(name: str, method: str, inputs: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
     """Whether the ufunc ``name`` (``method`` ``"__call__"`` or ``"reduce"``) sits at its
     kink at ``inputs`` (plain object arrays or mpmath scalars)."""
     if method == "reduce" and name in _EXTREMES:
-        a = np.asarray(inputs[0], dtype=object)
-        axis = kwargs.get("axis", 0)
-        extreme = np.asarray(getattr(np, name).reduce(a, axis=axis, keepdims=True), dtype=object)
-        return _any(np.sum(a == extreme, axis=axis) >= 2)
+        ufunc = np.maximum if name in ("maximum", "fmax") else np.minimum
+        return _tied_extreme(ufunc, inputs[0], kwargs.get("axis", 0))
     if method != "__call__":
         return False
     if name in _TIES and len(inputs) == 2:
@@ -88,6 +98,10 @@ def function_at_kink(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) 
         a = np.asarray(args[0], dtype=object)
         bounds = [*args[1:3], *(kwargs.get(k) for k in ("a_min", "a_max", "min", "max"))]
         return any(b is not None and _any(np.equal(a, b)) for b in bounds)
+    if name in ("max", "amax", "min", "amin") and args:
+        ufunc = np.maximum if "max" in name else np.minimum
+        axis = args[1] if len(args) > 1 else kwargs.get("axis")
+        return _tied_extreme(ufunc, args[0], axis)
     if name in _ORDERING and args:
         values = np.asarray(args[0], dtype=object).ravel()
         return len(set(values.tolist())) < values.size
