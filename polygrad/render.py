@@ -135,6 +135,13 @@ def _reference_noise(report: Report) -> str:
     )
 
 
+def _severity(verdict: str) -> int:
+    """The status code of ``verdict`` (see :data:`polygrad.report.SEVERITY`)."""
+    from .report import SEVERITY, Verdict
+
+    return SEVERITY[Verdict(verdict)]
+
+
 def _has_kinks(report: Report) -> bool:
     """Whether some entry of ``report`` is NONSMOOTH."""
     from .report import SEVERITY, Verdict
@@ -327,11 +334,21 @@ def _taylor_line(report: Report, taylor: TaylorSummary) -> str:
     """The Taylor test, read beside the verdict."""
     txt = f"  Taylor test (supporting evidence): {taylor.explanation}"
     if taylor.verdict == "wrong" and "NONSMOOTH" in report.counts():
-        return (
+        head = (
             "  Taylor test (supporting evidence): the Taylor remainder falls like "
-            f"h^{float(taylor.slope or 0):.2f}, slower than h^2, as it must where the steps "
-            "cross a kink (the remainder there is of first order at best, slower still at "
-            "an infinite slope): no evidence against the gradient"
+            f"h^{float(taylor.slope or 0):.2f}, slower than h^2, "
+        )
+        passed = report.entries.status == _severity("PASS")
+        if np.all(_kinks_of_intermediates(report) | passed):
+            return head + (
+                "as it must where autodiff's value at the point is not the derivative (at "
+                "a kink of an intermediate, or where a rule special-cases this input): it "
+                "adds nothing to the entries above"
+            )
+        return head + (
+            "as it must where the steps cross a kink (the remainder there is of first "
+            "order at best, slower still at an infinite slope): no evidence against the "
+            "gradient"
         )
     if taylor.verdict == "wrong" and report.ok:
         return (
@@ -341,10 +358,15 @@ def _taylor_line(report: Report, taylor: TaylorSummary) -> str:
             "reference whose error is measured, which decides: no evidence against the "
             "gradient"
         )
-    if taylor.verdict == "consistent" and "MISMATCH" in report.counts():
+    counts = report.counts()
+    if taylor.verdict == "consistent" and "MISMATCH" in counts:
+        few = 2 * counts["MISMATCH"] < len(report.entries.names)
         txt += (
             " — along one random direction only, which barely weighs a few wrong "
             "entries among many; the comparison of each entry above decides"
+            if few
+            else " — a Taylor remainder does not resolve an error this small next to the "
+            "round-off of f; the comparison of each entry above decides"
         )
     return txt
 

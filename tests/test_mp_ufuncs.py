@@ -124,6 +124,10 @@ def test_softplus_loss_catches_an_error_below_float64_differences() -> None:
     report = pg.check(loss, x, grad=lambda v: grad(v) * (1 + 1e-11))
     assert report.verdict == pg.Verdict.MISMATCH and not report.ok
     assert report.details["reference"]["method"] == "mp"
+    assert report.counts() == {"MISMATCH": 3}
+    # every entry is wrong: the Taylor line does not speak of "a few wrong entries"
+    taylor = next(ln for ln in str(report).splitlines() if "Taylor test" in ln)
+    assert "a few wrong entries" not in taylor
 
 
 def test_clip_bounds_and_integer_zeros_run_on_mp() -> None:
