@@ -218,7 +218,8 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
     if found is None or not any(fl.any() for fl in found):
         return None
     hit = np.concatenate(found)
-    if prep.target.intermediates_at_a_kink() is False:
+    seen = prep.target.intermediates_at_a_kink()
+    if seen is False:
         return replace(judged, notes=(*judged.notes, _no_kink_note(e, hit)))
     entries = replace(
         e, status=np.where(hit, SEVERITY[Verdict.NONSMOOTH], e.status),
@@ -226,17 +227,27 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
     )  # fmt: skip
     names = [e.names[i] for i in np.flatnonzero(hit)]
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    note = (
+    head = (
         f"{shown}: autodiff differs from the reference at this point, but at inputs moved "
         f"by a few ulps the same rule all but agrees with it, while f itself is "
         f"differentiable along every axis: the rule is discontinuous at this exact input. "
-        f"Where an intermediate of f sits exactly at a kink (a tie, a ReLU at 0) the "
-        f"framework takes one side of it and returns an element of a conservative "
-        f"gradient, not the derivative (Bolte & Pauwels, 2020), so these entries are "
-        f"NONSMOOTH; a rule that special-cases this input (a branch on x == 0) looks the "
-        f"same from outside and is a bug: if no intermediate is at a kink here, read "
-        f"these entries as wrong (nonsmooth='within' fails them)"
     )
+    conservative = (
+        "the framework takes one side of it and returns an element of a conservative "
+        "gradient, not the derivative (Bolte & Pauwels, 2020), so these entries are NONSMOOTH"
+    )
+    if seen:  # f was looked into, operation by operation
+        note = head + (
+            "f, run on mpmath numbers at the point operation by operation, has an "
+            f"operation exactly at its kink here (a tie, a ReLU or abs at 0): {conservative}"
+        )
+    else:
+        note = head + (
+            f"Where an intermediate of f sits exactly at a kink (a tie, a ReLU at 0) "
+            f"{conservative}; a rule that special-cases this input (a branch on x == 0) "
+            f"looks the same from outside and is a bug: if no intermediate is at a kink "
+            f"here, read these entries as wrong (nonsmooth='within' fails them)"
+        )
     return replace(judged, entries=entries, notes=(*judged.notes, note))
 
 
