@@ -53,6 +53,12 @@ wins: the two ways of forming a tableau (coefficients or recursion) round its er
 differently in the last digits (1e-13 apart), and a near-tie must not pick different
 entries in each (an error bar is an estimate good to a few digits at best)."""
 
+TIED_ULPS = 8.0
+"""Error bars within this many ulps of the chosen value (``value_eps |T|``) of the least
+are tied too: where the quotients nearly cancel (D ~ 1 varying by 1e-7), a bar of 2e-9 is
+formed from differences that each way rounds at ulps of D, 5e-16 apart (3e-7 relative,
+far beyond :data:`TIED_ERRORS`; found by the property test in CI)."""
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -183,8 +189,9 @@ def neville(
         err = np.maximum(trunc, NOISE_COVERAGE * noise) + value_eps * np.abs(Tf)
     err = np.where(np.isfinite(err), err, np.inf)
     entries = (T, err, trunc, noise)
-    best = list(_least(plan, entries, None))
-    fine = _least(plan, entries, plan.fine)
+    slack = TIED_ULPS * value_eps * np.abs(Tf)
+    best = list(_least(plan, entries, None, slack))
+    fine = _least(plan, entries, plan.fine, slack)
     # consistency with the finest steps: a large-step entry that disagrees with them
     # extrapolated across something non-smooth; the limit h -> 0 is what counts
     with np.errstate(all="ignore"):
@@ -309,13 +316,16 @@ def _by_recursion(plan: _Plan, D: np.ndarray, cross_check: bool) -> tuple[np.nda
 
 
 def _least(
-    plan: _Plan, entries: tuple[np.ndarray, ...], among: np.ndarray | None
+    plan: _Plan,
+    entries: tuple[np.ndarray, ...],
+    among: np.ndarray | None,
+    slack: np.ndarray | None = None,
 ) -> tuple[np.ndarray, ...]:
     """(value, error, truncation, noise, level, order) of the least-error entry per
     element (among the entries ``among`` marks, if given); NaN, inf, inf, inf, 0, 0
     where no entry has a finite error bar. The first of equal error bars wins (the
     coarsest column, then the coarsest row), and so does the first of those within
-    :data:`TIED_ERRORS` of the least."""
+    :data:`TIED_ERRORS` of the least, or within ``slack`` (per entry, as ``err``) of it."""
     T, err, trunc, noise = entries
     N, batch = err.shape[0], err.shape[1:]
     e2 = err.reshape(N, -1)
@@ -324,7 +334,9 @@ def _least(
     pick = np.argmin(e2, axis=0)
     cols = np.arange(e2.shape[1])
     with np.errstate(invalid="ignore"):
-        tied = e2 <= e2[pick, cols] * (1.0 + TIED_ERRORS)  # (a NaN least ties nothing)
+        least = e2[pick, cols]
+        extra = 0.0 if slack is None else slack.reshape(N, -1)[pick, cols]
+        tied = e2 <= least * (1.0 + TIED_ERRORS) + extra  # (a NaN least ties nothing)
     pick = np.where(tied.any(axis=0), np.argmax(tied, axis=0), pick)
     e = e2[pick, cols]
     found = e < np.inf
