@@ -183,9 +183,14 @@ def hidden_kinks(
     return replace(judged, entries=entries, notes=(*judged.notes, *found))
 
 
+def _listed(names: list[str]) -> str:
+    """The first four ``names``, and how many more."""
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
 def _note(e: Entries, hit: np.ndarray, left: float, right: float) -> str:
     names = [e.names[k] for k in hit]
-    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    shown = _listed(names)
     return (
         f"f has a kink here that no single input shows: along the direction that moves "
         f"{shown} together (each signed like autodiff minus the reference) its left "
@@ -226,7 +231,7 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
         within_one_sided=e.within_one_sided & ~hit,
     )  # fmt: skip
     names = [e.names[i] for i in np.flatnonzero(hit)]
-    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    shown = _listed(names)
     head = (
         f"{shown}: autodiff differs from the reference at this point, but at inputs moved "
         f"by a few ulps the same rule all but agrees with it, while f itself is "
@@ -254,7 +259,7 @@ def kinks_of_intermediates(prep: Prepared, judged: Assessment, opts: Options) ->
 def _no_kink_note(e: Entries, hit: np.ndarray) -> str:
     """Why entries that only the point shows stay MISMATCH: no operation of f is at a kink."""
     names = [e.names[i] for i in np.flatnonzero(hit)]
-    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    shown = _listed(names)
     return (
         f"{shown}: autodiff differs from the reference at this point but agrees with it "
         f"at inputs moved by a few ulps; f, run on mpmath numbers at the point operation "
