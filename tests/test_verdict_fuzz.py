@@ -611,6 +611,16 @@ LSE_OF_LOG_SOFTMAX_BF16 = Program(
     (1, 4), "bfloat16", (-1.0, 2.578125, 1.5234375, -0.14453125),
 )  # fmt: skip
 
+# layer norm of sin(w + w^2), w = where(x > -1, x, -2x), with x[2] = -1 at the
+# threshold: a move of x[2] upward jumps every entry's derivative by the same amount,
+# one side of each pair only; that is a jump of f at x[2], not a rule wrong at the point,
+# and the float64 rule's round-off at the x[1] entries (cos of 974) keeps its allowance
+WHERE_AT_THRESHOLD_LN = Program(
+    op("layer_norm", op("affine", op("sin", op("add", _W := op("where", X, op("affine", X,
+       p=(-2.0, 0.0)), p=(-1.0,)), op("square", _W))), p=(-2.0, 0.0))),
+    (4,), "float64", (1.0, -15.356342177970214, -1.0, 1.0),
+)  # fmt: skip
+
 FOUND = [
     _found("numpy", EXP3_TANH_MIDTOOTH),
     _found("torch", LSE_OF_LOG_SOFTMAX_BF16),
@@ -650,6 +660,7 @@ FOUND = [
     _found("numpy", TIED_CLIP),
     _found("numpy", LOG1P_TINY),
     _found("numpy", SOFTPLUS_OF_LAYER_NORM),
+    *[_found(fw, WHERE_AT_THRESHOLD_LN) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("numpy", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),
     _found("torch", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),
     _found("jax", SIN_OF_SQUARED_SOFTPLUS, COS_OF_A_LARGE_SQUARE),

@@ -493,12 +493,12 @@ def _allow(
         moves = [o.autodiff - b.autodiff for o in others]
         # per entry, the smallest size of move that moved its value at all
         new = (np.isnan(allow) | pending) & (spread(moves) > 0)
+        new &= ~displaced_at_the_point(moves, b.tolerance)
         if wd64:  # the even part of each pair: the derivative's linear change cancels
             moves = [(moves[2 * i] + moves[2 * i + 1]) / 2 for i in range(len(moves) // 2)]
         else:  # the derivative's own change, from the float64 rule, taken out
             pairs = zip(moves, others, strict=True)
             moves = [mv - (o.autodiff64 - b.autodiff64) for mv, o in pairs]
-        new &= ~displaced_at_the_point(moves, b.tolerance)
         return np.where(new, np.fmax(allow, factor * spread(moves)), allow)
 
 
@@ -510,23 +510,29 @@ times the entry's tolerance, alike, is no round-off (see :func:`displaced_at_the
 def displaced_at_the_point(moves: list[np.ndarray], tolerance: np.ndarray) -> np.ndarray:
     """Entries whose value at the point stands apart from the moved inputs' values.
 
-    Round-off scatters: the point's value is one more draw among its neighbours', and
-    the moves from it differ from one another by about as much as they are large. A
-    rule that takes another value at the point alone (``np.where(x == 0, 0.0,
-    np.cos(x))``, a backward that special-cases an exact input) moves every neighbour
-    by the same amount, far beyond round-off: at least two moves exceed
-    :data:`DISPLACED_TOLERANCES` tolerances and agree to 1% (the other moves are those
-    that left the entry's input where it was). Such a move is no allowance; whether
-    the point sits at a kink of an intermediate is for :func:`kinks_at_the_point` to say.
+    ``moves`` are the changes of the autodiff values at inputs moved in pairs of
+    opposites (``x + d``, ``x - d``, in that order). Round-off scatters: the point's
+    value is one more draw among its neighbours', and the moves from it differ from
+    one another by about as much as they are large. A rule that takes another value at
+    the point alone (``np.where(x == 0, 0.0, np.cos(x))``, a backward that
+    special-cases an exact input) moves every neighbour, on both sides, by the same
+    amount, far beyond round-off: at least two moves exceed
+    :data:`DISPLACED_TOLERANCES` tolerances, they agree to 1%, and no pair has one
+    such move without the other (the other pairs left the entry's input where it
+    was). A jump on one side (another input at the threshold of a ``where``) moves
+    one member of each pair only: that is a kink of f, not the point's own value.
+    Such a move is no allowance; whether the point sits at a kink of an intermediate
+    is for :func:`kinks_at_the_point` to say.
     """
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # no large move: an all-NaN slice
         stack = np.array(moves)
         big = np.abs(stack) > DISPLACED_TOLERANCES * tolerance
+        one_sided = np.any(big[0::2] != big[1::2], axis=0)
         large = np.where(big, stack, np.nan)
         lo, hi = np.nanmin(large, axis=0), np.nanmax(large, axis=0)
         alike = (np.sign(lo) == np.sign(hi)) & (hi - lo <= 0.01 * np.minimum(abs(lo), abs(hi)))
-        return (np.sum(big, axis=0) >= 2) & alike
+        return (np.sum(big, axis=0) >= 2) & alike & ~one_sided
 
 
 def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: float) -> np.ndarray:
