@@ -39,9 +39,18 @@ from typing import Any
 import numpy as np
 
 from ._pytree import flatten, unflatten
-from .backends.base import Backend, dtype_eps
+from .backends.base import Backend, dtype_eps, dtype_tiny
 
-__all__ = ["ALLOWANCE", "DITHERS", "MOVED_DTYPES", "ULPS", "dithered_args", "move_sizes", "spread"]
+__all__ = [
+    "ALLOWANCE",
+    "DITHERS",
+    "MOVED_DTYPES",
+    "ULPS",
+    "dithered_args",
+    "move_sizes",
+    "spread",
+    "ulp_of_move",
+]
 
 DITHERS = 5
 """How many moved inputs the autodiff value is re-evaluated at."""
@@ -96,6 +105,16 @@ def move_sizes(dtype: np.dtype, first: int = ULPS) -> list[int]:
     return sizes
 
 
+def ulp_of_move(a: np.ndarray) -> np.ndarray:
+    """The unit of a move of each entry of ``a``, as float64: its ulp, but the smallest
+    normal number of its dtype for 0 and subnormal entries. Many kernels flush
+    subnormals to zero (XLA on CPU does), so a move of 0 by its own ulp, 5e-324 in
+    float64, would move nothing: ``relu(x)`` at ``x = 5e-324`` takes the side of 0."""
+    tiny = dtype_tiny(a.dtype)
+    a64 = np.abs(a.astype(np.float64))
+    return np.where(a64 < tiny, tiny, np.abs(np.spacing(a).astype(np.float64)))
+
+
 def dithered_args(
     be: Backend,
     args: tuple[Any, ...],
@@ -144,7 +163,7 @@ def dithered_args(
                 if a.dtype.name not in MOVED_DTYPES:
                     return None
                 k = rng.integers(-ulps, ulps + 1, size=a.shape).astype(np.float64)
-                step = k * np.spacing(a).astype(np.float64)
+                step = k * ulp_of_move(a)
                 up.append(be.from_numpy((a.astype(np.float64) + step).astype(a.dtype)))
                 down.append(be.from_numpy((a.astype(np.float64) - step).astype(a.dtype)))
             plus[i], minus[i] = unflatten(treedef, up), unflatten(treedef, down)

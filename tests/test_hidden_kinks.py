@@ -134,3 +134,117 @@ def test_a_numpy_relu_at_zero_inside_a_differentiable_function_is_nonsmooth():
     assert any("has an operation exactly at its kink here" in n for n in report.notes)
     taylor = next(ln for ln in str(report).splitlines() if "Taylor test" in ln)
     assert "autodiff's value at the point is not the derivative" in taylor
+
+
+def _custom_sin(framework: str):
+    """sin with a hand-written rule that returns 100 where x == 0 (cos(x) elsewhere), in the
+    framework's own custom-gradient mechanism, as a user writes one."""
+    if framework == "torch":
+        import torch
+
+        class Sin(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return torch.sin(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * torch.where(x == 0, torch.full_like(x, 100.0), torch.cos(x))
+
+        return lambda v: Sin.apply(v).sum()
+    if framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        @jax.custom_vjp
+        def sin(x):
+            return jnp.sin(x)
+
+        sin.defvjp(
+            lambda x: (jnp.sin(x), x),
+            lambda x, g: (g * jnp.where(x == 0, 100.0, jnp.cos(x)),),
+        )
+        return lambda v: jnp.sum(sin(v))
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def tf_sin(x):
+        def grad(g):
+            return g * tf.where(
+                x == 0, tf.fill(tf.shape(x), tf.constant(100.0, x.dtype)), tf.cos(x)
+            )
+
+        return tf.sin(x), grad
+
+    return lambda v: tf.reduce_sum(tf_sin(v))
+
+
+def _relu_difference(framework: str):
+    """relu(x) - relu(-x) = x, with the framework's ReLU."""
+    if framework == "torch":
+        import torch
+
+        return lambda v: (torch.relu(v) - torch.relu(-v)).sum()
+    if framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        return lambda v: jnp.sum(jax.nn.relu(v) - jax.nn.relu(-v))
+    import tensorflow as tf
+
+    return lambda v: tf.reduce_sum(tf.nn.relu(v) - tf.nn.relu(-v))
+
+
+def _array(framework: str, values: list[float], dtype: str):
+    if framework == "torch":
+        import torch
+
+        return torch.tensor(values, dtype=getattr(torch, dtype))
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(np.array(values, dtype=dtype))
+    import tensorflow as tf
+
+    return tf.constant(values, dtype=getattr(tf, dtype))
+
+
+FRAMEWORK_DTYPES = [
+    pytest.param(fw, dt, marks=pytest.mark.polygrad_backends(fw), id=f"{fw}-{dt}")
+    for fw in ("torch", "jax", "tensorflow")
+    for dt in ("float32", "float64")
+]
+
+
+@pytest.mark.parametrize(("framework", "dtype"), FRAMEWORK_DTYPES)
+def test_a_custom_rule_wrong_only_at_the_exact_input_is_a_mismatch(framework, dtype):
+    """The framework's custom-gradient mechanism with a backward that returns 100 at x == 0
+    (cos(x) elsewhere) for sum(sin(x)): a few ulps away the rule is right, so the entries
+    at 0 look like a kink of an intermediate from outside; f's captured program, run on
+    mpmath numbers at the point, has no operation at a kink (the backward's x == 0 is not
+    part of f), so they are MISMATCH, not NONSMOOTH ok."""
+    x = [0.0, 0.5, 0.0, -1.0]
+    report = pg.check(_custom_sin(framework), _array(framework, x, dtype))
+    assert report.verdict == Verdict.MISMATCH and not report.ok, str(report)
+    assert report.counts() == {"MISMATCH": 2, "PASS": 2}
+    np.testing.assert_allclose(report.entries.reference, np.cos(x), rtol=1e-6)
+    np.testing.assert_array_equal(report.entries.autodiff[[0, 2]], [100.0, 100.0])
+    assert any("no operation at its kink here" in n for n in report.notes)
+
+
+@pytest.mark.parametrize(("framework", "dtype"), FRAMEWORK_DTYPES)
+def test_a_relu_at_zero_inside_a_differentiable_function_is_nonsmooth(framework, dtype):
+    """relu(x) - relu(-x) = x at x = 0: the framework's ReLU rule gives 0 + 0 there, the
+    derivative is 1, and a few ulps away the rule agrees (moves of 0 are by the smallest
+    normal number, since XLA and TensorFlow flush subnormals to zero). The captured
+    program has a ReLU at its kink: NONSMOOTH (ok), in float64 as in float32 (float64 was
+    MISMATCH in JAX and TensorFlow)."""
+    x = [0.0, 0.5, 0.0, -1.0]
+    report = pg.check(_relu_difference(framework), _array(framework, x, dtype))
+    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
+    assert report.counts() == {"NONSMOOTH": 2, "PASS": 2}
+    np.testing.assert_allclose(report.entries.reference, np.ones(4), rtol=1e-6)
+    np.testing.assert_array_equal(report.entries.autodiff, [0.0, 1.0, 0.0, 1.0])
+    assert any("has an operation exactly at its kink here" in n for n in report.notes)

@@ -36,6 +36,7 @@ import numpy as np
 
 from .._install import pip_install
 from ..errors import InputTypeError, InputValueError, MissingBackendError
+from ..mpexec.kinks import recording_kinks
 
 __all__ = [
     "Backend",
@@ -245,15 +246,35 @@ class Target:
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
     intermediate_kinks: Callable[[], bool | None] | None = None
 
+    _kinks_asked: bool = field(default=False, init=False, repr=False)
+    _kinks_at_point: bool | None = field(default=None, init=False, repr=False)
+
     def intermediates_at_a_kink(self) -> bool | None:
         """Whether some operation of ``f`` sits exactly at its kink at the point (a tie
-        of ``max``, a ReLU at 0): True or False where the backend can tell (NumPy code,
-        run once on mpmath numbers operation by operation), None where it cannot. Asked
+        of ``max``, a ReLU at 0): True or False where it can be told, None where it
+        cannot. ``intermediate_kinks`` answers where the backend set it (NumPy code, run
+        on an array subclass); otherwise ``f``'s captured program is run once at the
+        point on mpmath numbers, operation by operation, where an interpreter of
+        :mod:`polygrad.mpexec` evaluates it (see :mod:`polygrad.mpexec.kinks`). Asked
         once; the answer is kept."""
-        probe, self.intermediate_kinks = self.intermediate_kinks, None
-        if probe is not None:
+        if not self._kinks_asked:
+            self._kinks_asked = True
+            probe = self.intermediate_kinks or self._recorded_kinks
+            self.intermediate_kinks = None
             self._kinks_at_point = probe()
-        return getattr(self, "_kinks_at_point", None)
+        return self._kinks_at_point
+
+    def _recorded_kinks(self) -> bool | None:
+        """Whether the mp evaluation at the point saw an operation at its kink; None
+        where there is none, it fails, or no interpreter of operations ran in it."""
+        if not self.mp_mode() or self.evaluate_mp is None:
+            return None
+        try:
+            with recording_kinks() as record:
+                self.evaluate_mp(self.x0, np.zeros_like(self.x0), KINK_DIGITS)
+        except Exception:  # noqa: BLE001 - f does not run there on mpmath numbers: no answer
+            return None
+        return bool(record.found) if record.ran else None
 
     def reverse_mode(self) -> bool:
         """Whether VJPs are available (running the deferred ``"reverse"`` test once)."""
@@ -522,6 +543,10 @@ def chunked(fn: BatchFn, X: np.ndarray, max_rows: int) -> np.ndarray:
         return fn(X)
     return np.concatenate([fn(X[i : i + max_rows]) for i in range(0, X.shape[0], max_rows)])
 
+
+KINK_DIGITS = 30
+"""Digits of the one mp evaluation that looks for operations at their kinks (ties are
+exact at any precision: the point is a binary float)."""
 
 SMALL_BATCH = 16
 """Batches up to this many rows run one plain call per row: tracing or vectorizing a

@@ -98,6 +98,15 @@ from .jaxpr_rules import (
     _literal,
     _round,
 )
+from .kinks import (
+    at_integer,
+    at_values,
+    at_zero,
+    is_recording,
+    note_operation,
+    repeated,
+    tie,
+)
 from .linalg_conv import convolve, dilate_pad, reduce_windows
 from .reductions import cumulative, fold, sort_permutation
 from .values import leaves_at, mp_array
@@ -147,6 +156,8 @@ class _Interpreter(_DataMovement):
             env[var] = _coerce(ctx, a, var.aval)
         for eqn in jaxpr.eqns:
             invals = [read(v) for v in eqn.invars]
+            if is_recording():
+                note_operation(eqn.primitive.name, _kink_test(eqn, invals))
             outs = self.apply(eqn, invals)
             if not eqn.primitive.multiple_results:
                 outs = [outs]
@@ -418,6 +429,44 @@ class _Interpreter(_DataMovement):
             else:
                 stacked.append(np.stack([np.asarray(y[k]) for y in ys]))
         return carry + stacked
+
+
+_TIES = frozenset({"max", "min", "eq", "ne", "gt", "ge", "lt", "le"})
+_AT_ZERO = frozenset({"abs", "sign", "sqrt", "rsqrt", "cbrt"})
+_ORDERING = frozenset(
+    {"reduce_max", "reduce_min", "argmax", "argmin", "cummax", "cummin", "sort",
+     "reduce_window_max", "reduce_window_min", "scatter-max", "scatter-min", "scatter_max",
+     "scatter_min"}
+)  # fmt: skip
+KINKED_PRIMITIVES = _TIES | _AT_ZERO | _ORDERING | {"floor", "ceil", "round", "clamp", "rem",
+                                                      "pow"}  # fmt: skip
+"""Primitives with kinks (see :mod:`.kinks`); every other primitive is differentiable
+wherever its value is finite."""
+
+
+def _kink_test(eqn: Any, invals: list[Any]) -> Callable[[], bool] | None:
+    """Whether the equation's primitive sits at its kink at ``invals`` (a deferred test),
+    or None for a primitive without kinks."""
+    name = eqn.primitive.name
+    if not any(_is_float(d) for d in (_aval_dtype(v.aval) for v in eqn.invars) if d is not None):
+        return None  # integer index arithmetic: exact, no derivative
+    if name in _TIES and len(invals) == 2:
+        return lambda: tie(*invals)
+    if name in _AT_ZERO:
+        return lambda: at_zero(invals[0])
+    if name in _ORDERING:
+        return lambda: repeated(invals[0])
+    if name in ("floor", "ceil"):
+        return lambda: at_integer(invals[0])
+    if name == "round":
+        return lambda: at_integer(invals[0], 0.5)
+    if name == "clamp":  # (lo, x, hi)
+        return lambda: at_values(invals[1], invals[0], invals[2])
+    if name == "pow":  # a fractional power at a base of 0
+        return lambda: at_zero(invals[0])
+    if name == "rem":  # jumps where x / y is an integer
+        return lambda: at_integer(np.asarray(invals[0], dtype=object) / invals[1])
+    return None
 
 
 def evaluate_jaxpr_mp(closed_jaxpr: Any, args: Sequence[Any], ctx: Any) -> list[Any]:

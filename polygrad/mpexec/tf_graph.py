@@ -60,6 +60,7 @@ import numpy as np
 from .elementwise import real
 from .errors import UnsupportedOperatorError
 from .jaxpr_rules import _float_binary, _float_unary, _round, _trunc_int
+from .kinks import at_integer, at_values, at_zero, is_recording, note_operation, repeated, tie
 from .reductions import cumulative, fold
 from .values import leaves_at, mp_array
 
@@ -173,7 +174,7 @@ def supported_ops() -> frozenset[str]:
     frozenset of str
     """
     rules = {name[3:] for name in dir(_Rules) if name.startswith("_r_")}
-    named = set(_UNARY) | set(_BINARY) | set(_INTEGER) | _IDENTITY | _INPUTS
+    named = set(_UNARY) | set(_BINARY) | set(_INTEGER) | _IDENTITY | _INPUTS | {"IdentityN"}
     return frozenset(rules | named | set(_tf_functions(_probe_context())))
 
 
@@ -302,6 +303,8 @@ class GraphProgram:
                 continue
             node = self.nodes[name]
             args = [env[n][k] for n, k in self._data_inputs(name)]
+            if is_recording():
+                note_operation(node.op, _kink_test(node.op, args))
             out = rules.apply(node, args)
             env[name] = list(out) if node.op in _MULTI else [out]
         return [env[n][k] for n, k in self.outputs]
@@ -315,6 +318,47 @@ class GraphProgram:
                 for n, v in self._consts.items()
             }
         return self._mp_consts[key]
+
+
+def _floating(*values: Any) -> bool:
+    return any(np.asarray(v).dtype.kind in "fO" for v in values)
+
+
+_TF_TIES = frozenset(
+    {"Maximum", "Minimum", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"}
+)
+_TF_AT_ZERO = frozenset({"Abs", "Sign", "Relu", "LeakyRelu", "Elu", "Selu", "Sqrt", "Rsqrt",
+                         "Pow"})  # fmt: skip
+_TF_SECOND_AT_ZERO = frozenset({"DivNoNan", "MulNoNan", "ReluGrad", "EluGrad", "SeluGrad"})
+_TF_ORDERING = frozenset({"Max", "Min", "ArgMax", "ArgMin"})
+KINKED_OPS = (_TF_TIES | _TF_AT_ZERO | _TF_SECOND_AT_ZERO | _TF_ORDERING
+              | {"Relu6", "Relu6Grad", "Floor", "Ceil", "Round", "Rint", "FloorDiv", "FloorMod",
+                 "ClipByValue"})  # fmt: skip
+"""TensorFlow ops with kinks (see :mod:`.kinks`); every other op is differentiable
+wherever its value is finite."""
+
+
+def _kink_test(op: str, args: list[Any]) -> Callable[[], bool] | None:
+    """Whether the op sits at its kink at ``args`` (a deferred test), or None for an op
+    without kinks or without floating operands."""
+    if op not in KINKED_OPS or not _floating(*args):
+        return None
+    x = args[0]
+    tests: dict[str, Callable[[], bool]] = {
+        **dict.fromkeys(_TF_TIES, lambda: tie(x, args[1])),
+        **dict.fromkeys(_TF_AT_ZERO, lambda: at_zero(x)),
+        **dict.fromkeys(_TF_SECOND_AT_ZERO, lambda: at_zero(args[1])),
+        **dict.fromkeys(_TF_ORDERING, lambda: repeated(x)),
+        "Relu6": lambda: at_values(x, 0, 6),
+        "Relu6Grad": lambda: at_values(args[1], 0, 6),
+        **dict.fromkeys(("Floor", "Ceil"), lambda: at_integer(x)),
+        **dict.fromkeys(("Round", "Rint"), lambda: at_integer(x, 0.5)),
+        **dict.fromkeys(
+            ("FloorDiv", "FloorMod"), lambda: at_integer(np.asarray(x, dtype=object) / args[1])
+        ),
+        "ClipByValue": lambda: at_values(x, args[1], args[2]),
+    }
+    return tests[op]
 
 
 class _Rules:

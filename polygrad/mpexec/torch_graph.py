@@ -137,6 +137,7 @@ from typing import Any
 import numpy as np
 
 from .errors import GraphCaptureError, UnsupportedOperatorError
+from .kinks import is_recording, note_operation
 from .torch_capture import (
     _bind,
     _decompositions_for,
@@ -147,6 +148,7 @@ from .torch_capture import (
     unsupported_operators,
 )
 from .torch_env import _WRITES_ITSELF, _arr, _base_rule, _Env, _env
+from .torch_kinks import kink_test
 from .values import leaves_at
 
 __all__ = [
@@ -294,6 +296,8 @@ class GraphProgram:
                     raise RuntimeError(
                         f"{op} writes into a view that the mp interpreter holds as a copy"
                     )
+                if is_recording():
+                    note_operation(op, kink_test(op, a))
                 out = rule(E, a)
                 if inplace:
                     dst = a["self"]

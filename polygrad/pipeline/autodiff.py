@@ -547,7 +547,7 @@ def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: flo
     same factor at every move, which no even part shows. An entry whose even part
     exceeds ``cap`` (``c_ad`` float32 epsilons times f's size per unit of the inputs'
     scale: the float64 rule resolves rule errors to float32's precision) gets none: the
-    moves crossed a kink (a stable BCE at ``z = 0`` moved to subnormal ``z`` takes the
+    moves crossed a kink (a stable BCE at ``z = 0`` moved to ``z = ±k tiny`` takes the
     same side of ``max(z, 0)`` and ``|z|`` either way, unlike ``z = 0`` itself), or
     carried the derivative's curvature (a bfloat16 move of 1.6e-2), and what moved is
     not round-off. The odd part, the derivative's change, is not bounded: a

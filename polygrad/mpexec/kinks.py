@@ -1,0 +1,143 @@
+"""Whether an operation of a captured program, run on mpmath numbers, sits at its kink.
+
+Autodiff of a composition takes one side of every kink an intermediate sits on (a ReLU
+at 0, a tie of ``max``), and where the composition is differentiable that side is not
+the derivative (Bolte & Pauwels, 2020). A check that sees an entry wrong at the point
+alone asks whether some operation of ``f`` sits exactly at its kink there: the
+interpreters of this package (the jaxpr, the ATen graph, the TensorFlow graph) run ``f``
+once at the point under :func:`recording_kinks`, and each operation they apply is looked
+up in their table of operations with kinks, whose test (below) is evaluated on its exact
+arguments. Operations not in a table are differentiable wherever their value is finite
+(``exp``, ``matmul``, ``reshape``...).
+
+Tests, on object arrays of ``mpf`` (or exact integers):
+
+* :func:`tie`: two arguments equal somewhere (``max``, ``min``, comparisons that a
+  ``where`` reads);
+* :func:`at_zero`: an argument 0 (``abs``, ``sign``, ReLU, ``sqrt``);
+* :func:`at_integer`: an integer (``floor``, ``ceil``, ``trunc``); with an offset of
+  one half, a half-integer (rounding to nearest);
+* :func:`repeated`: two equal entries anywhere in an argument (reductions to an extreme,
+  ``argmax``, sorting, max pooling): a superset of the ties that matter, so that no tie
+  is missed;
+* :func:`at_values`: an argument equal to one of some values (``clamp`` bounds,
+  ``hardtanh`` at -1 and 1, ``hardswish`` at -3 and 3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "KinkRecord",
+    "at_integer",
+    "at_values",
+    "at_zero",
+    "is_recording",
+    "note_operation",
+    "recording_kinks",
+    "repeated",
+    "tie",
+]
+
+
+@dataclass
+class KinkRecord:
+    """What one run of an interpreter under :func:`recording_kinks` saw.
+
+    ``ran`` is True once an interpreter that consults its kink table applied an
+    operation; ``found`` names the operations that sat exactly at their kink.
+    """
+
+    ran: bool = False
+    found: list[str] = field(default_factory=list)
+
+
+_RECORD: ContextVar[KinkRecord | None] = ContextVar("polygrad_kink_record", default=None)
+
+
+@contextlib.contextmanager
+def recording_kinks() -> Iterator[KinkRecord]:
+    """While active, the interpreters note every operation applied at its kink."""
+    record = KinkRecord()
+    token = _RECORD.set(record)
+    try:
+        yield record
+    finally:
+        _RECORD.reset(token)
+
+
+def is_recording() -> bool:
+    """Whether :func:`recording_kinks` is active (interpreters test kinks only then)."""
+    return _RECORD.get() is not None
+
+
+def note_operation(name: str, at_kink: Any) -> None:
+    """Called by an interpreter for every operation it applies.
+
+    Parameters
+    ----------
+    name : str
+        The operation.
+    at_kink : callable or None
+        ``() -> bool``: whether the operation sits at its kink at its arguments (its
+        entry in the interpreter's table), or None for an operation without kinks. It
+        is called only while :func:`recording_kinks` is active.
+    """
+    record = _RECORD.get()
+    if record is None:
+        return
+    record.ran = True
+    if at_kink is not None and at_kink():
+        record.found.append(name)
+
+
+def _objects(a: Any) -> np.ndarray:
+    return np.asarray(a, dtype=object)
+
+
+def _any(mask: Any) -> bool:
+    return bool(np.any(np.asarray(mask, dtype=bool)))
+
+
+def tie(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` (broadcast) are equal somewhere."""
+    return _any(np.equal(_objects(a), _objects(b)))
+
+
+def at_zero(a: Any) -> bool:
+    """Whether an entry of ``a`` is 0."""
+    return _any(np.equal(_objects(a), 0))
+
+
+def at_values(a: Any, *values: Any) -> bool:
+    """Whether an entry of ``a`` equals one of ``values`` (None values are skipped)."""
+    return any(v is not None and tie(a, v) for v in values)
+
+
+def at_integer(a: Any, offset: float = 0.0) -> bool:
+    """Whether an entry of ``a`` minus ``offset`` is an integer (finite entries only)."""
+    for v in _objects(a).ravel():
+        try:
+            w = v - offset
+            if abs(w) < float("inf") and w == int(w):
+                return True
+        except (TypeError, ValueError, OverflowError):
+            continue
+    return False
+
+
+def repeated(a: Any) -> bool:
+    """Whether two entries of ``a`` are equal."""
+    values = _objects(a).ravel().tolist()
+    try:
+        return len(set(values)) < len(values)
+    except TypeError:  # unhashable entries: compare pairwise after sorting
+        values = sorted(values)
+        return any(u == v for u, v in zip(values, values[1:], strict=False))
