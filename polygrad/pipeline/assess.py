@@ -217,12 +217,19 @@ def _rule_mp_note(
     if not cleared:
         return f"{head}; it does not explain {'it' if one else 'them'} as round-off: {wrong}"
     own = ""
-    if lost is not None and lost.size and target.eps <= F64_EPS:
-        own = (
-            f"; f itself is computed here with a relative error of {float(np.max(lost)):.2g} "
-            f"against mp, and each such entry is allowed {opts.policy.c_lost:g} times that "
-            "share of its scale"
+    if target.eps <= F64_EPS:
+        c = opts.policy.c_lost
+        change = (
+            "the rule's change when evaluated again on mpmath numbers rounded to 50, 53 and "
+            "56 bits (float64 rounds to 53)"
         )
+        own = f"; each such entry is allowed {c:g} times {change}"
+        if lost is not None and lost.size:
+            own = (
+                f"; f itself is computed here with a relative error of "
+                f"{float(np.max(lost)):.2g} against mp, and each such entry is allowed "
+                f"{c:g} times the larger of that share of its scale and {change}"
+            )
     rest = examined - cleared
     others = f"; the other {rest} it does not explain: {wrong}" if rest else ""
     where = "there" if one else f"at {cleared} of them"

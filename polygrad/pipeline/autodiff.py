@@ -393,6 +393,36 @@ def _rule_mp(
     return out
 
 
+ROUNDOFF_DIGITS = (14, 15, 16)
+"""Decimal digits of mpmath contexts at 50, 53 and 56 bits: the rule evaluated there
+shows the round-off of evaluating it in float64 (53 bits), three samples of it."""
+
+
+def rule_roundoff(
+    target: Target, st: Setting, md: str, q: dict[str, Any], entries: np.ndarray | None,
+    ad_mp: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """How far the rule moves from ``ad_mp`` when evaluated on mpmath numbers in float64's
+    precision, per entry (NaN where not evaluated).
+
+    Each operation of the rule is rounded to ``p`` bits once, as float64 rounds to 53
+    (the inputs and constants are exact there); the largest change over ``p`` in
+    :data:`ROUNDOFF_DIGITS`, scaled by ``2^(p - 53)``, is the round-off of the rule in
+    float64, including what moves of the input by whole ulps do not re-round (an
+    intermediate rounded where a later operation magnifies its rounding). A rule
+    wrong in exact arithmetic is wrong at every precision: this measures only how
+    its value scatters.
+    """
+    from mpmath.libmp import dps_to_prec
+
+    out = np.zeros_like(ad_mp)
+    for d in ROUNDOFF_DIGITS:
+        low = _rule_mp(target, st, md, q, entries, d)
+        assert low is not None  # evaluated where ad_mp was
+        out = np.fmax(out, np.abs(low - ad_mp) * 2.0 ** (dps_to_prec(d) - 53))
+    return np.where(np.isnan(ad_mp), np.nan, out)
+
+
 def _lost_in_float64(target: Target, st: Setting, ad_mp: np.ndarray | None) -> Any:
     """``(m,)`` relative accuracy of a float64 ``f`` against ``f`` on mpmath numbers, where
     the rule has been evaluated on mpmath numbers too (see :func:`f64_accuracy` for the
@@ -447,6 +477,7 @@ def gather(
     fscale = np.ravel(q["fscale"])
     lost_w, lost_64 = f_accuracy(target, st), f64_accuracy(target, st)
     ad_mp = _rule_mp(target, st, md, q, mp_entries, dps)
+    roundoff = None if ad_mp is None else rule_roundoff(target, st, md, q, mp_entries, ad_mp)
     lost_w = _lost_in_float64(target, st, ad_mp) if lost_w is None else lost_w
     shape = np.shape(q["ref"])
     return JudgeInput(
@@ -467,6 +498,7 @@ def gather(
         lost_w=_per_entry(lost_w, st, md, shape),
         lost_64=_per_entry(lost_64, st, md, shape),
         ad_mp=ad_mp,
+        rule_roundoff=roundoff,
         **flat,
     )
 

@@ -76,6 +76,11 @@ class JudgeInput:
         in float64 code, where it agrees with the reference the rule is right, and
         what remains of the float64 value's difference is round-off (see
         :meth:`_Rule.exact`).
+    rule_roundoff : ndarray or None
+        Where ``ad_mp`` is known: how far the same rule moves when evaluated on mpmath
+        numbers in float64's 53-bit arithmetic (and at 50 and 56 bits, scaled to 53),
+        the round-off of evaluating it in float64 (see
+        :func:`polygrad.pipeline.autodiff.rule_roundoff`); NaN elsewhere, or None.
     """
 
     names: list[str]
@@ -100,6 +105,7 @@ class JudgeInput:
     lost_w: np.ndarray | None = None
     lost_64: np.ndarray | None = None
     ad_mp: np.ndarray | None = None
+    rule_roundoff: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -312,6 +318,21 @@ class _Rule:
         plain = self.p.tolerance_factor * self.vouch(ref_err) + self.p.c_ad * F64_EPS * self.scale
         return np.isfinite(a) & (np.abs(a - ref) <= plain)
 
+    def rounded(self) -> np.ndarray:
+        """The round-off of evaluating the rule in float64, measured, per entry.
+
+        Where the rule on mpmath numbers is right (:meth:`exact`), the same rule
+        evaluated in 53-bit arithmetic shows what float64 arithmetic makes of it,
+        rounding every intermediate once: ``cos(u)`` at ``u = 256.4`` computed from a
+        rounded ``u`` where ``cos`` is small, or ``1 - tanh(u)^2`` at a saturated
+        ``u``, which moves of the input by whole ulps do not re-round. ``c_lost``
+        times that; 0 where it was not measured.
+        """
+        r = self.inp.rule_roundoff
+        if r is None:
+            return np.zeros_like(self.inp.ad)
+        return self.p.c_lost * np.nan_to_num(r)
+
     def _lost(self, rho: np.ndarray | None) -> np.ndarray:
         if rho is None:
             return np.zeros_like(self.inp.ad)
@@ -426,7 +447,8 @@ def findings(inp: JudgeInput) -> _Evidence:
         inherited = np.maximum(inp.fscale - scale, 0.0)
         exact = rule.exact(ref, ref_err)
         # float64 code inherits f's own lost digits only where its rule is exact
-        hidden = np.where(exact, rule.hidden(), 0.0) if inp.eps_w <= F64_EPS else rule.hidden()
+        own_roundoff = np.maximum(rule.hidden(), rule.rounded())
+        hidden = np.where(exact, own_roundoff, 0.0) if inp.eps_w <= F64_EPS else rule.hidden()
         tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
         # the exact rule clears an entry only where its value is within what the working
         # dtype allows anyway: the mp evaluation runs each primitive exactly, so a wrong
