@@ -81,6 +81,26 @@ def test_ecnoise_failure_codes():
     assert ecnoise(steep)[1][0] == STEP_TOO_LARGE
 
 
+def test_a_staircase_along_one_direction_borrows_the_noise_of_f():
+    """f = log(erf(3.9 + 1e-3 (x0 + x2) + 1e-7 tanh(x1))): erf rounds at ulp(1), which x1
+    moves across only about every 0.004, so ECnoise sees no noise along x1 at its step
+    (code 2); along x0 and x2 it sees erf's rounding, f's own, which x1 borrows."""
+    from math import erf, log
+
+    from polygrad.pipeline.reference import borrow_unseen_noise
+
+    def fn(X):
+        return np.array([[log(erf(3.9 + 1e-3 * (a + c) + 1e-7 * np.tanh(b)))] for a, b, c in X])
+
+    x = np.array([0.3, 0.2, -0.1])
+    f0 = fn(x[None])[0]
+    nz = estimate_noise(fn, x, np.eye(3), f0, EPS64, 2.0**-19)
+    np.testing.assert_array_equal(nz.inform[:, 0], [NOISE_DETECTED, NOISE_NOT_DETECTED,
+                                                    NOISE_DETECTED])  # fmt: skip
+    sigma = borrow_unseen_noise(nz.sigma, nz.inform, nz.floor)
+    assert sigma[1, 0] == min(nz.sigma[0, 0], nz.sigma[2, 0]) > 1e3 * EPS64 * abs(f0[0])
+
+
 def test_float64_noise_is_a_few_ulps():
     fn = FUNCS["exp_sin"][0]
     x = np.array([0.3, 1.1, -0.7])
