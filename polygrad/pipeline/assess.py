@@ -220,8 +220,8 @@ def _rule_mp_note(
     if target.eps <= F64_EPS:
         c = opts.policy.c_lost
         change = (
-            "the rule's change when evaluated again on mpmath numbers rounded to 50, 53 and "
-            "56 bits (float64 rounds to 53)"
+            "the rule's change when evaluated again on mpmath numbers rounded to 53 bits, as "
+            "float64 rounds, and to 50 (kernels a few ulps from correctly rounded)"
         )
         own = f"; each such entry is allowed {c:g} times {change}"
         if lost is not None and lost.size:

@@ -78,8 +78,8 @@ class JudgeInput:
         :meth:`_Rule.exact`).
     rule_roundoff : ndarray or None
         Where ``ad_mp`` is known: how far the same rule moves when evaluated on mpmath
-        numbers in float64's 53-bit arithmetic (and at 50 and 56 bits, scaled to 53),
-        the round-off of evaluating it in float64 (see
+        numbers in float64's 53-bit arithmetic and at 50 bits (kernels a few ulps from
+        correctly rounded): the round-off of evaluating it in float64 (see
         :func:`polygrad.pipeline.autodiff.rule_roundoff`); NaN elsewhere, or None.
     """
 
