@@ -248,3 +248,91 @@ def test_a_relu_at_zero_inside_a_differentiable_function_is_nonsmooth(framework,
     np.testing.assert_allclose(report.entries.reference, np.ones(4), rtol=1e-6)
     np.testing.assert_array_equal(report.entries.autodiff, [0.0, 1.0, 0.0, 1.0])
     assert any("has an operation exactly at its kink here" in n for n in report.notes)
+
+
+def _lse_with_a_tie_bug(framework: str):
+    """logaddexp(a, b) (smooth everywhere; computed stably with a max inside) under a
+    custom rule that sends the whole cotangent to b where a == b (right: half each)."""
+    w = [1.0, 2.0, 3.0]
+    if framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        @jax.custom_jvp
+        def lse(a, b):
+            return jnp.logaddexp(a, b)
+
+        @lse.defjvp
+        def _(primals, tangents):
+            (a, b), (da, db) = primals, tangents
+            s = jax.nn.sigmoid(a - b)
+            return lse(a, b), jnp.where(a == b, db, s * da + (1 - s) * db)
+
+        return lambda a, b: jnp.sum(jnp.asarray(w, a.dtype) * lse(a, b))
+    if framework == "torch":
+        import torch
+
+        class LSE(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                return torch.logaddexp(a, b)
+
+            @staticmethod
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                s = torch.sigmoid(a - b)
+                tie = a == b
+                return g * torch.where(tie, 0 * s, s), g * torch.where(tie, 1 + 0 * s, 1 - s)
+
+        return lambda a, b: (torch.tensor(w, dtype=a.dtype) * LSE.apply(a, b)).sum()
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def lse_tf(a, b):
+        def grad(g):
+            s = tf.sigmoid(a - b)
+            tie = tf.equal(a, b)
+            return g * tf.where(tie, 0 * s, s), g * tf.where(tie, 1 + 0 * s, 1 - s)
+
+        return tf.math.reduce_logsumexp(tf.stack([a, b]), axis=0), grad
+
+    return lambda a, b: tf.reduce_sum(tf.constant(w, a.dtype) * lse_tf(a, b))
+
+
+INLINE_CUSTOM_FORWARD = (
+    "polygrad limit: a torch.autograd.Function's or tf.custom_gradient's forward runs "
+    "inline in the captured graph, so the max at a tie inside a stable logaddexp cannot "
+    "be told from a kink that autodiff differentiates: NONSMOOTH ok, with a note that it "
+    "may be a rule that special-cases the input (nonsmooth='within' fails it)"
+)
+
+
+INLINE_LIMIT = pytest.mark.xfail(strict=True, reason=INLINE_CUSTOM_FORWARD)
+
+
+@pytest.mark.parametrize(
+    ("framework", "dtype"),
+    [
+        pytest.param(fw, dt, id=f"{fw}-{dt}", marks=[
+            pytest.mark.polygrad_backends(fw),
+            *([] if fw == "jax" else [INLINE_LIMIT]),
+        ])
+        for fw in ("jax", "torch", "tensorflow")
+        for dt in ("float32", "float64")
+    ],
+)  # fmt: skip
+def test_a_custom_rule_wrong_at_a_tie_of_a_smooth_function_is_a_mismatch(framework, dtype):
+    """At a == b the derivative of w * logaddexp(a, b) is w / 2 for each; the rule gives 0
+    and w. The max inside logaddexp sits at its tie, but the custom rule replaces its
+    derivative: JAX's custom_jvp region is looked into as a whole (its one-sided
+    difference quotients on mpmath numbers agree), so no kink of it is autodiff's."""
+    a, b = [0.3, 1.0, -2.0], [0.3, 0.0, -2.0]
+    f = _lse_with_a_tie_bug(framework)
+    report = pg.check(f, _array(framework, a, dtype), _array(framework, b, dtype), argnums=(0, 1))
+    assert report.verdict == Verdict.MISMATCH and not report.ok, str(report)
+    assert report.counts() == {"MISMATCH": 4, "PASS": 2}
+    s = 1 / (1 + np.exp(-(np.array(a) - np.array(b))))
+    w = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(report.entries.reference, np.concatenate([w * s, w * (1 - s)]),
+                               rtol=1e-6)  # fmt: skip

@@ -12,9 +12,11 @@ from polygrad.mpexec.kinks import (
     at_integer,
     at_values,
     at_zero,
+    note_opaque,
     note_operation,
     recording_kinks,
     repeated,
+    suspended,
     tie,
 )
 
@@ -51,6 +53,11 @@ def test_operations_are_noted_only_while_recording():
         assert record.ran and record.found == []
         note_operation("max", test)
     assert record.found == ["max"] and calls == [1]
+    with recording_kinks() as record:
+        with suspended():  # inside a custom rule's region
+            note_operation("max", test)
+        note_opaque()
+    assert record.found == [] and not record.ran and record.opaque
 
 
 def test_zeros_and_subnormals_move_by_the_smallest_normal_number():

@@ -223,6 +223,10 @@ class Target:
     intermediate_kinks : callable or None
         ``() -> bool or None``: whether an operation of ``f`` sits at its kink at the
         point (see :meth:`intermediates_at_a_kink`); None where the backend cannot tell.
+    custom_rules : callable or None
+        ``() -> bool``: whether ``f`` holds custom gradient rules whose forward
+        operations its mp interpreter runs inline (a ``torch.autograd.Function``), so
+        that a kink among them cannot be told from a kink autodiff differentiates.
     """
 
     x0: np.ndarray
@@ -245,6 +249,7 @@ class Target:
     mode_notes: dict[str, list[str]] = field(default_factory=dict)
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
     intermediate_kinks: Callable[[], bool | None] | None = None
+    custom_rules: Callable[[], bool] | None = None
 
     _kinks_asked: bool = field(default=False, init=False, repr=False)
     _kinks_at_point: bool | None = field(default=None, init=False, repr=False)
@@ -274,7 +279,13 @@ class Target:
                 self.evaluate_mp(self.x0, np.zeros_like(self.x0), KINK_DIGITS)
         except Exception:  # noqa: BLE001 - f does not run there on mpmath numbers: no answer
             return None
-        return bool(record.found) if record.ran else None
+        if not record.ran or (record.found and (record.opaque or self._custom_rules())):
+            return None  # a kink may lie inside a custom rule's forward, not autodiff's
+        return bool(record.found)
+
+    def _custom_rules(self) -> bool:
+        probe = self.custom_rules
+        return bool(probe is not None and probe())
 
     def reverse_mode(self) -> bool:
         """Whether VJPs are available (running the deferred ``"reverse"`` test once)."""

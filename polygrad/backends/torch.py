@@ -833,6 +833,7 @@ class TorchBackend(Backend):
             backend=self.name,
             notes=notes,
             deferred={"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp},
+            custom_rules=lambda: _holds_custom_functions(torch, work.call, primals),
         )
 
     def gradient_function(
@@ -1051,3 +1052,24 @@ class TorchBackend(Backend):
             f"the function is not bitwise reproducible (differences up to {worst:.3g}); "
             "this is treated as noise",
         )
+
+
+def _holds_custom_functions(torch: Any, call: Callable[..., Any], primals: list[Any]) -> bool:
+    """Whether autograd's graph of ``call`` at ``primals`` holds a node of a custom
+    ``torch.autograd.Function`` (its backward is the user's; the captured ATen graph runs
+    its forward inline)."""
+    try:
+        with torch.enable_grad():
+            out = call(*[p.detach().clone().requires_grad_() for p in primals])
+    except Exception:  # noqa: BLE001 - cannot tell: assume it does
+        return True
+    seen, todo = set(), [getattr(out, "grad_fn", None)]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.autograd.function.BackwardCFunction):  # a custom Function
+            return True
+        todo.extend(n for n, _ in getattr(node, "next_functions", ()))
+    return False

@@ -40,9 +40,11 @@ __all__ = [
     "at_values",
     "at_zero",
     "is_recording",
+    "note_opaque",
     "note_operation",
     "recording_kinks",
     "repeated",
+    "suspended",
     "tie",
 ]
 
@@ -57,6 +59,10 @@ class KinkRecord:
 
     ran: bool = False
     found: list[str] = field(default_factory=list)
+    opaque: bool = False
+    """A custom gradient rule ran whose forward operations the interpreter sees inline,
+    without its bounds: a kink inside it (a ``max`` inside a stable ``logaddexp``) is
+    no kink of what the rule differentiates, and cannot be told from one outside it."""
 
 
 _RECORD: ContextVar[KinkRecord | None] = ContextVar("polygrad_kink_record", default=None)
@@ -71,6 +77,23 @@ def recording_kinks() -> Iterator[KinkRecord]:
         yield record
     finally:
         _RECORD.reset(token)
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """While active, nothing is recorded (the inside of a custom rule's region)."""
+    token = _RECORD.set(None)
+    try:
+        yield
+    finally:
+        _RECORD.reset(token)
+
+
+def note_opaque() -> None:
+    """Called by an interpreter that runs a custom rule's forward without its bounds."""
+    record = _RECORD.get()
+    if record is not None:
+        record.opaque = True
 
 
 def is_recording() -> bool:

@@ -60,7 +60,16 @@ import numpy as np
 from .elementwise import real
 from .errors import UnsupportedOperatorError
 from .jaxpr_rules import _float_binary, _float_unary, _round, _trunc_int
-from .kinks import at_integer, at_values, at_zero, is_recording, note_operation, repeated, tie
+from .kinks import (
+    at_integer,
+    at_values,
+    at_zero,
+    is_recording,
+    note_opaque,
+    note_operation,
+    repeated,
+    tie,
+)
 from .reductions import cumulative, fold
 from .values import leaves_at, mp_array
 
@@ -305,6 +314,8 @@ class GraphProgram:
             args = [env[n][k] for n, k in self._data_inputs(name)]
             if is_recording():
                 note_operation(node.op, _kink_test(node.op, args))
+                if node.op == "IdentityN" and "_gradient_op_type" in node.attr:
+                    note_opaque()  # a tf.custom_gradient: its forward ops are inline
             out = rules.apply(node, args)
             env[name] = list(out) if node.op in _MULTI else [out]
         return [env[n][k] for n, k in self.outputs]
