@@ -492,42 +492,51 @@ def _one_sided_differ(base: np.ndarray, up: np.ndarray, down: np.ndarray, h: Any
     return False
 
 
-_TIES = frozenset({"max", "min", "eq", "ne", "gt", "ge", "lt", "le"})
-_AT_ZERO = frozenset({"abs", "sign", "sqrt", "rsqrt", "cbrt"})
-_ORDERING = frozenset(
-    {"reduce_max", "reduce_min", "argmax", "argmin", "cummax", "cummin", "sort",
-     "reduce_window_max", "reduce_window_min", "scatter-max", "scatter-min", "scatter_max",
-     "scatter_min"}
-)  # fmt: skip
-KINKED_PRIMITIVES = _TIES | _AT_ZERO | _ORDERING | {"floor", "ceil", "round", "clamp", "rem",
-                                                      "pow"}  # fmt: skip
-"""Primitives with kinks (see :mod:`.kinks`); every other primitive is differentiable
-wherever its value is finite."""
+_JAX_KINKS: dict[str, Callable[[list[Any]], bool]] = {
+    **dict.fromkeys(
+        ("max", "min", "eq", "ne", "gt", "ge", "lt", "le"), lambda a: len(a) == 2 and tie(*a)
+    ),  # fmt: skip
+    # abs, sign and roots at 0; a fractional power at a base of 0
+    **dict.fromkeys(("abs", "sign", "sqrt", "rsqrt", "cbrt", "pow"), lambda a: at_zero(a[0])),
+    **dict.fromkeys(
+        (
+            "reduce_max",
+            "reduce_min",
+            "argmax",
+            "argmin",
+            "cummax",
+            "cummin",
+            "sort",
+            "reduce_window_max",
+            "reduce_window_min",
+            "scatter-max",
+            "scatter-min",
+            "scatter_max",
+            "scatter_min",
+        ),
+        lambda a: repeated(a[0]),
+    ),  # fmt: skip
+    **dict.fromkeys(("floor", "ceil"), lambda a: at_integer(a[0])),
+    "round": lambda a: at_integer(a[0], 0.5),
+    "clamp": lambda a: at_values(a[1], a[0], a[2]),  # (lo, x, hi)
+    "rem": lambda a: at_integer(np.asarray(a[0], dtype=object) / a[1]),  # jumps at x / y whole
+}
+"""Tests of the primitives with kinks (see :mod:`.kinks`), on their arguments."""
+
+KINKED_PRIMITIVES = frozenset(_JAX_KINKS)
+"""Primitives with kinks; every other primitive is differentiable wherever its value is
+finite."""
 
 
 def _kink_test(eqn: Any, invals: list[Any]) -> Callable[[], bool] | None:
     """Whether the equation's primitive sits at its kink at ``invals`` (a deferred test),
-    or None for a primitive without kinks."""
-    name = eqn.primitive.name
+    or None for a primitive without kinks or without floating operands."""
+    test = _JAX_KINKS.get(eqn.primitive.name)
+    if test is None:
+        return None
     if not any(_is_float(d) for d in (_aval_dtype(v.aval) for v in eqn.invars) if d is not None):
         return None  # integer index arithmetic: exact, no derivative
-    if name in _TIES and len(invals) == 2:
-        return lambda: tie(*invals)
-    if name in _AT_ZERO:
-        return lambda: at_zero(invals[0])
-    if name in _ORDERING:
-        return lambda: repeated(invals[0])
-    if name in ("floor", "ceil"):
-        return lambda: at_integer(invals[0])
-    if name == "round":
-        return lambda: at_integer(invals[0], 0.5)
-    if name == "clamp":  # (lo, x, hi)
-        return lambda: at_values(invals[1], invals[0], invals[2])
-    if name == "pow":  # a fractional power at a base of 0
-        return lambda: at_zero(invals[0])
-    if name == "rem":  # jumps where x / y is an integer
-        return lambda: at_integer(np.asarray(invals[0], dtype=object) / invals[1])
-    return None
+    return lambda: test(invals)
 
 
 def evaluate_jaxpr_mp(closed_jaxpr: Any, args: Sequence[Any], ctx: Any) -> list[Any]:

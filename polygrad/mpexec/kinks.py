@@ -39,6 +39,7 @@ __all__ = [
     "at_integer",
     "at_values",
     "at_zero",
+    "floating",
     "is_recording",
     "note_opaque",
     "note_operation",
@@ -127,6 +128,12 @@ def _objects(a: Any) -> np.ndarray:
 
 def _any(mask: Any) -> bool:
     return bool(np.any(np.asarray(mask, dtype=bool)))
+
+
+def floating(*values: Any) -> bool:
+    """Whether some value is floating (mpmath numbers, or a float): exact integers, such
+    as index arithmetic, have no derivative and no kink."""
+    return any(np.asarray(v).dtype.kind in "fO" for v in values)
 
 
 def tie(a: Any, b: Any) -> bool:

@@ -64,6 +64,7 @@ from .kinks import (
     at_integer,
     at_values,
     at_zero,
+    floating,
     is_recording,
     note_opaque,
     note_operation,
@@ -331,45 +332,41 @@ class GraphProgram:
         return self._mp_consts[key]
 
 
-def _floating(*values: Any) -> bool:
-    return any(np.asarray(v).dtype.kind in "fO" for v in values)
+_TF_TIES = ("Maximum", "Minimum", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less",
+            "LessEqual")  # fmt: skip
+_TF_KINKS: dict[str, Callable[[list[Any]], bool]] = {
+    **dict.fromkeys(_TF_TIES, lambda a: tie(a[0], a[1])),
+    **dict.fromkeys(
+        ("Abs", "Sign", "Relu", "LeakyRelu", "Elu", "Selu", "Sqrt", "Rsqrt", "Pow"),
+        lambda a: at_zero(a[0]),
+    ),  # fmt: skip
+    **dict.fromkeys(
+        ("DivNoNan", "MulNoNan", "ReluGrad", "EluGrad", "SeluGrad"), lambda a: at_zero(a[1])
+    ),  # fmt: skip
+    **dict.fromkeys(("Max", "Min", "ArgMax", "ArgMin"), lambda a: repeated(a[0])),
+    "Relu6": lambda a: at_values(a[0], 0, 6),
+    "Relu6Grad": lambda a: at_values(a[1], 0, 6),
+    **dict.fromkeys(("Floor", "Ceil"), lambda a: at_integer(a[0])),
+    **dict.fromkeys(("Round", "Rint"), lambda a: at_integer(a[0], 0.5)),
+    **dict.fromkeys(
+        ("FloorDiv", "FloorMod"), lambda a: at_integer(np.asarray(a[0], dtype=object) / a[1])
+    ),  # fmt: skip
+    "ClipByValue": lambda a: at_values(a[0], a[1], a[2]),
+}
+"""Tests of the TensorFlow ops with kinks (see :mod:`.kinks`), on their arguments."""
 
-
-_TF_TIES = frozenset(
-    {"Maximum", "Minimum", "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual"}
-)
-_TF_AT_ZERO = frozenset({"Abs", "Sign", "Relu", "LeakyRelu", "Elu", "Selu", "Sqrt", "Rsqrt",
-                         "Pow"})  # fmt: skip
-_TF_SECOND_AT_ZERO = frozenset({"DivNoNan", "MulNoNan", "ReluGrad", "EluGrad", "SeluGrad"})
-_TF_ORDERING = frozenset({"Max", "Min", "ArgMax", "ArgMin"})
-KINKED_OPS = (_TF_TIES | _TF_AT_ZERO | _TF_SECOND_AT_ZERO | _TF_ORDERING
-              | {"Relu6", "Relu6Grad", "Floor", "Ceil", "Round", "Rint", "FloorDiv", "FloorMod",
-                 "ClipByValue"})  # fmt: skip
-"""TensorFlow ops with kinks (see :mod:`.kinks`); every other op is differentiable
-wherever its value is finite."""
+KINKED_OPS = frozenset(_TF_KINKS)
+"""TensorFlow ops with kinks; every other op is differentiable wherever its value is
+finite."""
 
 
 def _kink_test(op: str, args: list[Any]) -> Callable[[], bool] | None:
     """Whether the op sits at its kink at ``args`` (a deferred test), or None for an op
     without kinks or without floating operands."""
-    if op not in KINKED_OPS or not _floating(*args):
+    test = _TF_KINKS.get(op)
+    if test is None or not floating(*args):
         return None
-    x = args[0]
-    tests: dict[str, Callable[[], bool]] = {
-        **dict.fromkeys(_TF_TIES, lambda: tie(x, args[1])),
-        **dict.fromkeys(_TF_AT_ZERO, lambda: at_zero(x)),
-        **dict.fromkeys(_TF_SECOND_AT_ZERO, lambda: at_zero(args[1])),
-        **dict.fromkeys(_TF_ORDERING, lambda: repeated(x)),
-        "Relu6": lambda: at_values(x, 0, 6),
-        "Relu6Grad": lambda: at_values(args[1], 0, 6),
-        **dict.fromkeys(("Floor", "Ceil"), lambda: at_integer(x)),
-        **dict.fromkeys(("Round", "Rint"), lambda: at_integer(x, 0.5)),
-        **dict.fromkeys(
-            ("FloorDiv", "FloorMod"), lambda: at_integer(np.asarray(x, dtype=object) / args[1])
-        ),
-        "ClipByValue": lambda: at_values(x, args[1], args[2]),
-    }
-    return tests[op]
+    return lambda: test(args)
 
 
 class _Rules:

@@ -14,30 +14,25 @@ from typing import Any
 
 import numpy as np
 
-from .kinks import at_integer, at_values, at_zero, repeated, tie
+from .kinks import at_integer, at_values, at_zero, floating, repeated, tie
 
 __all__ = ["KINKED_OPERATORS", "kink_test"]
 
 Test = Callable[[dict[str, Any]], bool]
 
 
-def _floating(*values: Any) -> bool:
-    return any(isinstance(v, (float, np.ndarray)) and np.asarray(v).dtype.kind in "fO"
-               for v in values)  # fmt: skip
-
-
 def _compare(a: dict[str, Any]) -> bool:
     x, y = a["self"], a["other"]
-    return _floating(x, y) and tie(x, y)
+    return floating(x, y) and tie(x, y)
 
 
 def _quotient(a: dict[str, Any]) -> bool:
     x, y = a["self"], a["other"]
-    return _floating(x, y) and at_integer(np.asarray(x, dtype=object) / y)
+    return floating(x, y) and at_integer(np.asarray(x, dtype=object) / y)
 
 
 def _self(test: Callable[[Any], bool]) -> Test:
-    return lambda a: _floating(a["self"]) and test(a["self"])
+    return lambda a: floating(a["self"]) and test(a["self"])
 
 
 def _shrink(a: dict[str, Any]) -> bool:
