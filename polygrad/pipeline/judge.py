@@ -447,8 +447,10 @@ def findings(inp: JudgeInput) -> _Evidence:
         inherited = np.maximum(inp.fscale - scale, 0.0)
         exact = rule.exact(ref, ref_err)
         # float64 code inherits f's own lost digits only where its rule is exact
-        own_roundoff = np.maximum(rule.hidden(), rule.rounded())
-        hidden = np.where(exact, own_roundoff, 0.0) if inp.eps_w <= F64_EPS else rule.hidden()
+        if inp.eps_w <= F64_EPS:  # its own measured round-off too (see _Rule.rounded)
+            hidden = np.where(exact, np.maximum(rule.hidden(), rule.rounded()), 0.0)
+        else:
+            hidden = rule.hidden()
         tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
         # the exact rule clears an entry only where its value is within what the working
         # dtype allows anyway: the mp evaluation runs each primitive exactly, so a wrong
