@@ -109,7 +109,19 @@ def ulp_of_move(a: np.ndarray) -> np.ndarray:
     """The unit of a move of each entry of ``a``, as float64: its ulp, but the smallest
     normal number of its dtype for 0 and subnormal entries. Many kernels flush
     subnormals to zero (XLA on CPU does), so a move of 0 by its own ulp, 5e-324 in
-    float64, would move nothing: ``relu(x)`` at ``x = 5e-324`` takes the side of 0."""
+    float64, would move nothing: ``relu(x)`` at ``x = 5e-324`` takes the side of 0.
+
+    Parameters
+    ----------
+    a : ndarray
+        Values of a float16, bfloat16, float32 or float64 array, any shape.
+
+    Returns
+    -------
+    ndarray of float64, shape of ``a``
+        ``|spacing(a)|`` (in ``a``'s dtype, converted exactly), or ``finfo.tiny`` of that
+        dtype where ``|a| < tiny``; in the units of ``a``.
+    """
     tiny = dtype_tiny(a.dtype)
     a64 = np.abs(a.astype(np.float64))
     return np.where(a64 < tiny, tiny, np.abs(np.spacing(a).astype(np.float64)))

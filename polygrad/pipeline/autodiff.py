@@ -414,6 +414,20 @@ def rule_roundoff(
     ``tanh`` TensorFlow's float64 kernel returns as exactly 1, 3 ulps from the
     truth). A rule wrong in exact arithmetic is wrong at every precision: this
     measures only how its value scatters.
+
+    Parameters
+    ----------
+    target, st, md, q, entries
+        As for ``_rule_mp``: the target, its reference setting, ``"rev"``, the gathered
+        quantities and the flat indices of the reverse-mode entries evaluated.
+    ad_mp : ndarray of float64, shape (K,)
+        The rule at the check's digits (NaN where not evaluated).
+
+    Returns
+    -------
+    ndarray of float64, shape (K,)
+        ``max_p |rule_p - ad_mp|`` over the precisions, in the entries' units; NaN where
+        ``ad_mp`` is NaN.
     """
     out = np.zeros_like(ad_mp)
     for d in ROUNDOFF_DIGITS:
