@@ -279,7 +279,7 @@ class Target:
                 self.evaluate_mp(self.x0, np.zeros_like(self.x0), KINK_DIGITS)
         except Exception:  # noqa: BLE001 - f does not run there on mpmath numbers: no answer
             return None
-        if not record.ran or (record.found and (record.opaque or self._custom_rules())):
+        if not record.ran or (record.found and self._custom_rules()):
             return None  # a kink may lie inside a custom rule's forward, not autodiff's
         return bool(record.found)
 

@@ -104,6 +104,7 @@ from .kinks import (
     at_zero,
     is_recording,
     note_operation,
+    region_at_kink,
     repeated,
     suspended,
     tie,
@@ -208,27 +209,10 @@ class _Interpreter(_DataMovement):
         ReLU at 0), told by its one-sided difference quotients on mpmath numbers."""
         with suspended():
             out = self.run(sub, invals)
-        note_operation(name, lambda: self._region_at_kink(sub, invals))
+        note_operation(
+            name, lambda: region_at_kink(self.ctx, lambda v: self._flat(self.run(sub, v)), invals)
+        )
         return out
-
-    def _region_at_kink(self, sub: Any, invals: list[Any]) -> bool:
-        """Whether the region's left and right difference quotients differ along some
-        floating input entry (more than :data:`REGION_ENTRIES` of them: assumed so)."""
-        floats = [i for i, v in enumerate(invals) if np.asarray(v).dtype == object]
-        if sum(np.size(invals[i]) for i in floats) > REGION_ENTRIES:
-            return True
-        ctx = self.ctx
-        with suspended():
-            base = self._flat(self.run(sub, invals))
-            for i in floats:
-                for j in range(np.size(invals[i])):
-                    x = np.asarray(invals[i], dtype=object).ravel()[j]
-                    h = ctx.mpf(2) ** (ctx.mag(x) - 40) if x != 0 else ctx.mpf(2) ** -40
-                    up, down = (self._flat(self.run(sub, _moved(invals, i, j, s * h)))
-                                for s in (1, -1))  # fmt: skip
-                    if _one_sided_differ(base, up, down, h):
-                        return True
-        return False
 
     @staticmethod
     def _flat(outs: list[Any]) -> np.ndarray:
@@ -467,29 +451,6 @@ class _Interpreter(_DataMovement):
             else:
                 stacked.append(np.stack([np.asarray(y[k]) for y in ys]))
         return carry + stacked
-
-
-REGION_ENTRIES = 256
-"""Most floating input entries of a custom rule's region whose one-sided derivatives are
-compared; a larger region counts as at a kink wherever an operation inside it is."""
-
-
-def _moved(invals: list[Any], i: int, j: int, h: Any) -> list[Any]:
-    """``invals`` with entry ``j`` of argument ``i`` moved by ``h``."""
-    a = np.array(invals[i], dtype=object, copy=True)
-    a.reshape(-1)[j] = a.reshape(-1)[j] + h
-    return [a if k == i else v for k, v in enumerate(invals)]
-
-
-def _one_sided_differ(base: np.ndarray, up: np.ndarray, down: np.ndarray, h: Any) -> bool:
-    """Whether a right and a left difference quotient at step ``h`` (``2^-40`` of the
-    entry, on 30-digit numbers) differ by more than ``2^-20`` of their size: a smooth
-    function's differ by about its curvature times ``h``, a kink's by its jump."""
-    for b, u, d in zip(base, up, down, strict=True):
-        right, left = (u - b) / h, (b - d) / h
-        if not abs(right - left) <= 2.0**-20 * (abs(right) + abs(left) + 1):
-            return True  # (an infinite or undefined quotient too)
-    return False
 
 
 _JAX_KINKS: dict[str, Callable[[list[Any]], bool]] = {

@@ -27,7 +27,7 @@ Tests, on object arrays of ``mpf`` (or exact integers):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,9 +41,9 @@ __all__ = [
     "at_zero",
     "floating",
     "is_recording",
-    "note_opaque",
     "note_operation",
     "recording_kinks",
+    "region_at_kink",
     "repeated",
     "suspended",
     "tie",
@@ -60,10 +60,6 @@ class KinkRecord:
 
     ran: bool = False
     found: list[str] = field(default_factory=list)
-    opaque: bool = False
-    """A custom gradient rule ran whose forward operations the interpreter sees inline,
-    without its bounds: a kink inside it (a ``max`` inside a stable ``logaddexp``) is
-    no kink of what the rule differentiates, and cannot be told from one outside it."""
 
 
 _RECORD: ContextVar[KinkRecord | None] = ContextVar("polygrad_kink_record", default=None)
@@ -88,13 +84,6 @@ def suspended() -> Iterator[None]:
         yield
     finally:
         _RECORD.reset(token)
-
-
-def note_opaque() -> None:
-    """Called by an interpreter that runs a custom rule's forward without its bounds."""
-    record = _RECORD.get()
-    if record is not None:
-        record.opaque = True
 
 
 def is_recording() -> bool:
@@ -171,3 +160,66 @@ def repeated(a: Any) -> bool:
     except TypeError:  # unhashable entries: compare pairwise after sorting
         values = sorted(values)
         return any(u == v for u, v in zip(values, values[1:], strict=False))
+
+
+REGION_ENTRIES = 256
+"""Most floating input entries of a custom rule's region whose one-sided derivatives are
+compared; a larger region counts as at a kink wherever an operation inside it is."""
+
+
+def region_at_kink(ctx: Any, run: Callable[[list[Any]], np.ndarray], invals: list[Any]) -> bool:
+    """Whether a custom rule's region sits at a kink of its own function.
+
+    Its rule replaces the derivative of the operations inside it, so their kinks are not
+    autodiff's (the ``max`` inside a stable ``logaddexp``); the region is at a kink where
+    its own function is (a ReLU written as a custom rule, at 0). Nothing is recorded
+    while the region runs here.
+
+    Parameters
+    ----------
+    ctx : mpmath context
+        The context of the values (30 digits or so: steps are ``2^-40`` of an entry).
+    run : callable
+        ``list of inputs -> (k,) object array``: the region's floating outputs,
+        flattened, at those inputs.
+    invals : list
+        The region's inputs at the point; object arrays of ``mpf`` are floating.
+
+    Returns
+    -------
+    bool
+        True where a right and a left difference quotient along some floating input
+        entry differ (see :func:`_one_sided_differ`), or where the region has more than
+        :data:`REGION_ENTRIES` floating input entries (assumed so).
+    """
+    floats = [i for i, v in enumerate(invals) if np.asarray(v).dtype == object]
+    if sum(np.size(invals[i]) for i in floats) > REGION_ENTRIES:
+        return True
+    with suspended():
+        base = run(invals)
+        for i in floats:
+            for j in range(np.size(invals[i])):
+                x = _objects(invals[i]).ravel()[j]
+                h = ctx.mpf(2) ** (ctx.mag(x) - 40) if x != 0 else ctx.mpf(2) ** -40
+                up, down = (run(_moved(invals, i, j, s * h)) for s in (1, -1))
+                if _one_sided_differ(base, up, down, h):
+                    return True
+    return False
+
+
+def _moved(invals: list[Any], i: int, j: int, h: Any) -> list[Any]:
+    """``invals`` with entry ``j`` of argument ``i`` moved by ``h``."""
+    a = np.array(invals[i], dtype=object, copy=True)
+    a.reshape(-1)[j] = a.reshape(-1)[j] + h
+    return [a if k == i else v for k, v in enumerate(invals)]
+
+
+def _one_sided_differ(base: np.ndarray, up: np.ndarray, down: np.ndarray, h: Any) -> bool:
+    """Whether a right and a left difference quotient at step ``h`` (``2^-40`` of the
+    entry, on 30-digit numbers) differ by more than ``2^-20`` of their size: a smooth
+    function's differ by about its curvature times ``h``, a kink's by its jump."""
+    for b, u, d in zip(base, up, down, strict=True):
+        right, left = (u - b) / h, (b - d) / h
+        if not abs(right - left) <= 2.0**-20 * (abs(right) + abs(left) + 1):
+            return True  # (an infinite or undefined quotient too)
+    return False

@@ -52,7 +52,9 @@ then keeps its float64 reference and the report names them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,8 +68,8 @@ from .kinks import (
     at_zero,
     floating,
     is_recording,
-    note_opaque,
     note_operation,
+    region_at_kink,
     repeated,
     tie,
 )
@@ -226,6 +228,16 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     return tuple(sorted({int(a) % max(ndim, 1) for a in np.ravel(axis)}))
 
 
+@dataclass(frozen=True)
+class _Region:
+    """The operations of one ``tf.custom_gradient``: tensors ``(node, output)`` of its
+    arguments and results, and the nodes between them in evaluation order."""
+
+    args: tuple[tuple[str, int], ...]
+    interior: tuple[str, ...]
+    results: tuple[tuple[str, int], ...]
+
+
 class GraphProgram:
     """A frozen float64 ``GraphDef`` that runs on object arrays of ``mpf``.
 
@@ -301,25 +313,104 @@ class GraphProgram:
 
         return np.asarray(make_ndarray(self.nodes[name].attr["value"].tensor))
 
+    # -- custom gradients ----------------------------------------------------------------
+    @functools.cached_property
+    def _regions(self) -> dict[str, _Region]:
+        """The ``tf.custom_gradient`` regions, by the name of their ``IdentityN``."""
+        return {
+            name: self._region(name)
+            for name in self.order
+            if self.nodes[name].op == "IdentityN" and "_gradient_op_type" in self.nodes[name].attr
+        }
+
+    @functools.cached_property
+    def _inside_regions(self) -> frozenset[str]:
+        return frozenset(n for r in self._regions.values() for n in r.interior)
+
+    def _ancestors(self, name: str) -> set[str]:
+        """Nodes that ``name`` depends on through data inputs (itself included)."""
+        seen, stack = set(), [name]
+        while stack:
+            n = stack.pop()
+            if n not in seen:
+                seen.add(n)
+                stack += [m for m, _ in self._data_inputs(n)]
+        return seen
+
+    def _region(self, name: str) -> _Region:
+        """A custom gradient's region from its ``IdentityN``, whose inputs are the
+        function's results, then its arguments (and captured variables): the arguments
+        are the inputs that others depend on; the results, those that depend on them;
+        the interior, the operations between."""
+        ins = self._data_inputs(name)
+        up = {t: self._ancestors(t[0]) for t in ins}
+        args = [t for t in ins if any(u != t and t[0] in up[u] for u in ins)]
+        arg_nodes = {n for n, _ in args}
+        results = [t for t in ins if t not in args and up[t] & arg_nodes]
+        depends = set().union(*(up[t] for t in results)) - arg_nodes
+        below = set(arg_nodes)  # the arguments' dependents, in one pass in evaluation order
+        for n in self.order:
+            if any(m in below for m, _ in self._data_inputs(n)):
+                below.add(n)
+        interior = [n for n in self.order if n in depends and n in below]
+        return _Region(tuple(args), tuple(interior), tuple(results))
+
+    def _region_outputs(
+        self, rules: _Rules, region: _Region, env: dict[str, list[Any]], values: list[Any]
+    ) -> np.ndarray:
+        """The region's floating results (flattened) with its arguments at ``values``."""
+        local: dict[str, list[Any]] = {}
+        for (n, k), v in zip(region.args, values, strict=True):
+            local.setdefault(n, list(env[n]))[k] = v
+
+        def get(n: str, k: int) -> Any:
+            return (local[n] if n in local else env[n])[k]
+
+        for name in region.interior:
+            node = self.nodes[name]
+            out = rules.apply(node, [get(n, k) for n, k in self._data_inputs(name)])
+            local[name] = list(out) if node.op in _MULTI else [out]
+        kept = [np.asarray(get(n, k), dtype=object).ravel() for n, k in region.results]
+        kept = [a for a in kept if a.size and not isinstance(a[0], (bool, np.bool_, int))]
+        return np.concatenate(kept) if kept else np.empty(0, dtype=object)
+
     # -- running -------------------------------------------------------------------------
     def run(self, ctx: Any, leaves: Sequence[np.ndarray]) -> list[Any]:
-        """Evaluate the outputs at ``leaves`` (object arrays of ``ctx.mpf``, one per input)."""
+        """Evaluate the outputs at ``leaves`` (object arrays of ``ctx.mpf``, one per input).
+
+        While kinks are recorded (:mod:`.kinks`), the operations inside a
+        ``tf.custom_gradient`` are not noted: the region counts as at a kink only where
+        its own one-sided difference quotients differ.
+        """
         env: dict[str, list[Any]] = {}
         for (name, _), leaf in zip(self.inputs, leaves, strict=True):
             env[name] = [np.asarray(leaf, dtype=object)]
         rules = _Rules(ctx, self._mp_constants(ctx))
+        recording = is_recording()
+        inside = self._inside_regions if recording else frozenset()
         for name in self.order:
             if name in env:
                 continue
             node = self.nodes[name]
             args = [env[n][k] for n, k in self._data_inputs(name)]
-            if is_recording():
+            if recording and name not in inside:
                 note_operation(node.op, _kink_test(node.op, args))
-                if node.op == "IdentityN" and "_gradient_op_type" in node.attr:
-                    note_opaque()  # a tf.custom_gradient: its forward ops are inline
+                if name in self._regions:
+                    self._note_region(ctx, rules, self._regions[name], env)
             out = rules.apply(node, args)
             env[name] = list(out) if node.op in _MULTI else [out]
         return [env[n][k] for n, k in self.outputs]
+
+    def _note_region(
+        self, ctx: Any, rules: _Rules, region: _Region, env: dict[str, list[Any]]
+    ) -> None:
+        values = [env[n][k] for n, k in region.args]
+        note_operation(
+            "custom_gradient",
+            lambda: region_at_kink(
+                ctx, lambda v: self._region_outputs(rules, region, env, v), values
+            ),
+        )
 
     def _mp_constants(self, ctx: Any) -> dict[str, Any]:
         """Constants in the representation of ``ctx``, converted once per context."""
