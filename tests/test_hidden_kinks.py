@@ -300,34 +300,14 @@ def _lse_with_a_tie_bug(framework: str):
     return lambda a, b: tf.reduce_sum(tf.constant(w, a.dtype) * lse_tf(a, b))
 
 
-INLINE_CUSTOM_FORWARD = (
-    "polygrad limit: a torch.autograd.Function's forward runs inline in the captured ATen "
-    "graph, without a mark of its bounds, so the max at a tie inside a stable logaddexp "
-    "cannot be told from a kink that autodiff differentiates: NONSMOOTH ok, with a note "
-    "that it may be a rule that special-cases the input (nonsmooth='within' fails it)"
-)
-
-
-INLINE_LIMIT = pytest.mark.xfail(strict=True, reason=INLINE_CUSTOM_FORWARD)
-
-
-@pytest.mark.parametrize(
-    ("framework", "dtype"),
-    [
-        pytest.param(fw, dt, id=f"{fw}-{dt}", marks=[
-            pytest.mark.polygrad_backends(fw),
-            *([INLINE_LIMIT] if fw == "torch" else []),
-        ])
-        for fw in ("jax", "torch", "tensorflow")
-        for dt in ("float32", "float64")
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize(("framework", "dtype"), FRAMEWORK_DTYPES)
 def test_a_custom_rule_wrong_at_a_tie_of_a_smooth_function_is_a_mismatch(framework, dtype):
     """At a == b the derivative of w * logaddexp(a, b) is w / 2 for each; the rule gives 0
     and w. The max inside logaddexp sits at its tie, but the custom rule replaces its
-    derivative: JAX's custom_jvp region, and TensorFlow's custom_gradient region (bounded
-    by its IdentityN), are looked into as a whole (their one-sided difference quotients on
-    mpmath numbers agree), so no kink of them is autodiff's."""
+    derivative: JAX's custom_jvp region, TensorFlow's custom_gradient region (bounded by
+    its IdentityN) and PyTorch's Function forward (its operations traced with gradients
+    off) are looked into as a whole (their one-sided difference quotients on mpmath
+    numbers agree), so no kink of them is autodiff's."""
     a, b = [0.3, 1.0, -2.0], [0.3, 0.0, -2.0]
     f = _lse_with_a_tie_bug(framework)
     report = pg.check(f, _array(framework, a, dtype), _array(framework, b, dtype), argnums=(0, 1))

@@ -833,7 +833,7 @@ class TorchBackend(Backend):
             backend=self.name,
             notes=notes,
             deferred={"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp},
-            custom_rules=lambda: _holds_custom_functions(torch, work.call, primals),
+            custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
         )
 
     def gradient_function(
@@ -1052,6 +1052,17 @@ class TorchBackend(Backend):
             f"the function is not bitwise reproducible (differences up to {worst:.3g}); "
             "this is treated as noise",
         )
+
+
+def _unbounded_custom_functions(torch: Any, call: Callable[..., Any], primals: list[Any]) -> bool:
+    """Whether ``f`` holds a ``torch.autograd.Function`` whose forward the mp capture
+    cannot bound: False where the ATen capture marks the operations traced with
+    gradients off (the mp interpreter then looks into each such region as a whole)."""
+    from ..mpexec.torch_capture import marks_no_grad
+
+    if marks_no_grad():
+        return False
+    return _holds_custom_functions(torch, call, primals)  # pragma: no cover - older PyTorch
 
 
 def _holds_custom_functions(torch: Any, call: Callable[..., Any], primals: list[Any]) -> bool:

@@ -348,12 +348,20 @@ class GraphProgram:
         arg_nodes = {n for n, _ in args}
         results = [t for t in ins if t not in args and up[t] & arg_nodes]
         depends = set().union(*(up[t] for t in results)) - arg_nodes
-        below = set(arg_nodes)  # the arguments' dependents, in one pass in evaluation order
+        below = self._dependents(arg_nodes)
+        interior = [n for n in self.order if n in depends and n in below]
+        # only the arguments that vary with the checked inputs move (not frozen variables)
+        varying = self._dependents({n for n, _ in self.inputs})
+        args = [t for t in args if t[0] in varying]
+        return _Region(tuple(args), tuple(interior), tuple(results))
+
+    def _dependents(self, roots: set[str]) -> set[str]:
+        """``roots`` and the nodes that depend on them, in one pass in evaluation order."""
+        below = set(roots)
         for n in self.order:
             if any(m in below for m, _ in self._data_inputs(n)):
                 below.add(n)
-        interior = [n for n in self.order if n in depends and n in below]
-        return _Region(tuple(args), tuple(interior), tuple(results))
+        return below
 
     def _region_outputs(
         self, rules: _Rules, region: _Region, env: dict[str, list[Any]], values: list[Any]

@@ -9,6 +9,7 @@ one trace is valid at other points.
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Callable, Sequence
@@ -20,7 +21,18 @@ from . import torch_elementwise, torch_indexing, torch_nn, torch_reductions  # n
 from .errors import GraphCaptureError
 from .torch_env import RULES, _base_rule
 
-__all__ = ["capture_graph", "covered_operators", "unsupported_operators"]
+__all__ = [
+    "NO_GRAD",
+    "capture_graph",
+    "covered_operators",
+    "marks_no_grad",
+    "unsupported_operators",
+]
+
+NO_GRAD = "polygrad_no_grad"
+"""Meta key of the traced nodes that ran with gradients disabled: the forward of a
+``torch.autograd.Function`` (whose rule replaces their derivative), or a
+``torch.no_grad()`` block. Autodiff does not differentiate them."""
 
 
 def covered_operators() -> list[str]:
@@ -64,7 +76,8 @@ def capture_graph(
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            traced = make_fx(fn, decomposition_table=decompositions, tracing_mode="real")
+            marked = _marking_no_grad(fn)
+            traced = make_fx(marked, decomposition_table=decompositions, tracing_mode="real")
             return traced(*[p.detach().clone() for p in primals])
     except Exception as exc:  # noqa: BLE001 - any tracing failure is reported the same way
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -78,6 +91,48 @@ def capture_graph(
             f"the function could not be traced to an ATen graph{hint}: "
             f"{type(exc).__name__}: {text[:200]}"
         ) from exc
+
+
+def marks_no_grad() -> bool:
+    """Whether this PyTorch lets :func:`capture_graph` mark the nodes traced with gradients
+    disabled (:data:`NO_GRAD`; the proxy-mode helpers it uses are PyTorch's own)."""
+    try:
+        from torch.fx.experimental.proxy_tensor import get_innermost_proxy_mode  # noqa: F401
+        from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401
+    except ImportError:  # pragma: no cover - present in the tested PyTorch
+        return False
+    return True
+
+
+def _marking_no_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, traced under a dispatch mode that marks (:data:`NO_GRAD`) each node whose
+    operation runs with gradients disabled; ``fn`` itself where that cannot be done."""
+    if not marks_no_grad():  # pragma: no cover - present in the tested PyTorch
+        return fn
+    import torch
+    from torch.fx.experimental.proxy_tensor import get_innermost_proxy_mode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Marks(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            mode = None if torch.is_grad_enabled() else get_innermost_proxy_mode()
+            if mode is None:
+                return func(*args, **(kwargs or {}))
+            graph = mode.tracer.graph
+            before = len(graph.nodes)
+            out = func(*args, **(kwargs or {}))
+            # every node the call made (a decomposition makes several)
+            made = len(graph.nodes) - before
+            for node, _ in zip(reversed(graph.nodes), range(made), strict=False):
+                node.meta[NO_GRAD] = True
+            return out
+
+    @functools.wraps(fn)
+    def traced(*args: Any) -> Any:
+        with torch.enable_grad(), _Marks():
+            return fn(*args)
+
+    return traced
 
 
 def _decompositions_for(gm: Any, known: dict[Any, Any]) -> dict[Any, Any]:

@@ -132,13 +132,15 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import GraphCaptureError, UnsupportedOperatorError
-from .kinks import is_recording, note_operation
+from .kinks import is_recording, note_operation, region_at_kink
 from .torch_capture import (
+    NO_GRAD,
     _bind,
     _decompositions_for,
     _perturbed,
@@ -232,6 +234,10 @@ class GraphProgram:
                 self.output = node.args[0]
             else:
                 raise UnsupportedOperatorError(f"graph node {node.op} {node.target}")
+        steps = {step[1]: step for step in self.steps}
+        regions = _no_grad_regions(gm)
+        self._inside = {m: r for r in regions for m in r.members}
+        self._closing = {r.members[-1]: (r, tuple(steps[m] for m in r.members)) for r in regions}
 
     def _constants(self, E: _Env, dps: int) -> dict[str, np.ndarray]:
         """The graph's tensor constants as mp (floating) or int64/bool arrays, fresh copies."""
@@ -254,67 +260,99 @@ class GraphProgram:
     def run(self, inputs: Sequence[np.ndarray], dps: int) -> Any:
         """Evaluate on input leaves (object arrays of mpf) at ``dps`` digits; return the output.
 
+        While kinks are recorded (:mod:`.kinks`), the operations that ran with gradients
+        disabled (a ``torch.autograd.Function``'s forward) are not noted: each connected
+        region of them counts as at a kink only where its own one-sided difference
+        quotients differ.
+
         Raises
         ------
         RuntimeError
             A rule produced a shape other than the traced one, or an in-place
             write would not reach the tensor PyTorch writes into.
         """
-        import torch
-
         E = _env(dps)
         env: dict[str, Any] = {}
         copied: set[str] = set()  # view results that NumPy had to copy (and views of them)
         consts = self._constants(E, dps)
-
-        def look(v: Any) -> Any:
-            if isinstance(v, torch.fx.Node):
-                return env[v.name]
-            if isinstance(v, (list, tuple)):
-                return type(v)(look(u) for u in v)
-            return v
-
+        recording = is_recording()
         for step in self.steps:
-            kind, name = step[0], step[1]
-            if kind == "input":
+            name = step[1]
+            if step[0] == "input":
                 env[name] = inputs[step[2]]
-            elif kind == "const":
+            elif step[0] == "const":
                 env[name] = consts.get(name)
-            elif kind == "getitem":
-                src, idx = step[2]
-                v = env[src.name][idx]
-                env[name] = self._settle(E, v, step[3], name) if step[3] is not None else v
-                if src.name in copied:
-                    copied.add(name)
             else:
-                _, _, op, rule, bound, inplace, val, is_view, writes = step
-                a = {k: look(v) for k, v in bound.items()}
-                E.val = val
-                src = bound.get("self", bound.get("input"))
-                src_name = src.name if isinstance(src, torch.fx.Node) else None
-                if self.mutates and writes and src_name in copied:
-                    raise RuntimeError(
-                        f"{op} writes into a view that the mp interpreter holds as a copy"
-                    )
-                if is_recording():
-                    note_operation(op, kink_test(op, a))
-                out = rule(E, a)
-                if inplace:
-                    dst = a["self"]
-                    dst[...] = E.coerce(_arr(out), val.dtype) if val is not None else out
-                    out = dst
-                if isinstance(val, torch.Tensor):
-                    out = self._settle(E, out, val, f"{name} ({op})")
-                if self.mutates and not writes:
-                    guarded = self._alias_guard(out, a.get("self", a.get("input")), is_view)
-                    if not is_view:
-                        out = guarded
-                    elif guarded is None or src_name in copied:
-                        copied.add(name)
-                if self.mutates and writes and src_name in copied:
-                    copied.add(name)
-                env[name] = out
-        return look(self.output)
+                self._step(E, step, env, copied, recording and name not in self._inside)
+            if recording and name in self._closing:
+                self._note_region(E, *self._closing[name], env, copied)
+        return _look(env, self.output)
+
+    def _step(
+        self, E: _Env, step: tuple[Any, ...], env: dict[str, Any], copied: set[str], note: bool
+    ) -> None:
+        """Run one ``getitem`` or ``call`` step into ``env`` (noting its kink if ``note``)."""
+        import torch
+
+        name = step[1]
+        if step[0] == "getitem":
+            src, idx = step[2]
+            v = env[src.name][idx]
+            env[name] = self._settle(E, v, step[3], name) if step[3] is not None else v
+            if src.name in copied:
+                copied.add(name)
+            return
+        _, _, op, rule, bound, inplace, val, is_view, writes = step
+        a = {k: _look(env, v) for k, v in bound.items()}
+        E.val = val
+        src = bound.get("self", bound.get("input"))
+        src_name = src.name if isinstance(src, torch.fx.Node) else None
+        if self.mutates and writes and src_name in copied:
+            raise RuntimeError(f"{op} writes into a view that the mp interpreter holds as a copy")
+        if note:
+            note_operation(op, kink_test(op, a))
+        out = rule(E, a)
+        if inplace:
+            dst = a["self"]
+            dst[...] = E.coerce(_arr(out), val.dtype) if val is not None else out
+            out = dst
+        if isinstance(val, torch.Tensor):
+            out = self._settle(E, out, val, f"{name} ({op})")
+        if self.mutates and not writes:
+            guarded = self._alias_guard(out, a.get("self", a.get("input")), is_view)
+            if not is_view:
+                out = guarded
+            elif guarded is None or src_name in copied:
+                copied.add(name)
+        if self.mutates and writes and src_name in copied:
+            copied.add(name)
+        env[name] = out
+
+    def _note_region(
+        self,
+        E: _Env,
+        region: _Region,
+        steps: tuple[tuple[Any, ...], ...],
+        env: dict[str, Any],
+        copied: set[str],
+    ) -> None:
+        """Note a region of operations that ran with gradients disabled, as one operation
+        at a kink where its own one-sided difference quotients differ."""
+
+        def outputs(values: list[Any]) -> np.ndarray:
+            local = dict(env)
+            for n in region.inputs:  # fresh copies: the region may write in place
+                local[n] = _copied(env[n])
+            for n, v in zip(region.moving, values, strict=True):
+                local[n] = _copied(v)
+            seen = set(copied)
+            for step in steps:
+                self._step(E, step, local, seen, False)
+            kept = [a for n in region.outputs for a in _floating_leaves(local[n])]
+            return np.concatenate(kept) if kept else np.empty(0, dtype=object)
+
+        values = [env[n] for n in region.moving]
+        note_operation("autograd.Function", lambda: region_at_kink(E.ctx, outputs, values))
 
     @staticmethod
     def _alias_guard(out: Any, src: Any, is_view: bool) -> Any:
@@ -340,6 +378,80 @@ class GraphProgram:
                 f"{tuple(val.shape)}"
             )
         return v
+
+
+def _look(env: dict[str, Any], v: Any) -> Any:
+    """``v`` with every graph node replaced by its value in ``env``."""
+    import torch
+
+    if isinstance(v, torch.fx.Node):
+        return env[v.name]
+    if isinstance(v, (list, tuple)):
+        return type(v)(_look(env, u) for u in v)
+    return v
+
+
+def _copied(v: Any) -> Any:
+    return np.array(v, dtype=v.dtype, copy=True) if isinstance(v, np.ndarray) else v
+
+
+def _floating_leaves(v: Any) -> list[np.ndarray]:
+    """The object arrays (mpmath numbers) in a value, flattened."""
+    if isinstance(v, (list, tuple)):
+        return [a for u in v for a in _floating_leaves(u)]
+    if isinstance(v, np.ndarray) and v.dtype == object:
+        return [v.ravel()]
+    return []
+
+
+@dataclass(frozen=True)
+class _Region:
+    """Connected operations that ran with gradients disabled (node names in graph order),
+    the nodes they read from outside, those of them that vary with the inputs, and the
+    nodes whose values leave the region."""
+
+    members: tuple[str, ...]
+    inputs: tuple[str, ...]
+    moving: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def _no_grad_regions(gm: Any) -> list[_Region]:
+    """The regions of a graph's nodes marked :data:`~.torch_capture.NO_GRAD`: the
+    forwards of ``torch.autograd.Function``, whose rules replace their derivatives."""
+    nodes = list(gm.graph.nodes)
+    marked = {n.name for n in nodes if n.op == "call_function" and n.meta.get(NO_GRAD)}
+    if not marked:
+        return []
+    root = {n: n for n in marked}
+
+    def find(a: str) -> str:
+        while root[a] != a:
+            root[a] = root[root[a]]
+            a = root[a]
+        return a
+
+    varying: set[str] = set()
+    for n in nodes:
+        if n.op == "placeholder" or any(m.name in varying for m in n.all_input_nodes):
+            varying.add(n.name)
+        if n.name in marked:
+            for m in n.all_input_nodes:
+                if m.name in marked:
+                    root[find(m.name)] = find(n.name)
+    groups: dict[str, list[Any]] = {}
+    for n in nodes:
+        if n.name in marked:
+            groups.setdefault(find(n.name), []).append(n)
+    regions = []
+    for members in groups.values():
+        inside = {n.name for n in members}
+        ins = list(dict.fromkeys(m.name for n in members for m in n.all_input_nodes))
+        ins = [m for m in ins if m not in inside]
+        outs = [n.name for n in members if any(u.name not in inside for u in n.users)]
+        moving = tuple(m for m in ins if m in varying)
+        regions.append(_Region(tuple(n.name for n in members), tuple(ins), moving, tuple(outs)))
+    return regions
 
 
 def _node_cost(name: str, node: Any, val: Any) -> int:
