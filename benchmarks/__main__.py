@@ -76,11 +76,15 @@ TOOL_SETTINGS = (
 )
 
 
+DISTRIBUTIONS = {"polygrad": "polygrad-check"}
+"""Distribution names that differ from the import name."""
+
+
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for p in PACKAGES:
         try:
-            out[p] = importlib.metadata.version(p)
+            out[p] = importlib.metadata.version(DISTRIBUTIONS.get(p, p))
         except importlib.metadata.PackageNotFoundError:
             out[p] = "not installed"
     return out
