@@ -197,7 +197,7 @@ def _setup_lines(report: Report) -> list[str]:
     how = {
         "mp": f"mpmath at {ref.dps} digits",
         "float64": "float64 central differences",
-        "working": f"{d.working_dtype} central differences (no float64 evaluation)",
+        "working": f"{d.working_dtype} central differences (no float64 evaluation used)",
     }.get(ref.method, str(ref.method))
     lines = [
         f"  checked {len(e.names)} {report.quantity} of f: {d.inputs} input(s) "
@@ -211,8 +211,9 @@ def _setup_lines(report: Report) -> list[str]:
     ]
     if not d.rules.has_float64_autodiff and d.working_dtype != "float64":
         lines.append(
-            "  note: the gradient could not be evaluated in float64, so a wrong rule cannot be "
-            "told apart from an unstable computation"
+            "  note: no float64 evaluation of the gradient is used (none could be made, or its "
+            "float64 run is another function: see the notes), so a wrong rule cannot be told "
+            "apart from an unstable computation"
         )
     return lines
 

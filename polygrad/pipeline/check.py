@@ -62,6 +62,7 @@ from ..report import Report
 from .assess import Assessment, assess
 from .autodiff import Setting
 from .cache import cache_request
+from .dtype_dependence import recheck_in_working_dtype
 from .explain import explain
 from .judge import overall
 from .kinks import hidden_kinks, kinks_of_intermediates
@@ -238,6 +239,9 @@ def check(
     again = recheck_on_subspace(prep, plan, ref, judged, opts)
     if again is not None:  # a gradient defined on the symmetric subspace: checked there
         plan, ref, judged = again.plan, again.ref, again.judged
+    working = recheck_in_working_dtype(prep, plan, ref, judged, opts)
+    if working is not None:  # the float64 run is another function (code reads the dtype)
+        prep, plan, ref, judged = working.prep, working.plan, working.ref, working.judged
     judged = hidden_kinks(prep, plan, judged, opts) or judged  # kinks the axes do not see
     judged = kinks_of_intermediates(prep, judged, opts) or judged  # kinks at the point only
     return make_report(prep, plan, ref, judged, opts, t_start)

@@ -1,0 +1,155 @@
+"""A float64 run of ``f`` that computes another function: code that depends on the dtype.
+
+The float64 reference, and the float64 evaluation of the rule, run the user's code again
+on float64 inputs (PyTorch, JAX, NumPy). Code that reads its dtype computes another
+function there: ``-log(p + finfo(p.dtype).eps)`` adds 1.2e-7 in float32 and 2.2e-16 in
+float64, and at ``p = 1e-7`` the two derivatives differ by a factor of two. Judged
+against the float64 run, the right float32 rule looks wrong (MISMATCH, or UNSTABLE).
+
+Where entries fail against the float64 reference (or against mp), the check runs again
+on the working dtype alone: its own finite differences, no float64 or mp evidence. When,
+at a failing entry, autodiff agrees with the working-dtype check, and the float64 run
+is another function there (the two references disagree beyond both error bars and the
+working tolerance, or the float64 evaluation of the rule differs from autodiff by more
+than that tolerance while autodiff agrees with the reference), the working-dtype check
+is the verdict, with a note that says so. A wrong rule is as wrong in both dtypes and
+stays wrong; a rule that lost digits in the working dtype (UNSTABLE) disagrees with the
+reference and is not rechecked away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..backends.base import Target
+from ..report import SEVERITY, Entries, Verdict
+from .assess import Assessment, assess
+from .autodiff import Setting
+from .plan import Plan, make_plan
+from .prepare import Options, Prepared
+from .reference import Reference, compute_reference
+
+__all__ = ["WorkingRecheck", "recheck_in_working_dtype", "working_only"]
+
+_AGREE = (SEVERITY[Verdict.PASS], SEVERITY[Verdict.NONSMOOTH])
+_WIDER = ("evaluate64", "vjp64", "jvp64", "evaluate_mp", "vjp_mp")
+
+
+@dataclass(frozen=True)
+class WorkingRecheck:
+    """The check run again on the working dtype alone, ready for the report."""
+
+    prep: Prepared
+    plan: Plan
+    ref: Reference
+    judged: Assessment
+
+
+def working_only(target: Target) -> Target:
+    """A copy of ``target`` without its float64 and mp evaluations (none built later)."""
+    deferred = {k: v for k, v in target.deferred.items() if k not in ("mp", "rule_mp", "forward")}
+    out = replace(target, deferred=deferred)
+    for name in _WIDER:
+        setattr(out, name, None)
+    return out
+
+
+def recheck_in_working_dtype(
+    prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options
+) -> WorkingRecheck | None:
+    """The check on the working dtype alone, where the float64 run is another function.
+
+    Parameters
+    ----------
+    prep, plan, ref : Prepared, Plan, Reference
+        The check as run (a float64 or mp reference).
+    judged : Assessment
+        Its judged entries.
+    opts : Options
+        The options; only ``reference="auto"`` is rechecked.
+
+    Returns
+    -------
+    WorkingRecheck or None
+        None when no failing entry could be explained so (see :func:`_explicable`),
+        when the reference already is the working dtype's (or the working dtype is
+        float64, or the user chose the reference), or when the working-dtype check does
+        not show another function; otherwise the working-dtype check, whose verdict is
+        the check's.
+    """
+    target = prep.target
+    failing = _explicable(judged.entries)
+    if (
+        opts.reference != "auto"
+        or ref.method == "working"
+        or target.working_dtype == "float64"
+        or target.evaluate64 is None
+        or not np.any(failing)
+    ):
+        return None
+    w_prep = replace(prep, target=working_only(target))
+    w_opts = replace(opts, reference="working")
+    w_plan = make_plan(w_prep.target, w_opts)
+    w_ref = compute_reference(w_prep.target, w_plan, w_opts, w_prep)
+    st = Setting(w_ref.dd, w_plan.full, w_plan.s, w_plan.W, w_plan.rng_state, w_plan.ref_eps,
+                 w_ref.vouched, w_plan.f0)  # fmt: skip
+    w_judged = assess(w_prep, st, w_ref.method, w_opts)
+    split = another_function(judged.entries, w_judged.entries, failing)
+    if not np.any(split):
+        return None
+    note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
+    return WorkingRecheck(w_prep, w_plan, w_ref, replace(w_judged, notes=(note, *w_judged.notes)))
+
+
+def _explicable(e: Entries) -> np.ndarray:
+    """``(K,)`` bool: failing entries that another float64 function could explain: an
+    UNSTABLE entry (the float64 rule agrees with the reference, autodiff does not), or a
+    MISMATCH at which autodiff agrees with the reference but the float64 evaluation of
+    the rule does not. A MISMATCH of both is a wrong rule, and is not rechecked."""
+    with np.errstate(invalid="ignore"):
+        agrees = np.abs(e.autodiff - e.reference) <= e.tolerance
+    unstable = e.status == SEVERITY[Verdict.UNSTABLE]
+    return unstable | ((e.status == SEVERITY[Verdict.MISMATCH]) & agrees)
+
+
+def another_function(wide: Entries, working: Entries, failing: np.ndarray) -> np.ndarray:
+    """``(K,)`` bool: failing entries that the float64 run of ``f`` explains, and at
+    which autodiff agrees with the working-dtype check (``working``).
+
+    The float64 run is another function at an entry where the float64 (or mp)
+    reference of ``wide`` and the working-dtype reference differ by more than both
+    error bars and the working tolerance, or where autodiff agrees with the reference
+    but the float64 evaluation of the rule differs from autodiff by more than that
+    tolerance (a wrong rule is as wrong in both dtypes).
+    """
+    if wide.status.shape != working.status.shape:
+        return np.zeros(failing.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(wide.reference - working.reference)
+        bars = 2.0 * (wide.reference_error + working.reference_error) + working.tolerance
+        refs_apart = gap > bars
+        agrees = np.abs(wide.autodiff - wide.reference) <= wide.tolerance
+        rule_apart = agrees & (np.abs(wide.autodiff64 - wide.autodiff) > wide.tolerance)
+    return failing & (refs_apart | rule_apart) & np.isin(working.status, _AGREE)
+
+
+def _note(wide: Entries, working: Entries, split: np.ndarray, dtype: str) -> str:
+    i = int(np.flatnonzero(split)[0])
+    k = int(np.sum(split))
+    rule = wide.autodiff64[i]
+    in64 = f"reference {wide.reference[i]:.7g} ± {wide.reference_error[i]:.2g}" + (
+        f", rule {rule:.7g}" if np.isfinite(rule) else ""
+    )
+    return (
+        f"the function computes another function when it runs in float64: at {k} "
+        f"entr{'y' if k == 1 else 'ies'} its float64 run differs from its {dtype} one by "
+        f"more than the error bars and the {dtype} tolerance (worst {wide.names[i]}: "
+        f"in float64, {in64}; in {dtype}, differences {working.reference[i]:.7g} ± "
+        f"{working.reference_error[i]:.2g}, and autodiff {working.autodiff[i]:.7g} agrees). "
+        "Code that reads the dtype does this (a constant such as finfo(x.dtype).eps, a "
+        f"branch on the dtype). The entries were judged against {dtype} differences only "
+        "(reference='working'), with their wider error bars; with constants that do not "
+        "depend on the dtype, float64 and mp references decide them more tightly"
+    )

@@ -1,0 +1,123 @@
+"""Code that reads its dtype computes another function when polygrad runs it in float64.
+
+``-log(p + finfo(p.dtype).eps)`` adds 2^-23 in float32 and 2^-52 in float64; at
+``p = 1e-7`` the two derivatives differ by a factor of two. The float32 gradient is right
+for the float32 function, and must not be called wrong: the check finds the float64 run
+to be another function and judges the float32 code against float32 differences.
+TensorFlow rewrites the captured float32 graph to float64, its constants included, so
+its float64 run is the same function.
+"""
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad import Verdict
+
+EPS32 = 2.0**-23
+P = [1e-7, 1e-4, 0.3]
+ANOTHER = "computes another function when it runs in float64"
+
+
+def _log_eps(framework):
+    """``-sum(log(p + eps))`` with the eps of the input's dtype, as users write it."""
+    if framework == "torch":
+        import torch
+
+        return lambda p: -torch.log(p + torch.finfo(p.dtype).eps).sum()
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        return lambda p: -jnp.sum(jnp.log(p + jnp.finfo(p.dtype).eps))
+    if framework == "tensorflow":
+        import tensorflow as tf
+
+        return lambda p: -tf.reduce_sum(tf.math.log(p + np.finfo(p.dtype.as_numpy_dtype).eps))
+    return lambda p: -np.sum(np.log(p + np.finfo(p.dtype).eps))
+
+
+def _input(framework, values):
+    x = np.array(values, np.float32)
+    if framework == "torch":
+        import torch
+
+        return torch.tensor(x)
+    if framework == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(x)
+    if framework == "tensorflow":
+        import tensorflow as tf
+
+        return tf.constant(x)
+    return x
+
+
+def _exact(values):
+    """The float32 function's derivative, in float64: -1 / (p + 2^-23) at the float32 p."""
+    return -1.0 / (np.array(values, np.float32).astype(np.float64) + EPS32)
+
+
+FRAMEWORKS = [
+    pytest.param(fw, marks=pytest.mark.polygrad_backends(fw))
+    for fw in ("numpy", "torch", "jax", "tensorflow")
+]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_constant_that_depends_on_the_dtype_is_not_a_wrong_rule(framework):
+    f = _log_eps(framework)
+    x = _input(framework, P)
+    extra = {}
+    if framework == "numpy":
+        extra["vjp"] = lambda g, p: -g / (p + np.finfo(p.dtype).eps)
+    report = pg.check(f, x, **extra)
+    assert report.verdict == Verdict.PASS and report.ok, str(report)
+    np.testing.assert_allclose(report.entries.reference, _exact(P), rtol=1e-4)
+    rechecked = any(ANOTHER in note for note in report.notes)
+    # TensorFlow's float64 run is its float32 graph rewritten: the same function
+    assert rechecked == (framework != "tensorflow"), str(report)
+
+
+@pytest.mark.parametrize("framework", [p for p in FRAMEWORKS if p.values[0] != "tensorflow"])
+def test_a_wrong_rule_in_code_that_reads_its_dtype_stays_a_mismatch(framework):
+    """The same function under a rule 10% off: wrong in every dtype, so the float32
+    check does not clear it."""
+    x = _input(framework, P)
+    if framework == "numpy":
+        report = pg.check(_log_eps("numpy"), x,
+                          vjp=lambda g, p: -1.1 * g / (p + np.finfo(p.dtype).eps))  # fmt: skip
+    else:
+        report = pg.check(_scaled_rule(framework, 1.1), x)
+    assert report.verdict == Verdict.MISMATCH and not report.ok, str(report)
+    assert not any(ANOTHER in note for note in report.notes)
+
+
+def _scaled_rule(framework, factor):
+    """``_log_eps`` under the framework's custom-rule mechanism, its VJP times ``factor``."""
+    if framework == "torch":
+        import torch
+
+        class LogEps(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, p):
+                ctx.save_for_backward(p)
+                return -torch.log(p + torch.finfo(p.dtype).eps).sum()
+
+            @staticmethod
+            def backward(ctx, g):
+                (p,) = ctx.saved_tensors
+                return -factor * g / (p + torch.finfo(p.dtype).eps)
+
+        return LogEps.apply
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def log_eps(p):
+        return -jnp.sum(jnp.log(p + jnp.finfo(p.dtype).eps))
+
+    log_eps.defvjp(
+        lambda p: (log_eps(p), p), lambda p, g: (-factor * g / (p + jnp.finfo(p.dtype).eps),)
+    )
+    return log_eps
