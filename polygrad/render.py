@@ -391,7 +391,8 @@ def _row_scale_only(report: Report) -> str | None:
         f"  resolution: {k} of {len(e.names)} entries have a reference error bar larger than the "
         "entry itself; they were judged on their row's scale (the size of the largest entries "
         f"beside them): an error up to {_g(float(np.max(e.tolerance[wide])), 2)} in them would "
-        "still pass; an mp reference (reference='mp') would resolve them"
+        "still pass; an mp reference (reference='mp', where every operation of f runs on "
+        "mpmath numbers) would resolve them"
     )
 
 

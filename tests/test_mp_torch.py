@@ -716,3 +716,51 @@ def test_a_nearly_constant_loss_is_decided_by_mp_under_auto():
     assert redone is not None
     by_mp = [e.names.index(name) for name in redone.decided_by.get("mp", ())]
     np.testing.assert_allclose(e.reference[by_mp], exact.ravel()[by_mp], rtol=1e-12)
+
+
+# ------------------------------------------------------------------ torch.special on mpmath
+
+SPECIAL = {
+    "polygamma": (lambda x: torch.special.polygamma(1, x), lambda c, v: c.psi(1, v)),
+    "i0": (torch.special.i0, lambda c, v: c.besseli(0, v)),
+    "i0e": (torch.special.i0e, lambda c, v: c.besseli(0, v) * c.exp(-abs(v))),
+    "i1": (torch.special.i1, lambda c, v: c.besseli(1, v)),
+    "i1e": (torch.special.i1e, lambda c, v: c.besseli(1, v) * c.exp(-abs(v))),
+    "log_ndtr": (lambda x: torch.special.log_ndtr(-8 * x), lambda c, v: c.log(c.ncdf(-8 * v))),
+    "ndtri": (lambda x: torch.special.ndtri(x / 4), lambda c, v: c.sqrt(2) * c.erfinv(v / 2 - 1)),
+    "entr": (torch.special.entr, lambda c, v: -v * c.log(v)),
+    "sinc": (torch.sinc, lambda c, v: c.sin(c.pi * v) / (c.pi * v)),
+    "xlog1py": (lambda x: torch.special.xlog1py(x, x), lambda c, v: v * c.log(1 + v)),
+    "zeta": (lambda x: torch.special.zeta(x + 2, x + 1), lambda c, v: c.zeta(v + 2, v + 1)),
+    "mvlgamma": (
+        lambda x: torch.special.multigammaln(x + 3, 2),
+        lambda c, v: c.loggamma(v + 3) + c.loggamma(v + 2.5) + c.log(c.pi) / 2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL))
+def test_special_functions_run_on_mpmath_numbers(name):
+    """torch.special functions against mpmath's closed forms, at 50 digits, to 1e-40."""
+    f, exact = SPECIAL[name]
+    x = torch.tensor([0.3, 1.7, 2.5], dtype=torch.float64)
+    got = _mp_values(_evaluator(f, x), x)
+    c = mpmath.MPContext()
+    c.dps = 50
+    for g, v in zip(got, x.tolist(), strict=True):
+        want = exact(c, c.mpf(v))
+        assert abs(g - want) <= 1e-40 * abs(want), (name, v)
+
+
+def test_a_float64_kernel_with_a_smooth_error_is_not_called_a_wrong_rule():
+    """torch's float64 trigamma (polygamma(1, x)) is off by about 3e-11 near x = 4, in a
+    smooth way, so float64 differences measure the slope of that error; its backward,
+    polygamma(2, x), is right. The mp reference computes the function the code means:
+    PASS, with the reference equal to mpmath's psi(2, x)."""
+    x = torch.tensor([0.2, 4.0, 1.7], dtype=torch.float64)
+    report = pg.check(lambda v: torch.special.polygamma(1, v), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert _reference(report)["method"] == "mp"
+    diagonal = report.entries.reference.reshape(3, 3).diagonal()
+    want = [float(mpmath.psi(2, v)) for v in x.tolist()]
+    np.testing.assert_allclose(diagonal, want, rtol=1e-15)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import torch_elementwise, torch_indexing, torch_nn, torch_reductions  # noqa: F401
+from . import torch_elementwise, torch_indexing, torch_nn, torch_reductions, torch_special  # noqa: F401
 from .errors import GraphCaptureError
 from .torch_env import RULES, _base_rule
 

@@ -76,11 +76,14 @@ Covered operators
 * Elementwise: ``add sub rsub mul div`` (with ``rounding_mode``)
   ``floor_divide neg reciprocal pow square exp exp2 expm1 log log2 log10 log1p
   sqrt rsqrt sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh
-  sigmoid logit erf erfc erfinv lgamma digamma abs sign sgn floor ceil round
+  sigmoid logit erf erfc erfinv lgamma digamma polygamma abs sign sgn floor ceil round
   trunc frac clamp clamp_min clamp_max hardtanh where maximum minimum fmax fmin
   hypot fmod remainder xlogy``, comparisons ``eq ne lt le gt ge``,
   ``logical_*`` and ``bitwise_*`` on bool/int tensors, ``isnan isinf
   masked_fill``.
+* Special functions (:mod:`.torch_special`): ``i0 special_i0e special_i1
+  special_i1e special_log_ndtr special_ndtri special_xlog1py special_entr sinc
+  special_zeta mvlgamma`` and ``special_erfcx``.
 * Activations: ``relu gelu`` (exact and tanh) ``silu softplus elu celu
   leaky_relu mish hardsigmoid hardswish softshrink hardshrink
   log_sigmoid_forward``.
