@@ -23,12 +23,14 @@ number of output scalars, ``B``/``k`` = batch sizes):
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,6 +41,8 @@ from ..errors import InputTypeError, InputValueError, MissingBackendError
 from ..mpexec.kinks import recording_kinks
 
 __all__ = [
+    "building_a_gradient_target",
+    "gradient_target",
     "Backend",
     "Leaf",
     "Layout",
@@ -882,3 +886,26 @@ class Backend(ABC):
             return np.__version__
         mod = sys.modules[self.module]
         return str(getattr(mod, "__version__", "?"))
+
+
+_GRADIENT_TARGET: ContextVar[bool] = ContextVar("polygrad_gradient_target", default=False)
+
+
+@contextlib.contextmanager
+def building_a_gradient_target() -> Iterator[None]:
+    """While active, the target being built is a gradient (``order=2``), not the user's
+    function: a gradient that autodiff connects to no input (a custom backward that
+    detaches, or stops gradients) has a zero derivative as autodiff reads it, which the
+    check judges, instead of an error about the user's function (see
+    :func:`gradient_target`)."""
+    token = _GRADIENT_TARGET.set(True)
+    try:
+        yield
+    finally:
+        _GRADIENT_TARGET.reset(token)
+
+
+def gradient_target() -> bool:
+    """Whether :func:`building_a_gradient_target` is active (backends skip the test that
+    the gradient can flow from the output to the inputs)."""
+    return _GRADIENT_TARGET.get()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import numpy as np
 
 from .._args import normalize_argnums
 from ..backends import reject_number_lists, select_backend
-from ..backends.base import Backend, Supplied, Target
+from ..backends.base import Backend, Supplied, Target, building_a_gradient_target
 from ..errors import InputValueError, NondeterministicFunctionError
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.steps import F64_EPS
@@ -216,7 +217,8 @@ def prepare(
             raise ValueError("order=2 is not supported for complex inputs or outputs")
     if opts.order == 2:
         f = be.gradient_function(f, args, argnums_t)
-    target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
+    with building_a_gradient_target() if opts.order == 2 else contextlib.nullcontext():
+        target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
     name_pairs(target, cinfo)  # complex leaves named Re/Im, the convention noted
     notes = list(target.notes) + (cinfo.notes if cinfo else [])
     _check_target(target)
