@@ -579,3 +579,22 @@ def test_auto_mode_says_why_reverse_mode_failed_before_forward_mode():
 
     with pytest.raises(ValueError, match="reverse mode failed.*forward mode failed"):
         pg.check(f, tf.constant([0.1, 0.2]))
+
+
+def test_a_gradient_rule_that_raises_is_named_first_under_mode_auto():
+    """A tf.custom_gradient whose rule raises (an int32 factor in a float product): no
+    VJP, and TensorFlow's forward mode ignores custom gradients, so no JVP either; the
+    error says both are missing and leads with why reverse mode failed."""
+
+    @tf.custom_gradient
+    def f(x):
+        def grad(g):
+            return g * tf.cast(x, tf.int32)
+
+        return tf.sin(x), grad
+
+    with pytest.raises(ValueError) as info:
+        pg.check(lambda x: tf.reduce_sum(f(x)), tf.constant([0.5, 1.0]))
+    text = str(info.value)
+    assert text.startswith("mode='auto' needs a VJP or a JVP, and this function provides neither")
+    assert text.index("reverse mode failed") < text.index("forward mode")

@@ -167,9 +167,14 @@ def choose_modes(target: Target, mode: str, autodiff: bool) -> list[str]:
             # "auto" tried reverse mode first: why it failed is the first thing to say
             tried = ["rev", md] if mode == "auto" and md == "fwd" else [md]
             why = [note for t in tried for note in target.mode_notes.get(t, [])]
-            raise ValueError(
-                f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
+            head = (
+                "mode='auto' needs a VJP or a JVP, and this function provides neither"
+                if mode == "auto"
+                else f"mode={mode!r} needs {'a VJP' if md == 'rev' else 'a JVP'}, which this "
                 "function does not provide"
+            )
+            raise ValueError(
+                head
                 + ("" if autodiff else " (pass vjp=/grad=/jac= or jvp=/jac=)")
                 + (": " + "; ".join(dict.fromkeys(why)) if why else "")
             )
