@@ -263,3 +263,70 @@ def test_batches_of_a_wide_input_stay_within_the_byte_budget(monkeypatch):
     est = noise.estimate_noise(fn, x, W, fn(x[None])[0], EPS64, 2.0**-20)
     assert max(seen) <= 12 and est.sigma.shape == (5, 1)
     assert Y.shape == (5, 2, 2, 1)
+
+
+def _tableaus_without_the_shortcut(monkeypatch, *args, **kwargs):
+    from polygrad.reference import differences
+
+    with monkeypatch.context() as m:
+        m.setattr(differences, "_constant_entries", lambda *a: None)
+        return differences._tableaus(*args, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_constant_entries_get_the_tableaus_they_would_get_one_by_one(seed, monkeypatch):
+    """Outputs that do not move along a direction (the zeros of a sparse Jacobian) share
+    one tableau, scaled by their noise (or one per distinct noise where it is subnormal):
+    every field agrees with the tableau built entry by entry, to a few ulps (matrix
+    products of another width round differently), and the entry chosen is the same."""
+    from polygrad.reference.differences import _tableaus
+
+    rng = np.random.default_rng([seed, 7])
+    d, L, m = (int(v) for v in rng.integers(1, 7, 3) + np.array([0, 1, 0]))
+    steps = 2.0 ** -np.arange(a := int(rng.integers(3, 12)), a + L)
+    f0 = rng.standard_normal(m) * 10.0 ** rng.integers(-3, 4, m)
+    f0[rng.random(m) < 0.3] = 0.0
+    Y = f0 + rng.standard_normal((d, L, 2, m)) * steps[None, :, None, None]
+    moving = rng.random((d, m)) < 0.4
+    Y = np.where(moving[:, None, None, :], Y, f0)
+    sigma = np.abs(rng.standard_normal((d, m))) * 1e-14 * (rng.random((d, m)) < 0.8)
+    sigma = np.where(rng.random((d, m)) < 0.2, 1e-321 * rng.integers(1, 4, (d, m)), sigma)
+    for cross_check in (False, True):
+        new = _tableaus(Y, f0, steps, sigma, EPS64, cross_check=cross_check)
+        old = _tableaus_without_the_shortcut(monkeypatch, Y, f0, steps, sigma, EPS64,
+                                             cross_check=cross_check)  # fmt: skip
+        for a, b in zip(new, old, strict=True):
+            np.testing.assert_array_equal(a.level, b.level)
+            np.testing.assert_array_equal(a.order, b.order)
+            for name in ("value", "truncation", "error", "noise"):
+                np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-13,
+                                           atol=0)  # fmt: skip
+            np.testing.assert_array_equal(a.value[~moving], 0.0)
+
+
+def test_a_padding_layer_builds_tableaus_only_for_the_entries_that_move(monkeypatch):
+    """A full check of zero padding (each input moves one output of 36) on float64
+    differences: the tableaus are built for the moving entries and a few shared ones,
+    and the check passes with the reference equal to the Jacobian (1 or 0)."""
+    from polygrad.reference import differences
+
+    sizes = []
+    real = differences.neville
+
+    def spy(D, *args, **kwargs):
+        sizes.append(int(np.prod(D.shape[1:])))
+        return real(D, *args, **kwargs)
+
+    monkeypatch.setattr(differences, "neville", spy)
+
+    def pad(x):
+        return np.pad(x.reshape(2, 2), 2).ravel()
+
+    x = np.array([0.3, -1.2, 2.5, 0.7])
+    vjp = lambda g, x: g.reshape(6, 6)[2:4, 2:4].ravel()  # noqa: E731
+    report = pg.check(pad, x, vjp=vjp, reference="float64")
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    jacobian = np.stack([pad(e) for e in np.eye(4)])  # (inputs, outputs): entry order
+    np.testing.assert_allclose(report.entries.reference, jacobian.ravel(), rtol=1e-9, atol=0)
+    # per tableau call: at most the 4 moving entries of a stage, and the shared ones
+    assert max(sizes) <= 8, sizes

@@ -165,12 +165,100 @@ def _tableaus(
     sig = np.maximum(sigma[None] * grow, value_eps * np.where(np.isfinite(mag), mag, 0.0))
     sd_c = np.sqrt(2.0) / 2.0 * sig / h
     sd_1 = np.sqrt(2.0) * sig / h
-    c = neville(D, steps, 2, 2, sd_c, value_eps, cross_check=cross_check)
+    const = _constant_entries(Y, f0, sd_c)
+    c = _neville(D, steps, 2, 2, sd_c, value_eps, cross_check, const)
     if not sides:
         return (c,)
-    r = neville(Fp, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
-    l = neville(Fm, steps, 1, 1, sd_1, value_eps, cross_check=cross_check)
+    r = _neville(Fp, steps, 1, 1, sd_1, value_eps, cross_check, const)
+    l = _neville(Fm, steps, 1, 1, sd_1, value_eps, cross_check, const)
     return c, r, l
+
+
+def _constant_entries(Y: np.ndarray, f0: np.ndarray, sd: np.ndarray) -> np.ndarray | None:
+    """``(d, m)`` bool: outputs whose every value along the direction equals ``f(x)``
+    bitwise (an off-diagonal entry of an elementwise function, a padded zero), with
+    finite noise; None for mpmath values, or where there are none."""
+    if Y.dtype == object:
+        return None
+    with np.errstate(invalid="ignore"):
+        const = np.all(Y == f0, axis=(1, 2)) & np.all(np.isfinite(sd), axis=0)
+    return const if np.any(const) else None
+
+
+_SCALABLE = (2.0**-900, 2.0**900)
+"""Noise of a constant entry for which one tableau, scaled, stands (see :func:`_neville`);
+a subnormal one does not scale exactly, and entries with the same noise share a tableau."""
+
+
+def _neville(
+    D: np.ndarray, steps: np.ndarray, p0: int, dp: int, sd: np.ndarray, value_eps: float,
+    cross_check: bool, const: np.ndarray | None,
+) -> TableauResult:  # fmt: skip
+    """:func:`~polygrad.reference.richardson.neville` of ``D`` ``(L, d, m)``, where the
+    entries ``const`` are constant along their direction.
+
+    Their quotients are all exactly 0, and the noise at each step scales like ``1/h``
+    from one value: every such entry's tableau is one tableau scaled (its value and
+    truncation 0, its noise and error bar proportional to the noise, the entry chosen
+    the same), and entries with the same noise have the same tableau. So a full check
+    of a function with a sparse Jacobian (elementwise, padding, indexing) builds
+    tableaus only for the entries that move, and a few for the rest.
+    """
+    if const is None:
+        return neville(D, steps, p0, dp, sd, value_eps, cross_check=cross_check)
+    L = D.shape[0]
+    Df, sdf, flat = D.reshape(L, -1), sd.reshape(L, -1), const.reshape(-1)
+    out: dict[str, np.ndarray] = {}
+    live = np.flatnonzero(~flat)
+    if live.size:
+        t = neville(Df[:, live], steps, p0, dp, sdf[:, live], value_eps,
+                    cross_check=cross_check, size=D.size)  # fmt: skip
+        _put(out, t, live, None, flat.size, np.arange(live.size))
+    where = np.flatnonzero(flat)
+    sd_max = np.max(sdf[:, where], axis=0)
+    scalable = (sd_max >= _SCALABLE[0]) & (sd_max <= _SCALABLE[1])
+    if np.any(scalable):  # one tableau, scaled
+        idx = where[scalable]
+        one = neville(Df[:, idx[:1]], steps, p0, dp, sdf[:, idx[:1]], value_eps,
+                      cross_check=cross_check, size=D.size)  # fmt: skip
+        scale = sd_max[scalable] / sd_max[scalable][0]
+        _put(out, one, idx, scale, flat.size)
+    rest = where[~scalable]
+    if rest.size:  # one tableau per distinct noise (grouped by its largest value)
+        _, first, group = np.unique(sd_max[~scalable], return_index=True, return_inverse=True)
+        reps = rest[first]
+        group = np.asarray(group).reshape(-1)
+        same = np.all(sdf[:, rest] == sdf[:, reps[group]], axis=0)
+        some = neville(np.zeros_like(Df[:, reps]), steps, p0, dp, sdf[:, reps], value_eps,
+                       cross_check=cross_check, size=D.size)  # fmt: skip
+        _put(out, some, rest[same], None, flat.size, group[same])
+        odd = rest[~same]
+        if odd.size:
+            t = neville(Df[:, odd], steps, p0, dp, sdf[:, odd], value_eps,
+                        cross_check=cross_check, size=D.size)  # fmt: skip
+            _put(out, t, odd, None, flat.size, np.arange(odd.size))
+    return TableauResult(*(out[name].reshape(const.shape) for name in _FIELDS))
+
+
+_FIELDS = ("value", "error", "truncation", "noise", "level", "order")
+
+
+def _put(
+    out: dict[str, np.ndarray], t: TableauResult, idx: np.ndarray, scale: np.ndarray | None,
+    size: int, pick: np.ndarray | None = None,
+) -> None:  # fmt: skip
+    """Write tableau results ``t`` (its first entry scaled by ``scale``, or its entries
+    ``pick``) into the flat arrays ``out`` at ``idx``."""
+    for name in _FIELDS:
+        a = getattr(t, name)
+        if name not in out:
+            out[name] = np.zeros(size, dtype=a.dtype)
+        if pick is not None:
+            out[name][idx] = a[pick]
+        elif name in ("noise", "error"):
+            out[name][idx] = a[0] * scale
+        else:
+            out[name][idx] = a[0]
 
 
 def _jumps(

@@ -130,6 +130,7 @@ def neville(
     value_eps: float,
     fine_levels: int = 4,
     cross_check: bool = False,
+    size: int | None = None,
 ) -> TableauResult:
     """Richardson-extrapolate a sequence of difference quotients.
 
@@ -161,6 +162,10 @@ def neville(
         also covers its difference to the next finer entry of its column (see
         the code comments): for the final error bars, not for steering the
         step ladder.
+    size : int, optional
+        The number of quotients (``D.size``) that decides between the two ways of
+        forming the tableau (matrix products for small inputs); given by a caller
+        that forms part of a larger one, so that its entries round alike.
 
     Returns
     -------
@@ -176,7 +181,7 @@ def neville(
     with np.errstate(all="ignore"):
         sd_rel = np.where(sd_max > 0, noise_sd / np.where(sd_max > 0, sd_max, 1.0), 0.0)
     plan = _plan(L, p0, dp, fine_levels)
-    small = D.size <= COEFFICIENT_PATH_SIZE * L
+    small = (D.size if size is None else size) <= COEFFICIENT_PATH_SIZE * L
     if small and D.dtype != object and np.all(np.isfinite(D)):
         T, trunc = _by_coefficients(plan, D, cross_check)
     else:
