@@ -342,6 +342,14 @@ CASES = [
         sym(4),
         None,
     ),
+    Case(
+        "cumprod",
+        lambda x: tf.math.cumprod(x) + tf.math.cumprod(x, exclusive=True, reverse=True),
+        sym(4),
+        lambda c, xs: [
+            c.fprod(xs[: k + 1]) + c.fprod(xs[k + 1 :]) for k in range(len(xs))
+        ],  # fmt: skip
+    ),
 ]
 
 
@@ -584,3 +592,15 @@ def test_control_flow_has_no_rule_yet_and_is_named() -> None:
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
     assert report.details["reference"]["method"] == "float64"
     assert "'StatelessIf'" in str(report)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_cumprod_at_a_zero_input_is_a_mismatch(dtype):
+    """sum(cumprod(x)) = x0 + x0 x1 is a polynomial, smooth everywhere; TensorFlow's
+    cumprod gradient divides the product by x (div_no_nan), which gives 0 where an input
+    is 0: at (2, 0) it returns (1, 0) where the gradient is (1, 2). Run on mpmath
+    numbers at the point, f has no operation at a kink there: MISMATCH, not NONSMOOTH."""
+    report = pg.check(lambda x: tf.reduce_sum(tf.math.cumprod(x)), tf.constant([2.0, 0.0], dtype))
+    assert report.verdict == pg.Verdict.MISMATCH and not report.ok, str(report)
+    np.testing.assert_allclose(report.entries.reference, [1.0, 2.0], rtol=1e-6)
+    np.testing.assert_array_equal(report.entries.autodiff, [1.0, 0.0])

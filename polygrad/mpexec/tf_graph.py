@@ -36,7 +36,7 @@ the folds are :func:`.reductions.fold`:
   IsNan``, comparisons ``Greater GreaterEqual Less LessEqual Equal
   NotEqual``, ``LogicalAnd LogicalOr LogicalNot Select SelectV2 Cast
   BiasAdd``;
-* reductions: ``Sum Mean Prod Max Min All Any ArgMax ArgMin Cumsum``,
+* reductions: ``Sum Mean Prod Max Min All Any ArgMax ArgMin Cumsum Cumprod``,
   ``Softmax LogSoftmax SoftmaxCrossEntropyWithLogits
   SparseSoftmaxCrossEntropyWithLogits``;
 * linear algebra: ``MatMul BatchMatMul BatchMatMulV2 BatchMatMulV3``;
@@ -616,15 +616,23 @@ class _Rules:
         return self._arg(node, args, np.argmin)
 
     def _r_Cumsum(self, node: Any, args: list[Any]) -> Any:
+        return self._cumulative(node, args, lambda a, b: a + b, 0)
+
+    def _r_Cumprod(self, node: Any, args: list[Any]) -> Any:
+        return self._cumulative(node, args, lambda a, b: a * b, 1)
+
+    def _cumulative(self, node: Any, args: list[Any], op: Callable, unit: int) -> Any:
+        """A running sum or product (``unit``: its identity) with TensorFlow's
+        ``exclusive`` and ``reverse`` attributes."""
         x = self._mp(args[0])
         axis = int(np.asarray(args[1])) % x.ndim
         reverse = bool(node.attr["reverse"].b)
-        out = cumulative(x, axis, lambda a, b: a + b, reverse)
+        out = cumulative(x, axis, op, reverse)
         if node.attr["exclusive"].b:  # shifted by one place: x[k] itself excluded
             out = np.roll(out, -1 if reverse else 1, axis=axis)
             edge = [slice(None)] * x.ndim
             edge[axis] = slice(-1, None) if reverse else slice(0, 1)
-            out[tuple(edge)] = self.ctx.mpf(0)
+            out[tuple(edge)] = self.ctx.mpf(unit)
         return np.asarray(out, dtype=object)
 
     def _r_Softmax(self, node: Any, args: list[Any]) -> Any:
