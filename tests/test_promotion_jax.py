@@ -209,3 +209,29 @@ def test_float32_constant_does_not_narrow_a_float64_check():
     report = pg.check(lambda v: jnp.sum(jnp.sin(v * c.astype(jnp.float64))), x)
     assert report.details["working_dtype"] == "float64"
     assert report.verdict == pg.Verdict.PASS and report.ok, report
+
+
+def test_an_equinox_module_passed_as_the_checked_argument():
+    """The equinox pattern: the module is an argument of the loss (as eqx.filter_grad
+    takes it). Its activation functions are pytree leaves that are no arrays; they are
+    held fixed, as eqx.partition(model, eqx.is_inexact_array) would, with a note, and
+    the check equals the one on the partitioned parameters. Another activation is
+    another function (no capture is reused across them)."""
+    x = jax.random.normal(KEYS[3], (6, 5), jnp.float64)
+
+    def loss(model, x):
+        return jnp.mean(jax.vmap(model)(x) ** 2)
+
+    model = eqx.nn.MLP(5, 1, 8, 2, activation=jax.nn.tanh, key=KEYS[0])
+    model = jax.tree.map(lambda a: a.astype(jnp.float64) if eqx.is_array(a) else a, model)
+    report = pg.check(loss, model, x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert len(report.entries.names) == 5 * 8 + 8 + 8 * 8 + 8 + 8 + 1
+    assert any("held fixed" in n and "model.activation" in n for n in report.notes)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    split = pg.check(lambda p, x: loss(eqx.combine(p, static), x), params, x)
+    np.testing.assert_array_equal(report.entries.autodiff, split.entries.autodiff)
+    np.testing.assert_allclose(report.entries.reference, split.entries.reference, rtol=1e-12)
+    softplus_model = eqx.tree_at(lambda m: m.activation, model, jax.nn.softplus)
+    other = pg.check(loss, softplus_model, x)
+    assert other.ok and not np.allclose(other.entries.reference, report.entries.reference)

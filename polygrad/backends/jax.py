@@ -329,6 +329,17 @@ def _mode_mismatch(exc: BaseException) -> bool:
     )
 
 
+def _not_a_number(leaf: Any) -> bool:
+    """Whether a pytree leaf is no number or array (a function, a string, an object):
+    such leaves of a checked argument are held fixed, as ``equinox``'s filters do."""
+    if isinstance(leaf, (str, bytes)) or callable(leaf):
+        return not hasattr(leaf, "shape")
+    try:
+        return np.asarray(leaf).dtype == object
+    except Exception:  # noqa: BLE001 - not convertible: no number
+        return True
+
+
 def _tracer_conversion_errors(jax: Any) -> tuple[type[BaseException], ...]:
     """JAX's errors for a traced value converted to a concrete one (bool, int, float, array)."""
     e = jax.errors
@@ -359,6 +370,8 @@ class _FlatFunction:
 
         self.f, self.args, self.argnums = f, args, argnums
         self.treedefs: dict[int, Any] = {}
+        self.fixed: dict[int, list[tuple[int, Any]]] = {}  # (position, leaf) held fixed
+        self.fixed_names: list[str] = []
         self.leaves: list[Any] = []
         names: list[str] = []
         arg_names = argument_names(f, len(args))
@@ -366,10 +379,13 @@ class _FlatFunction:
             if not -len(args) <= i < len(args):
                 raise ValueError(f"argnums contains {i}, but f was given {len(args)} arguments")
             with_path, td = jax.tree_util.tree_flatten_with_path(args[i])
-            self.treedefs[i] = td
-            for path, leaf in with_path:
-                key = jax.tree_util.keystr(path)
-                name = leaf_name(arg_names, i, key, argnums)
+            self.treedefs[i], self.fixed[i] = td, []
+            for pos, (path, leaf) in enumerate(with_path):
+                name = leaf_name(arg_names, i, jax.tree_util.keystr(path), argnums)
+                if _not_a_number(leaf):  # a module's activation function, say
+                    self.fixed[i].append((pos, leaf))
+                    self.fixed_names.append(name)
+                    continue
                 validate_float_array(np.asarray(leaf), name)
                 self.leaves.append(leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf))
                 names.append(name)
@@ -396,9 +412,12 @@ class _FlatFunction:
         full = list(self.args if args is None else args)
         off = 0
         for i in self.argnums:
-            td = self.treedefs[i]
-            full[i] = td.unflatten(list(leaves[off : off + td.num_leaves]))
-            off += td.num_leaves
+            k = self.treedefs[i].num_leaves - len(self.fixed[i])
+            mine = list(leaves[off : off + k])
+            off += k
+            for pos, leaf in self.fixed[i]:  # in increasing position
+                mine.insert(pos, leaf)
+            full[i] = self.treedefs[i].unflatten(mine)
         try:
             out = self.f(*full)
         except _tracer_conversion_errors(jax) as exc:
@@ -427,8 +446,10 @@ class _FlatFunction:
         )
 
     def frozen(self) -> tuple[Any, ...]:
-        """``f`` and the arguments that are not checked: what a capture freezes."""
-        return frozen_state(self.f, self.args, self.argnums)
+        """``f``, the arguments that are not checked and the leaves held fixed: what a
+        capture freezes."""
+        held = tuple(leaf for i in self.argnums for _, leaf in self.fixed[i])
+        return (*frozen_state(self.f, self.args, self.argnums), *held)
 
     def promoted_args(self) -> list[Any]:
         """The arguments with every floating array promoted to float64 (call under x64)."""
@@ -745,7 +766,7 @@ class JaxBackend(Backend):
         batch_size : int
             Most rows per vmapped call.
         wrt : {"inputs"}
-            ``"parameters"`` is rejected: a JAX function has no model object.
+            ``"parameters"`` is rejected: in JAX the parameters are arguments.
 
         Returns
         -------
@@ -758,15 +779,18 @@ class JaxBackend(Backend):
         ValueError
             ``wrt="parameters"``, or derivatives were supplied.
         InputTypeError, InputValueError
-            A checked leaf is integer, bool, complex or non-finite.
+            A checked leaf is integer, bool, complex or non-finite, or the checked
+            arguments hold no floating leaf. (Leaves that are no numbers or arrays, such
+            as a module's activation function, are held fixed, with a note.)
         """
         import jax.numpy as jnp
 
         if wrt != "inputs":
             raise ValueError(
-                "wrt='parameters' needs a model object, and a JAX function has none: pass the "
-                "parameters (a pytree of arrays, e.g. a dict) as an argument of f and select it "
-                "with argnums, e.g. check(loss, params, x, argnums=0)"
+                "wrt='parameters' is for models that hold their parameters (PyTorch, Keras); "
+                "in JAX the parameters are arguments: pass them (a pytree of arrays, or the "
+                "module itself, e.g. an equinox or flax nnx module) as an argument of f and "
+                "select it with argnums, e.g. check(loss, model, x, argnums=0)"
             )
         if supplied.given():
             raise ValueError(
@@ -774,10 +798,22 @@ class JaxBackend(Backend):
                 "functions. Wrap a hand-written rule in jax.custom_vjp/custom_jvp to check it."
             )
         flat = _FlatFunction(f, args, argnums)
+        if not flat.leaves:
+            raise InputTypeError(
+                "nothing to check: the checked arguments hold no floating arrays"
+                + (f" (held fixed: {', '.join(flat.fixed_names[:5])})" if flat.fixed_names else "")
+            )
         with _x64():  # promote as JAX does, without truncating float64 leaves to float32
             wd = np.dtype(jnp.result_type(*flat.dtypes)) if flat.dtypes else np.dtype(np.float32)
         is64 = any(np.dtype(d).itemsize >= 8 for d in flat.dtypes)
         notes: list[str] = []
+        if flat.fixed_names:
+            shown = ", ".join(flat.fixed_names[:5])
+            more = f" and {len(flat.fixed_names) - 5} more" if len(flat.fixed_names) > 5 else ""
+            notes.append(
+                f"leaves of the checked arguments that are no arrays or numbers are held fixed, "
+                f"as equinox's filters do: {shown}{more}"
+            )
         narrow = CAPTURES.get(
             "jax.narrowest", flat.capture_key(), flat.frozen(), lambda: _narrowest_computed(flat)
         )
