@@ -61,7 +61,9 @@ class Entries:
     available), ``reference`` ± ``reference_error`` the reference derivative,
     ``left``/``right`` the one-sided derivatives, ``tolerance`` the allowed
     difference for the working-dtype value and ``tolerance64`` for the float64
-    value; ``status`` holds :data:`SEVERITY` codes of :class:`Verdict`.
+    value; ``status`` holds :data:`SEVERITY` codes of :class:`Verdict`;
+    ``within_one_sided`` says whether autodiff lies between the one-sided
+    derivatives at a kink (True elsewhere; :meth:`row` gives None there).
     """
 
     names: list[str]
@@ -115,7 +117,10 @@ class Entries:
             "tolerance": num(self.tolerance[i]),
             "left": num(self.left[i]),
             "right": num(self.right[i]),
-            "within_one_sided": bool(self.within_one_sided[i]),
+            # whether autodiff lies between the one-sided derivatives: said at a kink only
+            "within_one_sided": bool(self.within_one_sided[i])
+            if int(self.status[i]) == SEVERITY[Verdict.NONSMOOTH]
+            else None,
         }
 
 

@@ -228,3 +228,14 @@ def test_a_gradient_beyond_the_working_dtypes_range_is_named_an_overflow():
     np.testing.assert_allclose(report.entries.reference, 1.2e5, rtol=1e-6)
     headline = str(report).splitlines()[0]
     assert "beyond float16's largest finite number (6.55e+04)" in headline, headline
+
+
+def test_within_one_sided_is_said_at_kinks_only():
+    """A MISMATCH entry's row does not claim that autodiff lies between one-sided
+    derivatives (it says nothing there); a kink's row says whether it does."""
+    x = np.array([0.0, 0.7])
+    report = pg.check(lambda x: np.sum(np.abs(x)), x, grad=lambda x: 2 * np.sign(x))
+    rows = [report.entries.row(i) for i in range(2)]
+    assert [r["verdict"] for r in rows] == ["NONSMOOTH", "MISMATCH"]
+    assert rows[0]["within_one_sided"] is True  # 0 lies in [-1, 1]
+    assert rows[1]["within_one_sided"] is None
