@@ -16,7 +16,7 @@ from polygrad import Verdict
 
 EPS32 = 2.0**-23
 P = [1e-7, 1e-4, 0.3]
-ANOTHER = "computes another function when it runs in float64"
+ANOTHER = "the float64 run of f is the odd one out"
 
 
 def _log_eps(framework):

@@ -651,7 +651,9 @@ FOUND = [
     _found("numpy", EXP3_TANH_MIDTOOTH),
     _found("torch", LSE_OF_LOG_SOFTMAX_BF16),
     _found("tensorflow", EXP3_TANH_EXP2),
-    _found("jax", SUM_OF_LAYER_NORM_BF16, ZERO_BY_CANCELLATION),
+    # the float64 rule's round-off at the exact zero is the odd one out; bfloat16 autodiff
+    # agrees with the reference and is judged against bfloat16 differences (PASS)
+    _found("jax", SUM_OF_LAYER_NORM_BF16),
     _found("numpy", SIN_SIN_MATMUL_F64),
     _found("torch", LN_SIN_SIN_SQUARE_BF16),
     _found("jax", TANH_MATMUL_BF16),
