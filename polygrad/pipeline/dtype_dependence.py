@@ -7,7 +7,8 @@ float64, and at ``p = 1e-7`` the two derivatives differ by a factor of two. Judg
 against the float64 run, the right float32 rule looks wrong (MISMATCH, or UNSTABLE).
 
 Where entries fail against the float64 reference (or against mp), the check runs again
-on the working dtype alone: its own finite differences, no float64 or mp evidence. When,
+on the working dtype alone: its own finite differences, escalated to mp only where the mp
+program is the working one (PyTorch captures the program it differentiates). When,
 at a failing entry, autodiff agrees with the working-dtype check, and the float64 run
 is another function there (the two references disagree beyond both error bars and the
 working tolerance, or the float64 evaluation of the rule differs from autodiff by more
@@ -36,7 +37,9 @@ from .reference import Reference, compute_reference
 __all__ = ["WorkingRecheck", "recheck_in_working_dtype", "working_only"]
 
 _AGREE = (SEVERITY[Verdict.PASS], SEVERITY[Verdict.NONSMOOTH])
-_WIDER = ("evaluate64", "vjp64", "jvp64", "evaluate_mp", "vjp_mp")
+_FLOAT64 = ("evaluate64", "vjp64", "jvp64")
+_MP = ("evaluate_mp", "vjp_mp")
+_MP_DIGITS = 30
 
 
 @dataclass(frozen=True)
@@ -50,12 +53,32 @@ class WorkingRecheck:
 
 
 def working_only(target: Target) -> Target:
-    """A copy of ``target`` without its float64 and mp evaluations (none built later)."""
-    deferred = {k: v for k, v in target.deferred.items() if k not in ("mp", "rule_mp", "forward")}
-    out = replace(target, deferred=deferred)
-    for name in _WIDER:
+    """A copy of ``target`` without its float64 evaluations, and without its mp ones
+    unless they are of the working-dtype program (see :func:`mp_follows_working`)."""
+    keep_mp = mp_follows_working(target)
+    dropped = {"forward"} | (set() if keep_mp else {"mp", "rule_mp"})
+    out = replace(target, deferred={k: v for k, v in target.deferred.items() if k not in dropped})
+    for name in _FLOAT64 + (() if keep_mp else _MP):
         setattr(out, name, None)
     return out
+
+
+def mp_follows_working(target: Target) -> bool:
+    """Whether ``f`` on mpmath numbers at the point is closer to its working-dtype value
+    than to its float64 run at every output, and strictly at one: the mp program is the
+    working one (PyTorch captures the program it differentiates), not the float64 run's."""
+    try:
+        if target.evaluate64 is None or not target.mp_mode():
+            return False
+        assert target.evaluate_mp is not None
+        y_mp = np.array([float(v) for v in target.evaluate_mp(
+            target.x0, np.zeros_like(target.x0), _MP_DIGITS)])  # fmt: skip
+        y64 = np.asarray(target.evaluate64(target.x0[None, :])[0], dtype=np.float64)
+    except Exception:  # noqa: BLE001 - no mp evaluation here: none kept
+        return False
+    with np.errstate(invalid="ignore"):
+        to_working, to_64 = np.abs(y_mp - target.y0), np.abs(y_mp - y64)
+    return bool(np.all(to_working <= to_64) and np.any(to_working < to_64))
 
 
 def recheck_in_working_dtype(
@@ -91,8 +114,10 @@ def recheck_in_working_dtype(
         or not np.any(failing)
     ):
         return None
-    w_prep = replace(prep, target=working_only(target))
-    w_opts = replace(opts, reference="working")
+    w_target = working_only(target)
+    w_prep = replace(prep, target=w_target)
+    # working-dtype differences, escalated to mp where that is the working program's
+    w_opts = replace(opts, reference="auto" if w_target.evaluate_mp is not None else "working")
     w_plan = make_plan(w_prep.target, w_opts)
     w_ref = compute_reference(w_prep.target, w_plan, w_opts, w_prep)
     st = Setting(w_ref.dd, w_plan.full, w_plan.s, w_plan.W, w_plan.rng_state, w_plan.ref_eps,
@@ -152,6 +177,7 @@ def _note(wide: Entries, working: Entries, split: np.ndarray, dtype: str) -> str
         f"{working.reference_error[i]:.2g}, autodiff {working.autodiff[i]:.7g}). Code that "
         "reads the dtype computes another function in float64 (a constant such as "
         "finfo(x.dtype).eps, a branch on the dtype); a float64 rule's own round-off at an "
-        f"entry that is exactly 0 looks the same. The entries were judged against {dtype} "
-        "differences only (reference='working'), with their wider error bars"
+        f"entry that is exactly 0 looks the same. The entries were judged on the {dtype} "
+        f"program alone: {dtype} differences, with their wider error bars, and mp where "
+        f"the {dtype} program runs on mpmath numbers"
     )
