@@ -199,6 +199,7 @@ class GraphProgram:
         import torch
 
         self.shapes = [tuple(int(s) for s in sh) for sh in shapes]
+        self._node, self._tensor = torch.fx.Node, torch.Tensor
         self.steps: list[tuple[Any, ...]] = []
         self.constants: dict[str, Any] = {}
         self._const_mp: dict[int, dict[str, np.ndarray]] = {}
@@ -289,15 +290,13 @@ class GraphProgram:
                 self._step(E, step, env, copied, recording and name not in self._inside)
             if recording and name in self._closing:
                 self._note_region(E, *self._closing[name], env, copied)
-        return _look(env, self.output)
+        return _look(env, self.output, self._node)
 
     def _step(
         self, E: _Env, step: tuple[Any, ...], env: dict[str, Any], copied: set[str], note: bool
     ) -> None:
         """Run one ``getitem`` or ``call`` step into ``env`` (noting its kink if ``note``)."""
-        import torch
-
-        name = step[1]
+        name, node = step[1], self._node
         if step[0] == "getitem":
             src, idx = step[2]
             v = env[src.name][idx]
@@ -306,10 +305,10 @@ class GraphProgram:
                 copied.add(name)
             return
         _, _, op, rule, bound, inplace, val, is_view, writes = step
-        a = {k: _look(env, v) for k, v in bound.items()}
+        a = {k: _look(env, v, node) for k, v in bound.items()}
         E.val = val
         src = bound.get("self", bound.get("input"))
-        src_name = src.name if isinstance(src, torch.fx.Node) else None
+        src_name = src.name if isinstance(src, node) else None
         if self.mutates and writes and src_name in copied:
             raise RuntimeError(f"{op} writes into a view that the mp interpreter holds as a copy")
         if note:
@@ -319,7 +318,7 @@ class GraphProgram:
             dst = a["self"]
             dst[...] = E.coerce(_arr(out), val.dtype) if val is not None else out
             out = dst
-        if isinstance(val, torch.Tensor):
+        if isinstance(val, self._tensor):
             out = self._settle(E, out, val, f"{name} ({op})")
         if self.mutates and not writes:
             guarded = self._alias_guard(out, a.get("self", a.get("input")), is_view)
@@ -383,14 +382,12 @@ class GraphProgram:
         return v
 
 
-def _look(env: dict[str, Any], v: Any) -> Any:
-    """``v`` with every graph node replaced by its value in ``env``."""
-    import torch
-
-    if isinstance(v, torch.fx.Node):
+def _look(env: dict[str, Any], v: Any, node: Any) -> Any:
+    """``v`` with every graph node (of type ``node``) replaced by its value in ``env``."""
+    if isinstance(v, node):
         return env[v.name]
     if isinstance(v, (list, tuple)):
-        return type(v)(_look(env, u) for u in v)
+        return type(v)(_look(env, u, node) for u in v)
     return v
 
 
