@@ -14,10 +14,11 @@ is another function there (the two references disagree beyond both error bars an
 working tolerance, or the float64 evaluation of the rule differs from autodiff by more
 than that tolerance while autodiff agrees with the reference), the working-dtype check
 is the verdict, with a note that says so. A wrong rule is as wrong in both dtypes and
-stays wrong; a rule that lost digits in the working dtype (UNSTABLE) disagrees with the
-reference and is not rechecked away. The float64 rule's own round-off at an entry that
-is exactly 0 (a layer norm's sum, cancelling to 1e-15), with the working rule exactly 0,
-is the odd one out in the same way, and its entries pass on the working dtype too.
+stays wrong; a rule that lost digits in the working dtype (UNSTABLE) is rechecked, but
+both references are of one function there and agree, so it stays UNSTABLE. The float64
+rule's own round-off at an entry that is exactly 0 (a layer norm's sum, cancelling to
+1e-15), with the working rule exactly 0, is the odd one out in the same way, and its
+entries pass on the working dtype too.
 """
 
 from __future__ import annotations
