@@ -234,22 +234,6 @@ def test_a_custom_rule_wrong_only_at_the_exact_input_is_a_mismatch(framework, dt
     assert any("no operation at its kink here" in n for n in report.notes)
 
 
-@pytest.mark.parametrize(("framework", "dtype"), FRAMEWORK_DTYPES)
-def test_a_relu_at_zero_inside_a_differentiable_function_is_nonsmooth(framework, dtype):
-    """relu(x) - relu(-x) = x at x = 0: the framework's ReLU rule gives 0 + 0 there, the
-    derivative is 1, and a few ulps away the rule agrees (moves of 0 are by the smallest
-    normal number, since XLA and TensorFlow flush subnormals to zero). The captured
-    program has a ReLU at its kink: NONSMOOTH (ok), in float64 as in float32 (float64 was
-    MISMATCH in JAX and TensorFlow)."""
-    x = [0.0, 0.5, 0.0, -1.0]
-    report = pg.check(_relu_difference(framework), _array(framework, x, dtype))
-    assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
-    assert report.counts() == {"NONSMOOTH": 2, "PASS": 2}
-    np.testing.assert_allclose(report.entries.reference, np.ones(4), rtol=1e-6)
-    np.testing.assert_array_equal(report.entries.autodiff, [0.0, 1.0, 0.0, 1.0])
-    assert any("has an operation exactly at its kink here" in n for n in report.notes)
-
-
 def _lse_with_a_tie_bug(framework: str):
     """logaddexp(a, b) (smooth everywhere; computed stably with a max inside) under a
     custom rule that sends the whole cotangent to b where a == b (right: half each)."""
@@ -359,15 +343,21 @@ def _custom_relu_difference(framework: str):
     return lambda v: tf.reduce_sum(relu_tf(v) - relu_tf(-v))
 
 
+@pytest.mark.parametrize("make", [_relu_difference, _custom_relu_difference],
+                         ids=["framework-relu", "custom-rule-relu"])  # fmt: skip
 @pytest.mark.parametrize(("framework", "dtype"), FRAMEWORK_DTYPES)
-def test_a_custom_rule_at_a_kink_of_its_own_function_is_nonsmooth(framework, dtype):
-    """A ReLU written as a custom rule, in relu(x) - relu(-x) = x at x = 0: the region's own
-    function has a kink there (its one-sided difference quotients on mpmath numbers are 1
-    and 0), so the rule's 0 + 0 against the derivative 1 is NONSMOOTH (ok), as with the
-    framework's own ReLU; a few ulps away the entries pass."""
+def test_a_relu_at_zero_inside_a_differentiable_function_is_nonsmooth(make, framework, dtype):
+    """relu(x) - relu(-x) = x at x = 0, with the framework's ReLU or a ReLU written as a
+    custom rule (g where x > 0): the rule gives 0 + 0 there, the derivative is 1, and a
+    few ulps away the rule agrees (moves of 0 are by the smallest normal number, since
+    XLA and TensorFlow flush subnormals to zero). The captured program has a ReLU at its
+    kink, or a custom region whose own one-sided difference quotients on mpmath numbers
+    are 1 and 0: NONSMOOTH (ok), in float64 as in float32 (float64 was MISMATCH in JAX
+    and TensorFlow)."""
     x = [0.0, 0.5, 0.0, -1.0]
-    report = pg.check(_custom_relu_difference(framework), _array(framework, x, dtype))
+    report = pg.check(make(framework), _array(framework, x, dtype))
     assert report.verdict == Verdict.NONSMOOTH and report.ok, str(report)
     assert report.counts() == {"NONSMOOTH": 2, "PASS": 2}
     np.testing.assert_allclose(report.entries.reference, np.ones(4), rtol=1e-6)
     np.testing.assert_array_equal(report.entries.autodiff, [0.0, 1.0, 0.0, 1.0])
+    assert any("has an operation exactly at its kink here" in n for n in report.notes)
