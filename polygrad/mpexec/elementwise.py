@@ -38,16 +38,17 @@ def real(ctx: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
         ``fn`` raises ``ZeroDivisionError``, ``ValueError`` or
         ``OverflowError``, or when its result is not a real ``mpf``.
     """
-    nan = ctx.nan
+    nan, isnan, mpf = ctx.nan, ctx.isnan, ctx.mpf
 
     def g(*a: Any) -> Any:
-        if any(ctx.isnan(x) for x in a):
-            return nan
+        for x in a:  # a loop, not any(): this runs once per element
+            if isnan(x):
+                return nan
         try:
             r = fn(*a)
         except (ZeroDivisionError, ValueError, OverflowError):
             return nan
-        return r if isinstance(r, ctx.mpf) else nan
+        return r if isinstance(r, mpf) else nan
 
     return g
 

@@ -133,6 +133,7 @@ class _Interpreter(_DataMovement):
         self.max_iterations = max_iterations
         self._index_cache: dict[Any, Any] = {}
         self._ufuncs: dict[str, Any] = {}
+        self._consts: dict[int, tuple[Any, Any, np.ndarray]] = {}
         self.applications = 0
         """Equations evaluated so far (an equation inside a loop counts once per trip)."""
         self.elements = 0
@@ -153,7 +154,7 @@ class _Interpreter(_DataMovement):
             return _literal(ctx, v) if isinstance(v, Literal) else env[v]
 
         for var, c in zip(jaxpr.constvars, consts, strict=True):
-            env[var] = _coerce(ctx, np.asarray(c), var.aval)
+            env[var] = self._constant(c, var.aval)
         for var, a in zip(jaxpr.invars, args, strict=True):
             env[var] = _coerce(ctx, a, var.aval)
         for eqn in jaxpr.eqns:
@@ -169,6 +170,15 @@ class _Interpreter(_DataMovement):
                 if not isinstance(var, DropVar):
                     env[var] = _coerce(ctx, val, var.aval)
         return [read(v) for v in jaxpr.outvars]
+
+    def _constant(self, c: Any, aval: Any) -> Any:
+        """A constant of the jaxpr in mp, converted once per interpreter (the jaxpr holds
+        the constant, so its id stays its own); each run gets its own copy."""
+        hit = self._consts.get(id(c))
+        if hit is None or hit[0] is not c or hit[1] is not aval:
+            hit = self._consts[id(c)] = (c, aval, _coerce(self.ctx, np.asarray(c), aval))
+        value = hit[2]
+        return value.copy() if isinstance(value, np.ndarray) else value
 
     def apply(self, eqn: Any, invals: list[Any]) -> Any:
         name = eqn.primitive.name
