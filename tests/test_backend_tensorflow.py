@@ -229,6 +229,16 @@ def test_float64_model_copy_leaves_the_users_model_unchanged():
     assert copy(x).dtype == "float64"
 
 
+def test_a_keras_model_passed_as_the_checked_argument_is_named_as_a_model():
+    """f(model, x) with the default argnums checks the model: the error says it is a model
+    and how to check its parameters or the other argument (not "dtype object")."""
+    model, x = small_model(), tf.constant(np.ones((2, 4)), tf.float32)
+    with pytest.raises(InputTypeError, match=r"Sequential \(a model\).*wrt='parameters'"):
+        pg.check(lambda model, x: tf.reduce_sum(model(x)), model, x)
+    report = pg.check(lambda model, x: tf.reduce_sum(model(x)), model, x, argnums=1)
+    assert report.ok, str(report)
+
+
 def test_float64_model_copy_of_a_model_without_config_is_a_type_error():
     class NoConfig(keras.Model):
         def get_config(self):

@@ -20,6 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import linen, nnx
 
 import polygrad as pg
@@ -235,3 +236,35 @@ def test_an_equinox_module_passed_as_the_checked_argument():
     softplus_model = eqx.tree_at(lambda m: m.activation, model, jax.nn.softplus)
     other = pg.check(loss, softplus_model, x)
     assert other.ok and not np.allclose(other.entries.reference, report.entries.reference)
+
+
+def test_integer_leaves_of_a_checked_module_are_held_fixed():
+    """An index buffer inside a module passed as the checked argument is held fixed, as
+    eqx.partition(model, eqx.is_inexact_array) holds it; the check is the one on the
+    partitioned parameters, against the closed form (the gradient with respect to w is
+    the sum, per weight, of 2 tanh(w[idx] x) sech^2(w[idx] x) x over the entries that
+    read it). A bare integer argument stays an error."""
+
+    class Gather(eqx.Module):
+        w: jax.Array
+        idx: jax.Array
+
+        def __call__(self, x):
+            return jnp.tanh(self.w[self.idx] * x)
+
+    w = jnp.array([0.5, -1.0, 2.0], jnp.float32)
+    idx = jnp.array([2, 0, 1, 1])
+    x = jnp.array([-1.3, 0.4, 2.1, 0.7], jnp.float32)
+    report = pg.check(lambda m, x: jnp.sum(m(x) ** 2), Gather(w, idx), x, argnums=0)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert any("held fixed" in n and "idx" in n for n in report.notes)
+    w64, x64 = np.asarray(w, np.float64), np.asarray(x, np.float64)  # the float32 values
+    t = np.tanh(w64[np.asarray(idx)] * x64)
+    per_entry = 2 * t * (1 - t**2) * x64
+    expected = np.bincount(np.asarray(idx), weights=per_entry, minlength=3)
+    # within the reference's error bars (float64 differences for a float32 check)
+    gap = np.abs(report.entries.reference - expected)
+    assert np.all(gap <= report.entries.reference_error), (gap, report.entries.reference_error)
+    np.testing.assert_allclose(report.entries.reference, expected, rtol=1e-6)
+    with pytest.raises(pg.InputTypeError, match="integer dtype"):
+        pg.check(lambda i, x: jnp.sum(x[i] ** 2), idx, x, argnums=0)

@@ -541,6 +541,8 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
             "functions with polygrad.check or polygrad.compare, which realify them (see "
             "polygrad.complex)."
         )
+    if kind == "O" and a.ndim == 0:
+        raise InputTypeError(_not_an_array(a.item(), name))
     if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
     if a.size and not np.all(np.isfinite(a.astype(np.float64))):
@@ -550,6 +552,22 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
             "derivative at a non-finite point cannot be checked. If those entries are a mask "
             "(e.g. -inf logits), pass the mask as a separate argument that is not in argnums."
         )
+
+
+def _not_an_array(obj: Any, name: str) -> str:
+    """The error for a checked argument that is an object, not an array (a model, say)."""
+    kind = type(obj).__name__
+    if any(hasattr(obj, a) for a in ("trainable_variables", "parameters", "variables")):
+        return (
+            f"{name} is a {kind} (a model), not an array. To check the gradient with respect "
+            "to its parameters, pass wrt='parameters' (PyTorch, Keras) or, in JAX, pass the "
+            "module or its parameter pytree and select it with argnums; to check the other "
+            "arguments, leave it out of argnums (e.g. argnums=1 for f(model, x))."
+        )
+    return (
+        f"{name} is a {kind} object, not an array of floating numbers; leave it out of "
+        "argnums (the arguments not in argnums are held fixed)."
+    )
 
 
 def chunked(fn: BatchFn, X: np.ndarray, max_rows: int) -> np.ndarray:

@@ -340,6 +340,17 @@ def _not_a_number(leaf: Any) -> bool:
         return True
 
 
+def _held_fixed(leaf: Any, inside: bool) -> bool:
+    """Whether a leaf of a checked argument is held fixed: no number or array, or, inside
+    a pytree (``inside``: a module, a dict), an integer or boolean array (an index
+    buffer, a step or random-key counter), as ``eqx.partition(tree,
+    eqx.is_inexact_array)`` would; a checked argument that is itself such an array is
+    an error (see :func:`~polygrad.backends.base.validate_float_array`)."""
+    if _not_a_number(leaf):
+        return True
+    return inside and np.dtype(getattr(leaf, "dtype", np.asarray(leaf).dtype)).kind in "biu"
+
+
 def _tracer_conversion_errors(jax: Any) -> tuple[type[BaseException], ...]:
     """JAX's errors for a traced value converted to a concrete one (bool, int, float, array)."""
     e = jax.errors
@@ -382,7 +393,8 @@ class _FlatFunction:
             self.treedefs[i], self.fixed[i] = td, []
             for pos, (path, leaf) in enumerate(with_path):
                 name = leaf_name(arg_names, i, jax.tree_util.keystr(path), argnums)
-                if _not_a_number(leaf):  # a module's activation function, say
+                # a module's activation function, an index buffer, an RNG counter
+                if _held_fixed(leaf, bool(path)):
                     self.fixed[i].append((pos, leaf))
                     self.fixed_names.append(name)
                     continue
@@ -781,7 +793,8 @@ class JaxBackend(Backend):
         InputTypeError, InputValueError
             A checked leaf is integer, bool, complex or non-finite, or the checked
             arguments hold no floating leaf. (Leaves that are no numbers or arrays, such
-            as a module's activation function, are held fixed, with a note.)
+            as a module's activation function, and the integer and boolean arrays inside
+            a pytree, such as an index buffer, are held fixed, with a note.)
         """
         import jax.numpy as jnp
 
@@ -811,8 +824,9 @@ class JaxBackend(Backend):
             shown = ", ".join(flat.fixed_names[:5])
             more = f" and {len(flat.fixed_names) - 5} more" if len(flat.fixed_names) > 5 else ""
             notes.append(
-                f"leaves of the checked arguments that are no arrays or numbers are held fixed, "
-                f"as equinox's filters do: {shown}{more}"
+                "leaves of the checked arguments that are no floating arrays (functions, "
+                "objects, integer or boolean arrays inside a pytree) are held fixed, as "
+                f"eqx.partition(tree, eqx.is_inexact_array) does: {shown}{more}"
             )
         narrow = CAPTURES.get(
             "jax.narrowest", flat.capture_key(), flat.frozen(), lambda: _narrowest_computed(flat)
