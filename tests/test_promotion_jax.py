@@ -15,6 +15,9 @@ closed over); the float64 program lifts the float32 constants exactly
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 
 import equinox as eqx
 import jax
@@ -268,3 +271,57 @@ def test_integer_leaves_of_a_checked_module_are_held_fixed():
     np.testing.assert_allclose(report.entries.reference, expected, rtol=1e-6)
     with pytest.raises(pg.InputTypeError, match="integer dtype"):
         pg.check(lambda i, x: jnp.sum(x[i] ** 2), idx, x, argnums=0)
+
+
+class _BatchNormNet(nnx.Module):
+    def __init__(self, rngs):
+        self.lin = nnx.Linear(4, 5, rngs=rngs)
+        self.bn = nnx.BatchNorm(5, rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.tanh(self.bn(self.lin(x)))
+
+
+def test_a_closed_over_nnx_batch_norm_in_training_mode_is_refused_and_put_back():
+    """A closed-over NNX model whose BatchNorm updates its running statistics on every
+    call: a clear InputMutationError naming them, and the statistics as they were (not
+    moved by the calls made before the error, nor left holding a tracer); the same model
+    in inference mode passes."""
+    model = _BatchNormNet(nnx.Rngs(0))
+    x = jax.random.normal(KEYS[1], (3, 4))
+    with pytest.raises(pg.InputMutationError, match=r"bn\.mean.*inference mode"):
+        pg.check(lambda x: jnp.sum(model(x) ** 2), x)
+    np.testing.assert_array_equal(np.asarray(model.bn.mean[...]), np.zeros(5))
+    np.testing.assert_array_equal(np.asarray(model.bn.var[...]), np.ones(5))
+    model.eval()
+    report = pg.check(lambda x: jnp.sum(model(x) ** 2), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+
+
+def test_a_keras_model_on_jax_that_writes_its_statistics_is_refused_and_put_back():
+    """Keras on the JAX backend (a fresh process: the backend is chosen at import): a
+    BatchNormalization called with training=True is refused, its moving statistics stay
+    concrete arrays with their values, and the model still runs."""
+    code = """
+import os
+os.environ["KERAS_BACKEND"] = "jax"
+import keras, jax.numpy as jnp, numpy as np, polygrad as pg
+m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6),
+                      keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 4)), jnp.float32)
+try:
+    pg.check(lambda x: jnp.sum(m(x, training=True) ** 2), x)
+except pg.InputMutationError as e:
+    assert "moving_mean" in str(e), e
+else:
+    raise SystemExit("no error")
+bn = m.layers[1]
+np.testing.assert_array_equal(np.asarray(bn.moving_mean.value), np.zeros(6))
+np.testing.assert_array_equal(np.asarray(bn.moving_variance.value), np.ones(6))
+assert pg.check(lambda x: jnp.sum(m(x, training=False) ** 2), x).ok
+print("OK")
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)  # fmt: skip
+    assert run.returncode == 0 and "OK" in run.stdout, run.stderr[-3000:]

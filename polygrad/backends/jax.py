@@ -45,6 +45,7 @@ from ..reference.differences import rows_per_batch
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import as_float_output, output_layout
 from ._jax_programs import compiled_for
+from ._jax_state import guarded, state_cells
 from .base import (
     Backend,
     Layout,
@@ -828,19 +829,22 @@ class JaxBackend(Backend):
                 "objects, integer or boolean arrays inside a pytree) are held fixed, as "
                 f"eqx.partition(tree, eqx.is_inexact_array) does: {shown}{more}"
             )
-        narrow = CAPTURES.get(
-            "jax.narrowest", flat.capture_key(), flat.frozen(), lambda: _narrowest_computed(flat)
-        )
-        if narrow is not None:  # f casts its inputs down: it computes in that dtype
-            notes.append(computed_in_note(wd.name, narrow[0].name, narrow[1]))
-            wd = narrow[0]
+        # a closed-over NNX or Keras variable that f writes is put back, with an error
+        with guarded(state_cells((f, *args))):
+            narrow = CAPTURES.get(
+                "jax.narrowest", flat.capture_key(), flat.frozen(),
+                lambda: _narrowest_computed(flat),
+            )  # fmt: skip
+            if narrow is not None:  # f casts its inputs down: it computes in that dtype
+                notes.append(computed_in_note(wd.name, narrow[0].name, narrow[1]))
+                wd = narrow[0]
 
-        def working_ctx() -> contextlib.AbstractContextManager[Any]:
-            return _x64() if is64 else contextlib.nullcontext()
+            def working_ctx() -> contextlib.AbstractContextManager[Any]:
+                return _x64() if is64 else contextlib.nullcontext()
 
-        out_leaves = self._plain_call(flat, working_ctx)
-        work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
-        y0 = work.evaluate(flat.x0[None])[0]
+            out_leaves = self._plain_call(flat, working_ctx)
+            work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
+            y0 = work.evaluate(flat.x0[None])[0]
         with working_ctx():
             _check_gradient_flows(flat, work.evaluate, y0, dtype_eps(wd))
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
