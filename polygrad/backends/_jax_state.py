@@ -67,15 +67,18 @@ def _cell(obj: Any, path: str) -> StateCell | None:
         value = obj.get_raw_value()
         name = f"{type(obj).__name__} {path}".rstrip()
         return StateCell(name, obj.get_raw_value, obj.set_raw_value, value)
-    keras = sys.modules.get("keras")
+    keras: Any = sys.modules.get("keras")
     kind = getattr(keras, "Variable", None)
     if isinstance(kind, type) and isinstance(obj, kind) and keras.backend.backend() == "jax":
+        var: Any = obj
 
-        def put(v: Any, var: Any = obj) -> None:
+        def get() -> Any:
+            return var._value  # noqa: SLF001 - .value would convert a leaked tracer
+
+        def put(v: Any) -> None:
             var._value = v  # noqa: SLF001 - assign() would trace a leaked tracer's value
 
-        name = f"Keras variable {path}".rstrip()
-        return StateCell(name, lambda var=obj: var._value, put, obj._value)  # noqa: SLF001
+        return StateCell(f"Keras variable {path}".rstrip(), get, put, get())
     return None
 
 
