@@ -131,6 +131,22 @@ class Layout:
                 return f"{part}{leaf.name}[{', '.join(str(i) for i in idx)}]"
         raise IndexError(flat_index)
 
+    def names(self) -> list[str]:
+        """The names of every scalar, in flat order (:meth:`name_of` of each index, in one
+        pass: a full check names ``n m`` entries)."""
+        out: list[str] = []
+        for leaf in self.leaves:
+            if leaf.shape == ():
+                out.append(leaf.name)
+                continue
+            for idx in np.ndindex(*leaf.shape):
+                rest = list(idx)
+                part = ("Re ", "Im ")[rest.pop()] if leaf.pair else ""
+                out.append(
+                    f"{part}{leaf.name}[{', '.join(map(str, rest))}]" if rest else part + leaf.name
+                )
+        return out
+
     def with_pairs(self, pairs: Sequence[bool]) -> Layout:
         """The same layout with the leaves flagged in ``pairs`` marked as (re, im) pairs."""
         return Layout(

@@ -279,7 +279,7 @@ def _per_entry(lost: np.ndarray | None, st: Setting, md: str, shape: tuple[int, 
 
 
 def _output_names(target: Target) -> list[str]:
-    return [target.output_layout.name_of(i) for i in range(target.m)]
+    return target.output_layout.names()
 
 
 def _sides(dd: DirectionalDerivatives) -> dict[str, Any]:
@@ -312,11 +312,8 @@ def _full(target: Target, st: Setting, md: str) -> tuple[dict[str, Any], Any, An
     scale = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
     out = _output_names(target)
     q.update(scale=scale, fscale=fscale, jumps=st.dd.jump_left | st.dd.jump_right)
-    q["names"] = [
-        (f"{out[i]} / " if m > 1 else "") + target.input_layout.name_of(j)
-        for j in range(n)
-        for i in range(m)
-    ]
+    ins = target.input_layout.names()
+    q["names"] = [f"{o} / {x}" for x in ins for o in out] if m > 1 else ins
     return q, ad, ad64
 
 

@@ -235,7 +235,7 @@ def _gather(target: Target, st: Setting, sub: Subspace, md: str, opts: Options) 
     scale = jacobian_scale(q["ref"], q["ref_err"])
     scale = np.where(scale > 0, scale, jacobian_scale(ad64 if ad64 is not None else ad))
     m = target.m
-    out = [target.output_layout.name_of(i) for i in range(m)]
+    out = target.output_layout.names()
     names = [(f"{out[i]} / " if m > 1 else "") + nm for nm in sub.names for i in range(m)]
     flat = {k: np.ravel(v) for k, v in q.items() if k != "right_err"}
     return JudgeInput(
