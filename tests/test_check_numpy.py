@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -708,5 +709,51 @@ def test_mp_evaluation_refuses_a_machine_float_scalar():
     from polygrad.backends.mpmath import mp_evaluator
 
     ev = mp_evaluator(lambda leaves: np.sum(leaves[0].astype(np.float32)), [(2,)])
-    with pytest.raises(TypeError, match="float32"):
+    with pytest.raises(TypeError, match="machine float.*astype"):
         ev(np.array([0.5, 1.0]), np.zeros(2), 30)
+
+
+def _rosenbrock_residuals_in_a_loop(x):
+    """The residuals written into a preallocated float array, as NumPy code often does."""
+    r = np.zeros(len(x) - 1)
+    for i in range(len(x) - 1):
+        r[i] = x[i + 1] - x[i] ** 2
+    return np.sum(r**2) + 0.1 * np.sum(x**2)
+
+
+def _rosenbrock_gradient(x):
+    r = x[1:] - x[:-1] ** 2
+    g = np.zeros_like(x)
+    g[1:] += 2 * r
+    g[:-1] += -4 * x[:-1] * r
+    return g + 0.2 * x
+
+
+@pytest.mark.parametrize(
+    "f, grad",
+    [
+        (_rosenbrock_residuals_in_a_loop, _rosenbrock_gradient),
+        (
+            lambda x: math.exp(x[0]) + np.sum(x**2),
+            lambda x: 2 * x + np.eye(x.size)[0] * math.exp(x[0]),
+        ),
+        (
+            lambda x: np.float64(x[0]) * x[1] + np.sum(x**3),
+            lambda x: 3 * x**2 + np.array([x[1], x[0], 0.0, 0.0]),
+        ),
+    ],
+    ids=["preallocated-buffer", "math.exp", "np.float64"],
+)
+def test_code_that_converts_to_machine_floats_is_checked_on_float64(f, grad):
+    """A term that goes through a machine float (a write into np.zeros, math.exp, a
+    np.float64 scalar) would lose its variation along an mp step: the mp reference is
+    refused, with the reason, and the float64 reference gives the closed form. A wrong
+    rule stays MISMATCH."""
+    x = np.array([0.3, -1.2, 0.7, 1.5])
+    report = pg.check(f, x, grad=grad)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert any("machine float" in n for n in report.notes), report.notes
+    gap = np.abs(report.entries.reference - grad(x))
+    assert np.all(gap <= report.entries.reference_error), (gap, report.entries.reference_error)
+    wrong = pg.check(f, x, grad=lambda x: grad(x) * np.array([1.0, 1.0, 1.0 + 1e-6, 1.0]))
+    assert wrong.verdict == pg.Verdict.MISMATCH and not wrong.ok, str(wrong)

@@ -11,8 +11,11 @@ What cannot run this way (the function then falls back to a float64
 reference, and the report says why):
 
 * anything that converts to a machine float: ``astype(np.float32)``,
-  ``float(x)``, ``np.asarray(x, dtype=float)``, writing into a preallocated
-  float array (``out = np.empty(n); out[:] = ...``);
+  ``float(x)``, ``math.exp(x[0])``, ``np.float64(x[i])``, ``np.asarray(x,
+  dtype=float)``, writing into a preallocated float array (``out = np.empty(n);
+  out[:] = ...``). Such a conversion raises while the function runs on mpmath
+  numbers: a term rounded to float64 would not move along an mp step, and the mp
+  reference would silently lose its derivative;
 * compiled routines: ``np.linalg``, ``np.fft``, SciPy, Numba, C extensions;
 * floating-point properties with no meaning at arbitrary precision:
   ``np.spacing``, ``np.nextafter``, ``np.frexp``.
@@ -25,6 +28,7 @@ ufuncs=True)``), which the NumPy backend tries when plain object arrays fail.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -97,7 +101,42 @@ def make_context(dps: int) -> Any:
         else:
             setattr(ctx.mpf, ufunc_name, (lambda g: lambda self: g(self))(impl))
     ctx.mpf.__trunc__ = lambda self: int(self)
+    _refuse_machine_floats(ctx.mpf)
     return ctx
+
+
+_CONVERTING: contextvars.ContextVar[bool] = contextvars.ContextVar("mp_user_code", default=False)
+"""True while the user's code runs on mpmath numbers (:func:`mp_evaluator`)."""
+
+
+def _refuse_machine_floats(mpf: type) -> None:
+    """Make ``float(v)`` (and ``complex(v)``) of ``mpf`` numbers raise while the user's code
+    runs on them: ``math.exp(x[0])``, ``np.float64(x[i])`` or a write into a float array
+    (``r = np.zeros(n); r[i] = ...``) would round a term to float64, its variation along
+    an mp step (far below float64's resolution) would vanish, and the mp reference would
+    lose the term's derivative without a trace. Raising makes the check fall back to a
+    float64 reference and say why."""
+    to_float, to_complex = mpf.__float__, mpf.__complex__  # type: ignore[attr-defined]
+
+    def refuse(kind: str) -> TypeError:
+        return TypeError(
+            f"the function converts an mpmath number to a machine {kind} (float(), math.*, "
+            "np.float64(), .astype(), a write into a float array such as np.zeros(n)): a "
+            "conversion to machine precision"
+        )
+
+    def as_float(self: Any) -> float:
+        if _CONVERTING.get():
+            raise refuse("float")
+        return float(to_float(self))
+
+    def as_complex(self: Any) -> complex:
+        if _CONVERTING.get():
+            raise refuse("complex")
+        return complex(to_complex(self))
+
+    mpf.__float__ = as_float  # type: ignore[attr-defined]
+    mpf.__complex__ = as_complex  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=8)
@@ -181,8 +220,12 @@ def mp_evaluator(
             leaf = leaf.view(mp_array_type(ctx)) if ufuncs else leaf
             leaves.append(leaf if shape != () else leaf.reshape(()))
             off += size
-        with np.errstate(all="ignore"):
-            out = call(leaves)
+        token = _CONVERTING.set(True)
+        try:
+            with np.errstate(all="ignore"):
+                out = call(leaves)
+        finally:
+            _CONVERTING.reset(token)
         return _collect_mp_outputs(ctx, out)
 
     return evaluate
