@@ -698,3 +698,26 @@ def test_vmap_fallback_warnings_do_not_reach_the_user():
         assert warnings.filters == filters
     assert report.verdict == pg.Verdict.PASS and report.ok
     assert not [w for w in seen if "performance drop" in str(w.message)]
+
+
+def test_functions_that_use_torch_func_inside():
+    """torch.vmap and a per-sample gradient (torch.func.grad under vmap) inside the checked
+    function, as a gradient penalty is written: PASS against the closed forms (the
+    in-place watch took the transforms' own tensors for the user's)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, dtype=torch.float64, generator=gen)
+    w = torch.randn(3, dtype=torch.float64, generator=gen)
+    report = pg.check(lambda x: torch.vmap(torch.dot)(x, x).sum(), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    np.testing.assert_allclose(report.entries.reference, 2 * x.numpy().ravel(), rtol=1e-12)
+
+    def penalty(x):
+        g = torch.func.vmap(torch.func.grad(lambda xi: torch.tanh(xi @ w)))(x)
+        return (g**2).sum()
+
+    report = pg.check(penalty, x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    u = (x @ w).numpy()
+    sech2 = 1 - np.tanh(u) ** 2
+    expected = -4 * float(w @ w) * (sech2**2 * np.tanh(u))[:, None] * w.numpy()[None, :]
+    np.testing.assert_allclose(report.entries.reference, expected.ravel(), rtol=1e-10)

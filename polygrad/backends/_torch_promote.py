@@ -443,6 +443,13 @@ def _storage(t: Any) -> int:
         return 0
 
 
+def _transform_wrapped(torch: Any, t: Any) -> bool:
+    """Whether ``t`` is a tensor of a ``torch.func`` transform (a batched or grad wrapper)."""
+    functorch = getattr(torch._C, "_functorch", None)
+    test = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    return bool(test(t)) if test is not None else False
+
+
 def _moved(torch: Any, t: Any, held: tuple[Any, int, Any]) -> bool:
     """Whether ``t`` changed since ``held = (t, version, copy)`` was taken.
 
@@ -485,7 +492,9 @@ def _watch_class(torch: Any) -> type:
             for t in operands:
                 if id(t) in self.inner or id(t) in self.outer:
                     continue
-                if _storage(t) in self.fresh:
+                # a tensor of a torch.func transform inside the call (vmap's batched, grad's
+                # tracked): the transform made it, so it is the call's own
+                if _transform_wrapped(torch, t) or _storage(t) in self.fresh:
                     self.inner[id(t)] = t
                 else:
                     self.outer[id(t)] = (t, _version(t), t.detach().clone())
