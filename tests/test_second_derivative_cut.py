@@ -71,3 +71,16 @@ def test_a_backward_that_cuts_its_graph_has_a_wrong_second_derivative(framework)
     hessian = np.diag(-2 * t * (1 - t**2))
     np.testing.assert_allclose(report.entries.reference, hessian.ravel(), atol=1e-12)
     np.testing.assert_array_equal(report.entries.autodiff, np.zeros(4))
+
+
+def test_order_2_with_respect_to_parameters_is_a_clear_error():
+    """order=2 differentiates the gradient with respect to the checked inputs; with
+    wrt='parameters' it says so (it raised an AttributeError from inside, or checked a
+    mixed derivative)."""
+    import torch
+
+    model = torch.nn.Linear(3, 1).double()
+    x = torch.ones(2, 3, dtype=torch.float64)
+    for f, args in [(lambda m, x: torch.tanh(m(x)).pow(2).sum(), (model, x)), (model, (x,))]:
+        with pytest.raises(ValueError, match="order=2.*wrt='parameters'"):
+            pg.check(f, *args, wrt="parameters", order=2)

@@ -162,7 +162,8 @@ def check(
     wrt : {"inputs", "parameters"}
         Differentiate with respect to the arguments or the model's parameters.
     order : {1, 2}
-        2 checks the gradient of the gradient (Hessian-vector products).
+        2 checks the gradient of the gradient (Hessian-vector products) with respect
+        to the checked inputs; not with ``wrt="parameters"`` (``ValueError``).
     dps : int
         Decimal digits for the mp reference.
     seed : int
@@ -225,6 +226,9 @@ def check(
         The framework for these arrays is not installed.
     UnpicklableFunctionError
         ``executor`` runs in other processes and ``f`` cannot be serialised.
+    ValueError
+        An option that does not apply: a mode the function provides no derivative for,
+        ``order=2`` with complex values or with ``wrt="parameters"``.
     """
     t_start = time.perf_counter()
     opts = Options(mode, reference, strategy, projections, wrt, order, dps, seed, batch_size,

@@ -221,6 +221,14 @@ def prepare(
         if cinfo.any and opts.order == 2:
             raise ValueError("order=2 is not supported for complex inputs or outputs")
     if opts.order == 2:
+        if opts.wrt != "inputs":
+            raise ValueError(
+                "order=2 checks the derivative of the gradient with respect to the checked "
+                "inputs (argnums); with wrt='parameters' it is not supported. To check a "
+                "Hessian with respect to parameters, write the loss as a function of a "
+                "parameter tensor (torch.func.functional_call(model, {'weight': w}, x)) "
+                "and check it with order=2 and argnums"
+            )
         f = be.gradient_function(f, args, argnums_t)
     with building_a_gradient_target() if opts.order == 2 else contextlib.nullcontext():
         target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
