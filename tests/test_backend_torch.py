@@ -721,3 +721,15 @@ def test_functions_that_use_torch_func_inside():
     sech2 = 1 - np.tanh(u) ** 2
     expected = -4 * float(w @ w) * (sech2**2 * np.tanh(u))[:, None] * w.numpy()[None, :]
     np.testing.assert_allclose(report.entries.reference, expected.ravel(), rtol=1e-10)
+
+
+def test_a_check_inside_inference_mode_names_inference_mode():
+    """Inside torch.inference_mode() autograd records nothing: the error names the
+    caller's inference mode (it blamed a .detach() in the function); torch.no_grad()
+    around the check is fine."""
+    x = torch.tensor([0.5, -1.0], dtype=torch.float64)
+    with torch.inference_mode(), pytest.raises(ValueError, match="inference_mode"):
+        pg.check(lambda x: (x.sin() ** 2).sum(), x)
+    with torch.no_grad():
+        report = pg.check(lambda x: (x.sin() ** 2).sum(), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)

@@ -750,9 +750,15 @@ class TorchBackend(Backend):
             Two calls at the same point returned different values (dropout in
             training mode, unseeded noise).
         ValueError
-            Unknown ``wrt``.
+            Unknown ``wrt``, or the check was called inside ``torch.inference_mode()``.
         """
         torch = self.torch
+        if torch.is_inference_mode_enabled():
+            raise ValueError(
+                "check() was called inside torch.inference_mode(), where autograd records "
+                "nothing, so no gradient can be computed; call it outside (torch.no_grad() "
+                "around it is fine: polygrad turns gradients on where it needs them)"
+            )
         if supplied.given():
             raise InputTypeError(
                 "torch functions are differentiated by autograd; grad=/jac=/vjp=/jvp= are for "
