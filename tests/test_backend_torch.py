@@ -733,3 +733,26 @@ def test_a_check_inside_inference_mode_names_inference_mode():
     with torch.no_grad():
         report = pg.check(lambda x: (x.sin() ** 2).sum(), x)
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+
+
+def test_mode_both_without_a_jvp_does_not_claim_a_check():
+    """A torch.autograd.Function without jvp under mode='both': the error says forward mode
+    is unavailable and does not say that reverse mode "is checked" (nothing was)."""
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    x = torch.tensor([0.5, 1.5], dtype=torch.float64)
+    with pytest.raises(ValueError, match="needs a JVP") as info:
+        pg.check(lambda x: Square.apply(x).sum(), x, mode="both")
+    assert "is checked" not in str(info.value)
+    report = pg.check(lambda x: Square.apply(x).sum(), x)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)

@@ -604,12 +604,9 @@ class _Program:
             self.notes[:] = [n for n in self.notes if n != batched]
             if target.mode_notes.get("fwd"):  # already said for the other program
                 return None
-            note = (
-                f"forward-mode AD (JVP) is not available{label} ({_first_line(exc)}); "
-                "only reverse mode (VJP) is checked"
-            )
-            _add_note(self.notes, note)
-            target.note_unavailable("fwd", note)
+            why = f"forward-mode AD (JVP) is not available{label} ({_first_line(exc)})"
+            _add_note(self.notes, why + "; only reverse mode (VJP) is checked")
+            target.note_unavailable("fwd", why)  # what an error for mode='fwd' says
             return None
         return self.jvp
 
