@@ -341,6 +341,7 @@ def _refuse_outer_mutations(
         for m in [*modules, *_reachable_modules(torch, f)]
         for k, v in m.state_dict(keep_vars=True).items()
     }
+    buffer = id(first) in names and not isinstance(first, torch.nn.Parameter)
     if id(first) in names:
         key, mod = names[id(first)]
         what = f"{key!r} of the {type(mod).__name__} module"
@@ -349,10 +350,18 @@ def _refuse_outer_mutations(
         what = f"a {dtype} tensor of shape {tuple(first.shape)} that it reads from outside"
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     op = f" ({found[0].op})" if found[0].op else ""
+    # a module's buffer is most often a normalization's running statistics; a parameter
+    # or a plain tensor is written by the function's own code (an optimizer step, a
+    # renormalized embedding, a global counter)
+    how = (
+        "e.g. BatchNorm running statistics in training mode: call model.eval() first"
+        if buffer
+        else "e.g. an optimizer step, an in-place update of a global or a layer that "
+        "rescales its own weight (nn.Embedding(max_norm=...)): compute without writing to it"
+    )
     raise InputMutationError(
-        f"calling the function changed {what} in place{op}{more}, e.g. BatchNorm "
-        "running statistics in training mode; a gradient check needs a function without side "
-        "effects. Call model.eval() first. The changed values have been restored."
+        f"calling the function changed {what} in place{op}{more}; a gradient check needs a "
+        f"function without side effects ({how}). The changed values have been restored."
     )
 
 
