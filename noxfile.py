@@ -45,6 +45,7 @@ NUMPY_TESTS = (
     "tests/test_errors.py",
     "tests/test_import.py",
     "tests/test_backend_registry.py",
+    "tests/test_layout.py",
     *TESTING_TESTS,
 )
 

@@ -15,7 +15,7 @@ import numpy as np
 from .._names import argument_names, leaf_name
 from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError
-from .base import Layout, validate_float_array
+from .base import Layout, narrowest_input_dtype, validate_float_array
 
 __all__ = ["PointFunction", "as_float_output", "check_not_mutated", "output_layout"]
 
@@ -132,7 +132,10 @@ class PointFunction:
             if leaves_all
             else np.empty(0)
         )
-        self.working_dtype = np.result_type(*self.leaf_dtypes) if self.leaf_dtypes else np.float64
+        self.notes: list[str] = []
+        self.working_dtype = (
+            narrowest_input_dtype(self.leaf_dtypes, self.notes) if self.leaf_dtypes else np.float64
+        )
 
     def leaves_at(self, x: np.ndarray, dtype: str) -> list[Any]:
         """Checked leaves at flat point ``x``: ``dtype`` is 'working' or 'float64'."""

@@ -53,6 +53,7 @@ __all__ = [
     "chunked",
     "computed_in_note",
     "dtype_eps",
+    "narrowest_input_dtype",
     "dtype_tiny",
     "numpy_dtype",
     "validate_float_array",
@@ -466,6 +467,43 @@ def computed_in_note(inputs: str, computed: str, where: str) -> str:
         f"are {inputs} (a cast, autocast, or a layer's dtype policy): the working dtype is "
         f"{computed}, and round-off is judged at its precision"
     )
+
+
+def narrowest_input_dtype(dtypes: Sequence[Any], notes: list[str]) -> Any:
+    """The working dtype of checked inputs of several floating dtypes: the narrowest.
+
+    Each input's gradient is rounded to that input's own dtype (a float32 argument's
+    gradient is a float32 array, even where the function computes in float64), so the
+    round-off allowed for any entry is at most the narrowest dtype's; the rule, evaluated
+    in float64 where it can be, is still judged at float64's. Where the dtypes differ,
+    a note says so.
+
+    Parameters
+    ----------
+    dtypes : sequence of dtype
+        The checked inputs' dtypes (NumPy, ml_dtypes, torch or TensorFlow dtypes; one
+        kind per call), at least one.
+    notes : list of str
+        Appended to where the dtypes differ.
+
+    Returns
+    -------
+    dtype
+        The one with the largest machine epsilon (the first of equals).
+    """
+    names = list(dict.fromkeys(_dtype_name(d) for d in dtypes))
+    narrowest = max(dtypes, key=lambda d: dtype_eps(numpy_dtype(_dtype_name(d))))
+    if len(names) > 1:
+        notes.append(
+            f"the checked inputs have several dtypes ({', '.join(names)}): each gradient is "
+            "rounded to its own input's dtype, so round-off is judged at the narrowest, "
+            f"{_dtype_name(narrowest)} (the rule evaluated in float64 at float64's)"
+        )
+    return narrowest
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", dtype)).removeprefix("torch.")
 
 
 def change_under_a_move(evaluate: BatchFn, x0: np.ndarray, y0: np.ndarray, eps: float) -> float:

@@ -57,6 +57,7 @@ from .base import (
     describe_exception,
     dtype_eps,
     gradient_target,
+    narrowest_input_dtype,
     validate_float_array,
 )
 
@@ -797,7 +798,6 @@ class JaxBackend(Backend):
             as a module's activation function, and the integer and boolean arrays inside
             a pytree, such as an index buffer, are held fixed, with a note.)
         """
-        import jax.numpy as jnp
 
         if wrt != "inputs":
             raise ValueError(
@@ -817,10 +817,9 @@ class JaxBackend(Backend):
                 "nothing to check: the checked arguments hold no floating arrays"
                 + (f" (held fixed: {', '.join(flat.fixed_names[:5])})" if flat.fixed_names else "")
             )
-        with _x64():  # promote as JAX does, without truncating float64 leaves to float32
-            wd = np.dtype(jnp.result_type(*flat.dtypes)) if flat.dtypes else np.dtype(np.float32)
         is64 = any(np.dtype(d).itemsize >= 8 for d in flat.dtypes)
         notes: list[str] = []
+        wd = np.dtype(narrowest_input_dtype(flat.dtypes, notes))
         if flat.fixed_names:
             shown = ", ".join(flat.fixed_names[:5])
             more = f" and {len(flat.fixed_names) - 5} more" if len(flat.fixed_names) > 5 else ""
@@ -848,7 +847,7 @@ class JaxBackend(Backend):
         with working_ctx():
             _check_gradient_flows(flat, work.evaluate, y0, dtype_eps(wd))
         ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
-        if not is64 or narrow is not None:
+        if wd != np.dtype(np.float64):  # narrower inputs, or f computes narrower inside
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
 
         # the jaxpr behind the mp evaluator, cached like the compiled callables

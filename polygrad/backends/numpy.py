@@ -89,7 +89,7 @@ class NumpyBackend(Backend):
         y0, out_leaves = as_float_output(out0)
         check_not_mutated(leaves0, pf.layout.split(pf.x0))
         m = y0.size
-        notes: list[str] = []
+        notes: list[str] = list(pf.notes)  # inputs of several dtypes
         narrow = _narrowest_output(out0)
         if narrow is not None and dtype_eps(narrow) > dtype_eps(wd):
             # NumPy code has no captured program: a narrower output is what shows a cast

@@ -123,6 +123,7 @@ from .base import (
     computed_in_note,
     dtype_eps,
     gradient_target,
+    narrowest_input_dtype,
 )
 from .base import describe_exception as _describe
 
@@ -753,7 +754,7 @@ class TensorflowBackend(Backend):
         else:
             spec = self._parameter_spec(f, args, models)
         layout, originals, is_var, raw, raw64_factory = spec
-        wd = np.dtype(np.result_type(*[a.dtype for a in originals]))
+        wd = np.dtype(narrowest_input_dtype([a.dtype for a in originals], notes))
         eps = dtype_eps(wd)
         x0 = np.concatenate([a.astype(np.float64).ravel() for a in originals])
 

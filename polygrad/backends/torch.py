@@ -87,6 +87,7 @@ from .base import (
     chunked,
     computed_in_note,
     gradient_target,
+    narrowest_input_dtype,
     validate_float_array,
 )
 
@@ -787,7 +788,8 @@ class TorchBackend(Backend):
         out_b, narrow = narrowest_computed(torch, work.call, [p.clone() for p in primals])
         _check_module_state(torch, modules, state)
         in_dtype = functools.reduce(torch.promote_types, [p.dtype for p in primals])
-        wd = max((in_dtype, out_a.dtype), key=lambda d: torch.finfo(d).eps)
+        narrowest_in = narrowest_input_dtype([p.dtype for p in primals], notes)
+        wd = max((narrowest_in, out_a.dtype), key=lambda d: torch.finfo(d).eps)
         if narrow is not None and torch.finfo(narrow[0]).eps > torch.finfo(wd).eps:
             name = str(narrow[0]).removeprefix("torch.")
             notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
