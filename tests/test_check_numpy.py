@@ -757,3 +757,13 @@ def test_code_that_converts_to_machine_floats_is_checked_on_float64(f, grad):
     assert np.all(gap <= report.entries.reference_error), (gap, report.entries.reference_error)
     wrong = pg.check(f, x, grad=lambda x: grad(x) * np.array([1.0, 1.0, 1.0 + 1e-6, 1.0]))
     assert wrong.verdict == pg.Verdict.MISMATCH and not wrong.ok, str(wrong)
+
+
+def test_a_point_near_the_edge_of_the_domain_passes():
+    """log1p(-x) at 1 - 1e-7, within 1e-7 of where it is undefined: the mp reference
+    settles on a step far below that distance (its long steps left the domain, and the
+    check gave MISMATCH); the reference is the closed form -1 / (1 - x)."""
+    x = np.array([1 - 1e-7, 0.5])
+    report = pg.check(lambda x: np.sum(np.log1p(-x)), x, grad=lambda x: -1 / (1 - x))
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    np.testing.assert_allclose(report.entries.reference, -1 / (1 - x), rtol=1e-14)

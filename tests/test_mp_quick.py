@@ -10,6 +10,7 @@ import pytest
 import polygrad as pg
 from polygrad.reference.mp import (
     QUICK_EXTRA_DIGITS,
+    QUICK_RETRY_FACTOR,
     QUICK_STEP,
     mp_directional_derivatives,
     quick_mp_derivatives,
@@ -94,7 +95,25 @@ def test_a_kink_at_the_point_is_not_settled_and_goes_to_the_ladder():
 
 def test_a_kink_closer_than_the_step_is_not_settled():
     """A kink between x and x + h shows as the gap between the one-sided differences;
-    so close to x, no step tells it from a kink at x: the ladder reports both sides."""
+    closer to x than even the retried step (QUICK_STEP * QUICK_RETRY_FACTOR), no step
+    tells it from a kink at x: the ladder reports both sides."""
+
+    def near_kink(ctx, x):
+        return [abs(x[0] - ctx.mpf(0.75) * QUICK_STEP * QUICK_RETRY_FACTOR)]
+
+    x0 = np.zeros(1)
+    fn = _mp_fn(near_kink)
+    _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), DIGITS), 50)
+    assert not settled[0]
+    full = mp_directional_derivatives(fn, x0, np.eye(1))
+    assert full.right.value[0, 0] == pytest.approx(1.0, rel=1e-15)
+    assert full.left.value[0, 0] == pytest.approx(-1.0, rel=1e-15)
+
+
+def test_a_kink_within_the_quick_step_settles_at_the_retried_step():
+    """|x - 6e-25| at 0: the quick step (8e-25) straddles the kink, the retried one
+    (8e-37) does not, and gives the derivative at x, -1, without the ladder (whose long
+    steps would cross the kink)."""
 
     def near_kink(ctx, x):
         return [abs(x[0] - ctx.mpf(0.75) * QUICK_STEP)]
@@ -104,8 +123,25 @@ def test_a_kink_closer_than_the_step_is_not_settled():
     _, settled = quick_mp_derivatives(fn, x0, np.eye(1), fn(x0, np.zeros(1), DIGITS), 50)
     assert not settled[0]
     full = mp_directional_derivatives(fn, x0, np.eye(1))
-    assert full.right.value[0, 0] == pytest.approx(1.0, rel=1e-15)
-    assert full.left.value[0, 0] == pytest.approx(-1.0, rel=1e-15)
+    assert full.central.value[0, 0] == -1.0
+    assert full.central.step[0, 0] == QUICK_STEP * QUICK_RETRY_FACTOR
+
+
+def test_a_point_near_the_edge_of_the_domain_settles_without_leaving_it():
+    """log1p(-x) at x = 1 - 1e-7: its length scale (1e-7) is below the quick step's
+    reach, and the ladder's steps would leave the domain (mp then fails and the check
+    fell back to float64 differences, and gave MISMATCH); the retried step settles it
+    at the closed form -1 / (1 - x)."""
+
+    def log1p_neg(ctx, x):
+        return [ctx.log1p(-x[0])]
+
+    x0 = np.array([1 - 1e-7])
+    fn = _mp_fn(log1p_neg)
+    full = mp_directional_derivatives(fn, x0, np.eye(1))
+    exact = -1 / (1 - mpmath.mpf(x0[0]))
+    assert full.central.value[0, 0] == pytest.approx(float(exact), rel=1e-15)
+    assert full.central.error[0, 0] <= 1e-15 * abs(float(exact))
 
 
 def test_a_kink_near_x_but_beyond_the_step_gives_the_derivative_at_x():

@@ -764,3 +764,18 @@ def test_a_float64_kernel_with_a_smooth_error_is_not_called_a_wrong_rule():
     diagonal = report.entries.reference.reshape(3, 3).diagonal()
     want = [float(mpmath.psi(2, v)) for v in x.tolist()]
     np.testing.assert_allclose(diagonal, want, rtol=1e-15)
+
+
+def test_binary_cross_entropy_at_a_probability_near_1_passes():
+    """F.binary_cross_entropy at p = 1 - 1e-6 with label 0 (log(1 - p) is undefined beyond
+    1): PASS against the closed form -(y / p) + (1 - y) / (1 - p), over the batch of 2."""
+    import torch.nn.functional as F
+
+    p = torch.tensor([0.3, 1 - 1e-6], dtype=torch.float64)
+    y = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    report = pg.check(lambda p: F.binary_cross_entropy(p, y), p)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    pn, yn = p.numpy(), y.numpy()
+    np.testing.assert_allclose(
+        report.entries.reference, (-(yn / pn) + (1 - yn) / (1 - pn)) / 2, rtol=1e-12
+    )

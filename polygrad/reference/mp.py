@@ -51,6 +51,11 @@ QUICK_STEP = 2.0**-80
 ≈ 1e-50`` of the values; a kink or a curvature shows as the gap ``h g''`` between
 the one-sided differences, which must stay below :data:`MP_TARGET`."""
 
+QUICK_RETRY_FACTOR = 2.0**-40
+"""The quick difference's step is retried once, this much smaller (about 8e-37 of the
+direction), for the directions it did not settle: the gap ``h g''`` shrinks with the
+step, while the round-off ``~10^-75 / h`` stays near ``1e-38`` of the values."""
+
 QUICK_EXTRA_DIGITS = 25
 """Digits beyond ``dps`` at which the quick difference is evaluated (its step is far
 smaller than the ladder's)."""
@@ -119,9 +124,19 @@ def mp_directional_derivatives(
         :func:`quick_mp_derivatives` settles skip the ladder.
     """
     zero = np.zeros_like(x0)
-    quick, settled = quick_mp_derivatives(
-        evaluate_mp, x0, W, evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS), dps
-    )
+    f0_quick = evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS)
+    quick, settled = quick_mp_derivatives(evaluate_mp, x0, W, f0_quick, dps)
+    if not np.all(settled):
+        # once more at a far smaller step: a length scale shorter than the quick step
+        # allows (a point 1e-7 from the edge of log1p(-x)'s domain) settles there, where
+        # the ladder's long steps would leave the domain; a kink at x does not (its gap
+        # does not shrink with the step)
+        finer, settled_f = quick_mp_derivatives(
+            evaluate_mp, x0, W[~settled], f0_quick, dps, h=QUICK_STEP * QUICK_RETRY_FACTOR
+        )
+        quick = _merge(quick, finer, settled, evaluations=quick.central.evaluations)
+        settled = settled.copy()
+        settled[~settled] = settled_f
     if np.all(settled):
         return quick
     # f(x) again in the ladder's own arithmetic: its noise model reads the rounding of f0
