@@ -52,7 +52,14 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["CAPTURES", "CaptureCache", "Uncacheable", "frozen_state", "state_signature"]
+__all__ = [
+    "CAPTURES",
+    "CaptureCache",
+    "Uncacheable",
+    "code_globals",
+    "frozen_state",
+    "state_signature",
+]
 
 T = TypeVar("T")
 
@@ -147,18 +154,18 @@ def _variables_of(v: Any) -> list[Any] | None:
         raise Uncacheable(f"cannot list the variables of {type(v).__name__}") from exc
 
 
-def _code_globals(code: types.CodeType) -> set[str]:
+def code_globals(code: types.CodeType) -> set[str]:
     """Names a code object (and the code nested in it) may read as globals."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _code_globals(const)
+            names |= code_globals(const)
     return names
 
 
 def _function(fn: types.FunctionType, walk: _Walk, depth: int) -> tuple[Any, ...]:
     cells = tuple(_cell(c, walk, depth) for c in fn.__closure__ or ())
-    reads = sorted(_code_globals(fn.__code__) & fn.__globals__.keys())
+    reads = sorted(code_globals(fn.__code__) & fn.__globals__.keys())
     glob = tuple((name, _sig(fn.__globals__[name], walk, depth + 1)) for name in reads)
     defaults = _sig((fn.__defaults__, fn.__kwdefaults__), walk, depth + 1)
     return ("function", id(fn.__code__), id(fn.__globals__), cells, glob, defaults)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputMutationError
-from ._capture_cache import _code_globals
+from ._capture_cache import code_globals
 
 __all__ = ["StateCell", "guarded", "state_cells"]
 
@@ -123,7 +123,7 @@ def _parts(v: Any) -> list[Any]:
         for c in v.__closure__ or ():
             with contextlib.suppress(ValueError):  # an empty cell
                 cells.append(c.cell_contents)
-        reads = _code_globals(v.__code__) & v.__globals__.keys()
+        reads = code_globals(v.__code__) & v.__globals__.keys()
         return cells + [v.__globals__[k] for k in reads] + list(v.__defaults__ or ())
     if isinstance(v, types.MethodType):
         return [v.__func__, v.__self__]
