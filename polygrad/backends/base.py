@@ -497,7 +497,7 @@ def narrowest_input_dtype(dtypes: Sequence[Any], notes: list[str]) -> Any:
         notes.append(
             f"the checked inputs have several dtypes ({', '.join(names)}): each gradient is "
             "rounded to its own input's dtype, so round-off is judged at the narrowest, "
-            f"{_dtype_name(narrowest)} (the rule evaluated in float64 at float64's)"
+            f"{_dtype_name(narrowest)} (the rule, evaluated in float64, at float64's)"
         )
     return narrowest
 
