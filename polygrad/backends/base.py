@@ -54,6 +54,7 @@ __all__ = [
     "computed_in_note",
     "dtype_eps",
     "narrowest_input_dtype",
+    "not_an_array_message",
     "dtype_tiny",
     "numpy_dtype",
     "validate_float_array",
@@ -123,30 +124,21 @@ class Layout:
             if leaf.offset <= flat_index < leaf.offset + leaf.size:
                 if leaf.shape == ():
                     return leaf.name
-                idx = [int(i) for i in np.unravel_index(flat_index - leaf.offset, leaf.shape)]
-                part = ""
-                if leaf.pair:
-                    part = ("Re ", "Im ")[idx.pop()]
-                if not idx:
-                    return part + leaf.name
-                return f"{part}{leaf.name}[{', '.join(str(i) for i in idx)}]"
+                return _scalar_name(leaf, np.unravel_index(flat_index - leaf.offset, leaf.shape))
         raise IndexError(flat_index)
 
     def names(self) -> list[str]:
         """The names of every scalar, in flat order (:meth:`name_of` of each index, in one
         pass: a full check names ``n m`` entries)."""
-        out: list[str] = []
-        for leaf in self.leaves:
-            if leaf.shape == ():
-                out.append(leaf.name)
-                continue
-            for idx in np.ndindex(*leaf.shape):
-                rest = list(idx)
-                part = ("Re ", "Im ")[rest.pop()] if leaf.pair else ""
-                out.append(
-                    f"{part}{leaf.name}[{', '.join(map(str, rest))}]" if rest else part + leaf.name
-                )
-        return out
+        return [
+            name
+            for leaf in self.leaves
+            for name in (
+                [leaf.name]
+                if leaf.shape == ()
+                else [_scalar_name(leaf, idx) for idx in np.ndindex(*leaf.shape)]
+            )
+        ]
 
     def with_pairs(self, pairs: Sequence[bool]) -> Layout:
         """The same layout with the leaves flagged in ``pairs`` marked as (re, im) pairs."""
@@ -502,6 +494,14 @@ def narrowest_input_dtype(dtypes: Sequence[Any], notes: list[str]) -> Any:
     return narrowest
 
 
+def _scalar_name(leaf: Leaf, index: Sequence[Any]) -> str:
+    """``"x[3, 1]"`` for the entry ``index`` of ``leaf``; a (re, im) pair's last axis is
+    the ``"Re "``/``"Im "`` prefix (``"Im z[3]"``, ``"Re z"`` for a scalar pair)."""
+    idx = [int(i) for i in index]
+    part = ("Re ", "Im ")[idx.pop()] if leaf.pair else ""
+    return f"{part}{leaf.name}[{', '.join(map(str, idx))}]" if idx else part + leaf.name
+
+
 def _dtype_name(dtype: Any) -> str:
     return str(getattr(dtype, "name", dtype)).removeprefix("torch.")
 
@@ -596,7 +596,7 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
             "polygrad.complex)."
         )
     if kind == "O" and a.ndim == 0:
-        raise InputTypeError(_not_an_array(a.item(), name))
+        raise InputTypeError(not_an_array_message(a.item(), name))
     if kind != "f" and a.dtype.name not in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         raise InputTypeError(f"{name} has dtype {a.dtype}, which is not a floating dtype.")
     if a.size and not np.all(np.isfinite(a.astype(np.float64))):
@@ -608,8 +608,22 @@ def validate_float_array(a: np.ndarray, name: str) -> None:
         )
 
 
-def _not_an_array(obj: Any, name: str) -> str:
-    """The error for a checked argument that is an object, not an array (a model, say)."""
+def not_an_array_message(obj: Any, name: str) -> str:
+    """The error for a checked argument that is an object, not an array.
+
+    Parameters
+    ----------
+    obj : object
+        The argument (a PyTorch, Keras or Flax model, or any other object).
+    name : str
+        Its name in the report (``"x"``, ``"model"``).
+
+    Returns
+    -------
+    str
+        One message: for a model (an object with ``parameters``, ``variables`` or
+        ``trainable_variables``), how to check its parameters or leave it out.
+    """
     kind = type(obj).__name__
     if any(hasattr(obj, a) for a in ("trainable_variables", "parameters", "variables")):
         return (

@@ -88,6 +88,7 @@ from .base import (
     computed_in_note,
     gradient_target,
     narrowest_input_dtype,
+    not_an_array_message,
     validate_float_array,
 )
 
@@ -887,11 +888,8 @@ class TorchBackend(Backend):
     def _checked_tensor(self, leaf: Any, name: str) -> Any:
         """Validate one checked input and return a detached copy of it as a tensor."""
         torch = self.torch
-        if isinstance(leaf, torch.nn.Module):
-            raise InputTypeError(
-                f"{name} is a torch.nn.Module; to check the gradient with respect to its "
-                "parameters, use wrt='parameters'"
-            )
+        if isinstance(leaf, torch.nn.Module):  # np.asarray would iterate a Sequential
+            raise InputTypeError(not_an_array_message(leaf, name))
         if not isinstance(leaf, torch.Tensor):
             arr = np.asarray(leaf)
             validate_float_array(arr, name)
