@@ -155,7 +155,20 @@ def _variables_of(v: Any) -> list[Any] | None:
 
 
 def code_globals(code: types.CodeType) -> set[str]:
-    """Names a code object (and the code nested in it) may read as globals."""
+    """Names a code object (and the code nested in it) may read as globals.
+
+    Parameters
+    ----------
+    code : types.CodeType
+        A function's ``__code__``.
+
+    Returns
+    -------
+    set of str
+        Its ``co_names`` and those of the code objects among its constants (nested
+        functions, lambdas, comprehensions), recursively: a superset of the globals
+        it reads (attribute names are among them).
+    """
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
