@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from .backends._capture_cache import code_globals
+
 __all__ = ["Unfingerprintable", "fingerprint", "framework_version", "MAX_OBJECTS"]
 
 MAX_OBJECTS = 200_000
@@ -165,14 +167,6 @@ def _library_name(obj: Any) -> bytes | None:
     return f"lib:{module}:{name}:{_version(module)}".encode()
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
 def _code_parts(code: types.CodeType) -> list[Any]:
     consts = [c for c in code.co_consts if not isinstance(c, types.CodeType)]
     nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
@@ -190,7 +184,7 @@ def _function_parts(fn: types.FunctionType) -> list[Any]:
         except ValueError:  # an empty cell (a name assigned later)
             parts.append(b"empty-cell")
     g = fn.__globals__
-    for name in sorted(_code_names(fn.__code__)):
+    for name in sorted(code_globals(fn.__code__)):
         if name in g:
             parts += [name.encode(), g[name]]
     parts.append(dict(getattr(fn, "__dict__", {})))
