@@ -6,7 +6,7 @@ passes to a function into a list of leaves, and to rebuild the same structure.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,19 +60,24 @@ def flatten(tree: Any, path: str = "") -> tuple[list[Any], list[str], TreeDef]:
 
 def unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
     """Inverse of :func:`flatten`."""
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(td: TreeDef) -> Any:
-        if td.kind == "leaf":
-            return next(it)
-        items = [build(c) for c in td.children]
-        if td.kind == "tuple":
-            return tuple(items)
-        if td.kind == "list":
-            return items
-        return dict(zip(td.keys, items, strict=True))
 
-    return build(treedef)
+def _build(td: TreeDef, it: Iterator[Any]) -> Any:
+    """The tree ``td`` with its leaves taken from ``it`` in order.
+
+    A module-level function, not a closure that calls itself: such a closure is a
+    reference cycle (function, cell) holding the leaves, which then live until the
+    garbage collector runs (every evaluation of a large input kept in memory).
+    """
+    if td.kind == "leaf":
+        return next(it)
+    items = [_build(c, it) for c in td.children]
+    if td.kind == "tuple":
+        return tuple(items)
+    if td.kind == "list":
+        return items
+    return dict(zip(td.keys, items, strict=True))
 
 
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Shared test helpers: the digit-recognition CNN of USERS.md case 2, in each framework.
+"""Shared test helpers: the digit-recognition CNN of USERS.md case 2, in each framework,
+and the garbage a check leaves to the cyclic collector.
 
 Nothing here imports a framework at import time (each per-framework nox
 session installs only its own); the builders import theirs when called.
@@ -8,6 +9,8 @@ because some tests keep the model in a module-level global, as users do.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -112,3 +115,20 @@ def torch_planted_tanh(rel: float) -> Any:
             return g * (1 - y * y) * (1 + rel)
 
     return PlantedTanh
+
+
+def cyclic_garbage_after(run: Callable[[], Any]) -> list[object]:
+    """The objects that only the cyclic garbage collector would free after ``run()``
+    (held in reference cycles: a check's wide arrays there stay in memory until the
+    collector happens to run)."""
+    gc.collect()
+    gc.disable()
+    try:
+        run()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import cyclic_garbage_after
 
 import polygrad as pg
 from polygrad.backends.base import Supplied
@@ -124,6 +125,19 @@ def test_projections_of_a_wide_float32_input(planted):
         assert report.verdict is pg.Verdict.MISMATCH and not report.ok
     else:
         assert report.verdict is pg.Verdict.PASS and report.ok
+
+
+def test_a_check_leaves_no_tensor_to_the_cyclic_garbage_collector():
+    # Every evaluation of a wide input makes tensors of its size; held in a reference
+    # cycle, they would stay in memory until the collector runs (at n = 1e6 that was
+    # 0.37 GB more at the peak of one projection check).
+    n = 20_000
+    w = torch.tensor(np.random.default_rng(3).uniform(0.5, 1.5, n), dtype=torch.float32)
+    x = _point(n, torch.float32)
+    check = lambda: pg.check(lambda v: (w * torch.tanh(v)).sum(), x, strategy="projections")  # noqa: E731
+    check()  # one-time imports and caches
+    garbage = cyclic_garbage_after(check)
+    assert not [o for o in garbage if isinstance(o, (torch.Tensor, np.ndarray))]
 
 
 def test_policy_fields_are_documented():

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import cyclic_garbage_after
 from flax import linen, nnx
 
 import polygrad as pg
@@ -293,3 +294,15 @@ def test_a_closed_over_nnx_batch_norm_in_training_mode_is_refused_and_put_back()
     model.eval()
     report = pg.check(lambda x: jnp.sum(model(x) ** 2), x)
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+
+
+def test_a_check_leaves_no_array_to_the_cyclic_garbage_collector():
+    # the batched callables of a check hold its primals; in a reference cycle they
+    # would stay in memory after the check until the collector runs
+    n = 2_000
+    w = jnp.asarray(np.random.default_rng(3).uniform(0.5, 1.5, n), dtype=jnp.float32)
+    x = jnp.linspace(-1.0, 2.0, n, dtype=jnp.float32)
+    check = lambda: pg.check(lambda v: jnp.sum(w * jnp.tanh(v)), x, strategy="projections")  # noqa: E731
+    check()  # one-time imports and compilation
+    garbage = cyclic_garbage_after(check)
+    assert not [o for o in garbage if isinstance(o, (jax.Array, np.ndarray))]

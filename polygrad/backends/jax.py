@@ -575,12 +575,25 @@ class _Derivatives:
             "jax.jit", self._context, flat.frozen(), self._jits
         )
 
-        def make(batch: Callable, row: Callable, what: str) -> _Batched:
-            return _Batched(batch, row, batch_size, ctx, notes, f"{what} ({label})")
+        self._batching = (batch_size, notes, label)
 
-        self.evaluate = make(self._evaluate, self._evaluate_row, "evaluation")
-        self.vjp = make(self._vjp, self._vjp_row, "VJP")
-        self.jvp = make(self._jvp, self._jvp_row, "JVP")
+    def batched(self) -> tuple[_Batched, _Batched, _Batched]:
+        """The batched evaluation, VJP and JVP of ``g`` (``(B, a) -> (B, b)`` float64).
+
+        Returned, not kept on ``self``: each holds this object through its bound
+        methods, and an attribute holding them back would make a reference cycle, which
+        keeps the primals alive after the check until the garbage collector runs.
+        """
+        batch_size, notes, label = self._batching
+
+        def make(batch: Callable, row: Callable, what: str) -> _Batched:
+            return _Batched(batch, row, batch_size, self.ctx, notes, f"{what} ({label})")
+
+        return (
+            make(self._evaluate, self._evaluate_row, "evaluation"),
+            make(self._vjp, self._vjp_row, "VJP"),
+            make(self._jvp, self._jvp_row, "JVP"),
+        )
 
     def reverse_failure(self) -> str | None:
         """None where JAX differentiates ``g`` in reverse mode, else why it cannot
@@ -843,10 +856,11 @@ class JaxBackend(Backend):
 
             out_leaves = self._plain_call(flat, working_ctx)
             work = _Derivatives(flat, flat, flat.dtypes, batch_size, working_ctx, notes, wd.name)
-            y0 = work.evaluate(flat.x0[None])[0]
+            evaluate, vjp, jvp = work.batched()
+            y0 = evaluate(flat.x0[None])[0]
         with working_ctx():
-            _check_gradient_flows(flat, work.evaluate, y0, dtype_eps(wd))
-        ev64, vjp64, jvp64 = work.evaluate, work.vjp, work.jvp
+            _check_gradient_flows(flat, evaluate, y0, dtype_eps(wd))
+        ev64, vjp64, jvp64 = evaluate, vjp, jvp
         if wd != np.dtype(np.float64):  # narrower inputs, or f computes narrower inside
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
 
@@ -859,11 +873,11 @@ class JaxBackend(Backend):
             y0=y0,
             working_dtype=wd.name,
             eps=dtype_eps(wd),
-            evaluate=work.evaluate,
+            evaluate=evaluate,
             evaluate64=ev64,
-            vjp=work.vjp,
+            vjp=vjp,
             vjp64=vjp64,
-            jvp=_forward_mode(work.jvp),
+            jvp=_forward_mode(jvp),
             jvp64=_forward_mode(jvp64) if jvp64 is not None else None,
             evaluate_mp=evaluate_mp,
             input_layout=flat.layout,
@@ -929,7 +943,7 @@ class JaxBackend(Backend):
                 d = _Derivatives(
                     direct, flat, dtypes64, batch_size, _x64, notes, "float64", "direct"
                 )
-                return d.evaluate, d.vjp, d.jvp
+                return d.batched()
         # f keeps a narrow dtype for float64 input: promote its jaxpr instead.
         promoter = _Promoter()
         try:
@@ -980,8 +994,8 @@ class JaxBackend(Backend):
                 + " cannot be promoted to float64, so autodiff is checked in the working "
                 "dtype only (a wrong rule cannot be told apart from an unstable one)"
             )
-            return d.evaluate, None, None
-        return d.evaluate, d.vjp, d.jvp
+            return d.batched()[0], None, None
+        return d.batched()
 
     def gradient_function(
         self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]

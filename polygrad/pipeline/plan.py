@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,18 +132,27 @@ def raising_points_as_nan(
     found; ``raised`` records the first exception and how many rows raised.
     """
 
-    def guarded(X: np.ndarray) -> np.ndarray:
-        try:
-            return fn(X)
-        except Exception as exc:  # noqa: BLE001 - the user's function, at a point away from x
-            if X.shape[0] <= 1:
-                raised.setdefault("first", exc)
-                raised["count"] = raised.get("count", 0) + X.shape[0]
-                return np.full((X.shape[0], m), np.nan)
-            half = X.shape[0] // 2
-            return np.concatenate([guarded(X[:half]), guarded(X[half:])])
+    return functools.partial(_nan_where_raising, fn, m, raised)
 
-    return guarded
+
+def _nan_where_raising(
+    fn: Callable[[np.ndarray], np.ndarray], m: int, raised: dict[str, Any], X: np.ndarray
+) -> np.ndarray:
+    """The body of :func:`raising_points_as_nan` (a module-level function: a closure that
+    calls itself is a reference cycle, which keeps ``fn``'s target alive after the check
+    until the garbage collector runs)."""
+    try:
+        return fn(X)
+    except Exception as exc:  # noqa: BLE001 - the user's function, at a point away from x
+        if X.shape[0] <= 1:
+            raised.setdefault("first", exc.with_traceback(None))  # its frames hold batches
+            raised["count"] = raised.get("count", 0) + X.shape[0]
+            return np.full((X.shape[0], m), np.nan)
+        half = X.shape[0] // 2
+        return np.concatenate([
+            _nan_where_raising(fn, m, raised, X[:half]),
+            _nan_where_raising(fn, m, raised, X[half:]),
+        ])  # fmt: skip
 
 
 def _arithmetic(target: Target, reference: str, notes: list[str]) -> tuple[Any, float, str]:
