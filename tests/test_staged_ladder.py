@@ -82,6 +82,36 @@ def test_smooth_directions_settle_on_the_first_two_steps():
     assert np.all(dd.central.error[:, 0] <= EPS32 * np.abs(np.cos(x)))
 
 
+@pytest.mark.parametrize("side", [1.0, -1.0])
+def test_curvature_cancelling_the_slope_is_not_a_jump(side):
+    """g(t) = t - c t^2 (or its mirror image) with c h = 0.6 at the coarse step h = 2^-11:
+    the one-sided difference g(h) - g(0) = h (1 - c h) shrinks by 0.875 from h to h/2,
+    not by 1/2, as when the linear and quadratic terms cancel (a random direction of a
+    sum over many inputs, whose second derivative grows like n and its first like
+    sqrt(n)). Its odd and even parts each shrink as they must: no jump, the direction
+    settles on its first pair, and the one-sided derivatives cover the slope, 1."""
+    c = 0.6 * 2.0**11
+    x = np.array([0.0, 0.5])
+    g = lambda X: (X[:, 0] - side * c * X[:, 0] ** 2 + np.sin(X[:, 1]))[:, None]  # noqa: E731
+    fn, _ = _counted(g)
+    dd = _staged(fn, x, 4 * EPS64)
+    assert not np.any(dd.jump_right) and not np.any(dd.jump_left)
+    assert dd.central.evaluations == 2 * 4 + 1
+    assert abs(dd.central.value[0, 0] - 1.0) <= dd.central.error[0, 0] + 4 * EPS64
+    for one_sided in (dd.right, dd.left):
+        assert abs(one_sided.value[0, 0] - 1.0) <= one_sided.error[0, 0]
+
+
+def test_a_jump_beside_cancelling_curvature_is_still_a_jump():
+    """The same g with a step of 0.01 just right of 0: g(h) - g(0) does not shrink on
+    the right, nor does the odd part of the differences; it is a jump on the right."""
+    c = 0.6 * 2.0**11
+    x = np.array([0.0])
+    fn, _ = _counted(lambda X: (X[:, 0] - c * X[:, 0] ** 2 + 0.01 * (X[:, 0] > 0))[:, None])
+    dd = _staged(fn, x, 4 * EPS64)
+    assert dd.jump_right[0, 0] and not dd.jump_left[0, 0]
+
+
 def test_kink_pinned_at_x_by_the_coarse_pair_is_not_refined():
     """|x_0| + sum(sin(x_1:)): the kink at x_0 = 0 is resolved by the coarse pair (each
     side exact, so the kink lies within float32's resolution of x), the rest settle."""

@@ -271,22 +271,34 @@ def _jumps(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whether ``g(±h) - g(0)`` does not vanish like ``h``, and its sign.
 
-    Two conditions: ``|g(±h_k) - g(0)|`` stops shrinking over the three finest
-    steps (ratio above :data:`JUMP_RATIO`), and the one-sided tableau did not
-    converge (its error bar exceeds 10% of its value). The second condition
-    keeps strong curvature, whose one-sided differences can shrink slowly when
-    linear and quadratic terms cancel, from being mistaken for a jump.
+    Three conditions: ``|g(±h_k) - g(0)|`` stops shrinking over the three finest
+    steps (ratio above :data:`JUMP_RATIO`); the one-sided tableau did not
+    converge (its error bar exceeds 10% of its value); and the odd part
+    ``(g(h) - g(-h)) / 2`` or the even part ``(g(h) + g(-h)) / 2 - g(0)`` of the
+    differences stops shrinking too. The last two keep strong curvature, whose
+    one-sided differences shrink slowly where linear and quadratic terms cancel,
+    from being mistaken for a jump: a one-sided difference is the sum of the two
+    parts, and where each shrinks like ``h`` or faster, so does it. (A random
+    direction of a sum over ``n`` inputs meets this: its second derivative grows
+    like ``n``, its first like ``sqrt(n)``.)
     """
     with np.errstate(all="ignore"):
         signed = _to_float((Y[:, -3:, side] - f0) * (1.0 if side == 0 else -1.0))  # (d, 3, m)
         delta = np.abs(signed)
         ratios = delta[:, 1:] / delta[:, :-1]
+        odd = np.abs(_to_float(Y[:, -3:, 0] - Y[:, -3:, 1]))
+        even = np.abs(_to_float(Y[:, -3:, 0] + Y[:, -3:, 1] - 2 * f0))
+        stalls = np.any(odd[:, 1:] > JUMP_RATIO * odd[:, :-1], axis=1) | np.any(
+            even[:, 1:] > JUMP_RATIO * even[:, :-1], axis=1
+        )
         # an offset of a few units of round-off between g(0) and its neighbours (two code
         # paths, e.g. one point alone and a vectorized batch, round differently) does not
         # shrink with h either: it is not a jump
         size = np.maximum(_to_float(np.abs(f0))[None, :], _to_float(np.abs(Y[:, -1, side])))
         big = delta[:, -1] > 100.0 * np.maximum(sigma, value_eps * size)
-        jump = np.all(ratios > JUMP_RATIO, axis=1) & big & np.all(np.isfinite(delta), axis=1)
+        jump = (
+            np.all(ratios > JUMP_RATIO, axis=1) & big & np.all(np.isfinite(delta), axis=1) & stalls
+        )
         converged = _to_float(np.abs(tab.value)) * 0.1 >= tab.error
         return jump & ~converged, np.sign(signed[:, -1])
 
