@@ -12,10 +12,11 @@ float32 weights; see :func:`_problem`):
   ``np.testing.assert_allclose`` at rtol = atol = 1e-3), ``scipy.optimize.check_grad``
   for NumPy (with the hand-written gradient polygrad gets too); polygrad's
   ``check`` at its defaults. *first* is the first call on a new function object
-  (tracing included), *warm* the median of 5 further calls.
+  (tracing included), *warm* the median of 9 further calls.
 * n = 1e4, PyTorch float64, full Jacobian: polygrad against slow ``gradcheck``.
-* a pytest-style suite of 200 checks (50 per framework, n = 10, float32 and
-  float64, a new point and new function objects per test): once under each
+* a pytest-style suite of 200 checks (50 per framework, n = 10, parametrized over
+  ten elementwise functions, float32 and float64 and points: 20 programs per
+  framework, a new point and new function objects per test): once under each
   framework's own checker, then twice under polygrad with one reference-cache
   folder (empty, then a rerun as on CI), each run in a new process
   (:func:`_suite_row`).
@@ -367,45 +368,112 @@ def _cnn_row(framework: str) -> dict[str, Any]:
 SUITE_SIZE = 200
 
 
+SUITE_OPS = (
+    "sin", "cos", "tanh", "sigmoid", "softplus", "atan", "log1p_sq", "sqrt1p_sq", "exp_third",
+    "sin_sq",
+)  # fmt: skip
+"""The elementwise functions the suite is parametrized over: each test checks
+``sum(w * op(x))`` for one of them, in one dtype, at its own point."""
+
+
+def _numpy_ops() -> dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]:
+    """Each suite op in NumPy with its hand-written derivative (what ``check_grad`` and
+    polygrad's ``grad=`` get)."""
+
+    def sigmoid(x: Any) -> Any:
+        return 1 / (1 + np.exp(-x))
+
+    return {
+        "sin": (np.sin, np.cos),
+        "cos": (np.cos, lambda x: -np.sin(x)),
+        "tanh": (np.tanh, lambda x: 1 - np.tanh(x) ** 2),
+        "sigmoid": (sigmoid, lambda x: sigmoid(x) * (1 - sigmoid(x))),
+        "softplus": (lambda x: np.log1p(np.exp(x)), sigmoid),
+        "atan": (np.arctan, lambda x: 1 / (1 + x**2)),
+        "log1p_sq": (lambda x: np.log1p(x**2), lambda x: 2 * x / (1 + x**2)),
+        "sqrt1p_sq": (lambda x: np.sqrt(1 + x**2), lambda x: x / np.sqrt(1 + x**2)),
+        "exp_third": (lambda x: np.exp(x / 3), lambda x: np.exp(x / 3) / 3),
+        "sin_sq": (lambda x: np.sin(x) ** 2, lambda x: 2 * np.sin(x) * np.cos(x)),
+    }
+
+
+def _framework_ops(framework: str) -> dict[str, Callable[[Any], Any]]:
+    """Each suite op in ``framework`` (``"torch"``, ``"jax"`` or ``"tensorflow"``)."""
+    if framework == "torch":
+        import torch
+
+        return {
+            "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+            "softplus": torch.nn.functional.softplus, "atan": torch.atan,
+            "log1p_sq": lambda x: torch.log1p(x**2), "sqrt1p_sq": lambda x: torch.sqrt(1 + x**2),
+            "exp_third": lambda x: torch.exp(x / 3), "sin_sq": lambda x: torch.sin(x) ** 2,
+        }  # fmt: skip
+    if framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        return {
+            "sin": jnp.sin, "cos": jnp.cos, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
+            "softplus": jax.nn.softplus, "atan": jnp.arctan,
+            "log1p_sq": lambda x: jnp.log1p(x**2), "sqrt1p_sq": lambda x: jnp.sqrt(1 + x**2),
+            "exp_third": lambda x: jnp.exp(x / 3), "sin_sq": lambda x: jnp.sin(x) ** 2,
+        }  # fmt: skip
+    import tensorflow as tf
+
+    return {
+        "sin": tf.sin, "cos": tf.cos, "tanh": tf.tanh, "sigmoid": tf.sigmoid,
+        "softplus": tf.nn.softplus, "atan": tf.atan,
+        "log1p_sq": lambda x: tf.math.log1p(x**2), "sqrt1p_sq": lambda x: tf.sqrt(1 + x**2),
+        "exp_third": lambda x: tf.exp(x / 3), "sin_sq": lambda x: tf.sin(x) ** 2,
+    }  # fmt: skip
+
+
 def _suite_case(framework: str, i: int) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
     """Test ``i`` of a framework in the suite: (its own checker, ``polygrad`` with a cache).
 
-    n = 10, float32 for even ``i`` and float64 for odd, a new point per test and
-    new function objects per test (as a pytest parametrisation makes them).
+    As a test module parametrized over ops, dtypes and points makes them: the op is
+    ``SUITE_OPS[i % 10]``, the dtype float32 or float64 (alternating every ten tests),
+    the point drawn anew per test; so 50 tests check 20 different (function, dtype)
+    programs, each at two or three points, with new function objects per test.
     """
     import polygrad as pg
 
-    dtype = "float32" if i % 2 == 0 else "float64"
+    op_name = SUITE_OPS[i % len(SUITE_OPS)]
+    dtype = "float32" if (i // len(SUITE_OPS)) % 2 == 0 else "float64"
     w = _weights(10, dtype)
     x = np.random.default_rng(100 + i).uniform(-2.0, 2.0, 10).astype(dtype)
     if framework == "numpy":
         import scipy.optimize
 
-        f = lambda x: np.sum(w * np.sin(x) * np.exp(x / 3))  # noqa: E731
-        g = lambda x: w * np.exp(x / 3) * (np.cos(x) + np.sin(x) / 3)  # noqa: E731
+        op, dop = _numpy_ops()[op_name]
+        f = lambda x: np.sum(w * op(x))  # noqa: E731
+        g = lambda x: w * dop(x)  # noqa: E731
         x64 = x.astype(np.float64)
         return (lambda: scipy.optimize.check_grad(lambda v: float(f(v)), g, x64),
                 lambda cache: pg.check(f, x, grad=g, cache=cache))  # fmt: skip
+    op = _framework_ops(framework)[op_name]
     if framework == "torch":
         import torch
 
         wt, xt = torch.tensor(w), torch.tensor(x)
-        f = lambda x: (wt.to(x.dtype) * torch.sin(x) * torch.exp(x / 3)).sum()  # noqa: E731
+        f = lambda x: (wt * op(x)).sum()  # noqa: E731
         xt64 = xt.double().requires_grad_()
-        return (lambda: torch.autograd.gradcheck(f, (xt64,)),
+        w64 = wt.double()
+        f64 = lambda x: (w64 * op(x)).sum()  # noqa: E731 - gradcheck's float64 copy
+        return (lambda: torch.autograd.gradcheck(f64, (xt64,)),
                 lambda cache: pg.check(f, xt, cache=cache))  # fmt: skip
     if framework == "jax":
         import jax.numpy as jnp
         from jax.test_util import check_grads
 
         wj, xj = jnp.asarray(w), jnp.asarray(x)
-        f = lambda x: jnp.sum(wj * jnp.sin(x) * jnp.exp(x / 3))  # noqa: E731
+        f = lambda x: jnp.sum(wj * op(x))  # noqa: E731
         return (lambda: check_grads(f, (xj,), order=1, modes=["rev"]),
                 lambda cache: pg.check(f, xj, cache=cache))  # fmt: skip
     import tensorflow as tf
 
     wf, xf = tf.constant(w), tf.constant(x)
-    f = lambda x: tf.reduce_sum(wf * tf.sin(x) * tf.exp(x / 3))  # noqa: E731
+    f = lambda x: tf.reduce_sum(wf * op(x))  # noqa: E731
 
     def tool() -> None:
         theo, num = tf.test.compute_gradient(f, [xf])

@@ -112,6 +112,17 @@ def test_a_jump_beside_cancelling_curvature_is_still_a_jump():
     assert dd.jump_right[0, 0] and not dd.jump_left[0, 0]
 
 
+def test_an_infinite_slope_at_the_edge_of_the_domain_is_still_a_jump():
+    """sqrt at 0: NaN on the left, so the odd and even parts of the differences cannot
+    be formed and say nothing; the right side's infinite slope is still seen."""
+    x = np.array([0.0])
+    with np.errstate(invalid="ignore"):
+        fn, _ = _counted(lambda X: np.sqrt(X[:, :1]))
+        dd = _staged(fn, x, 4 * EPS64)
+    assert dd.jump_right[0, 0]
+    assert dd.right.value[0, 0] == np.inf
+
+
 def test_kink_pinned_at_x_by_the_coarse_pair_is_not_refined():
     """|x_0| + sum(sin(x_1:)): the kink at x_0 = 0 is resolved by the coarse pair (each
     side exact, so the kink lies within float32's resolution of x), the rest settle."""

@@ -288,8 +288,11 @@ def _jumps(
         ratios = delta[:, 1:] / delta[:, :-1]
         odd = np.abs(_to_float(Y[:, -3:, 0] - Y[:, -3:, 1]))
         even = np.abs(_to_float(Y[:, -3:, 0] + Y[:, -3:, 1] - 2 * f0))
-        stalls = np.any(odd[:, 1:] > JUMP_RATIO * odd[:, :-1], axis=1) | np.any(
-            even[:, 1:] > JUMP_RATIO * even[:, :-1], axis=1
+        # where the other side is not finite (sqrt at 0) the parts say nothing
+        stalls = (
+            np.any(odd[:, 1:] > JUMP_RATIO * odd[:, :-1], axis=1)
+            | np.any(even[:, 1:] > JUMP_RATIO * even[:, :-1], axis=1)
+            | ~np.all(np.isfinite(odd) & np.isfinite(even), axis=1)
         )
         # an offset of a few units of round-off between g(0) and its neighbours (two code
         # paths, e.g. one point alone and a vectorized batch, round differently) does not
@@ -601,7 +604,10 @@ def _size_of_values(cval: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """:func:`_size` of float64 values ``(d, m)``."""
     with np.errstate(all="ignore"):
         unit = cval / np.where(norms > 0, norms, 1.0)[:, None]
-        typical = np.sqrt(np.nanmean(np.where(np.isfinite(unit), unit, np.nan) ** 2, axis=0))
+        finite = np.isfinite(unit)  # the mean square over the finite ones (0 if none)
+        typical = np.sqrt(
+            np.sum(np.where(finite, unit, 0.0) ** 2, axis=0) / np.maximum(finite.sum(axis=0), 1)
+        )
     return np.maximum(np.abs(cval), norms[:, None] * np.nan_to_num(typical)[None, :])
 
 
