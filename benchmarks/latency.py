@@ -518,6 +518,7 @@ def _suite_row(size: int) -> dict[str, Any]:
     tool, first, second = (r[0] for r in runs)
     verdicts = ", ".join(f"{v} {k}" for k, v in sorted(second["verdicts"].items()))
     return {
+        "job": f"suite:{size}",
         "framework": "all four",
         "n": 10,
         "dtype": "float32+float64",
@@ -644,6 +645,8 @@ def write_markdown(table: str, path: Path, meta: str) -> None:
 
 def _row_job(row: dict[str, Any]) -> str:
     """The job a stored row came from (``full:10000``), where it can be told."""
+    if "job" in row:
+        return str(row["job"])
     if row.get("strategy") in ("full", "projections"):
         return f"{row['strategy']}:{row['n']}"
     if row.get("n") == 10 and "framework" in row and "dtype" in row:

@@ -129,6 +129,35 @@ def test_the_cache_is_bounded():
     assert len(cache._entries) == 2
 
 
+def test_a_module_of_twenty_functions_finds_each_ones_captures_on_its_next_point():
+    # a parametrized test module cycles through its functions (op 0, 1, ..., 19, then
+    # op 0 at its next point): each check asks for about seven kinds of capture
+    cache = CaptureCache()
+    fs = [lambda x, i=i: x * i for i in range(20)]
+    kinds = [f"kind{k}" for k in range(7)]
+    for _ in range(2):
+        for g in fs:
+            for kind in kinds:
+                cache.get(kind, (), (g,), lambda: None)
+    assert sum(cache.builds.values()) == len(fs) * len(kinds)  # none built twice
+
+
+def test_the_cache_is_bounded_by_the_bytes_of_the_arrays_it_keeps_alive():
+    cache = CaptureCache(maxsize=100, max_bytes=3 * 8000)
+    arrays = [np.full(1000, float(i)) for i in range(5)]  # 8000 bytes each
+    own = [lambda x, a=a: x + a for a in arrays]
+    for g in own:
+        cache.get("k", (), (g,), lambda: None)
+    assert len(cache._entries) == 3 and cache.kept_bytes() == 3 * 8000
+    shared = np.zeros(1000)
+    for i in range(5):  # one array kept by five entries counts once
+        cache.get("s", (), (lambda x, a=shared, i=i: x + a + i,), lambda: None)
+    assert sum(key[0] == "s" for key in cache._entries) == 5
+    big = CaptureCache(maxsize=100, max_bytes=10)
+    big.get("k", (), (own[0],), lambda: None)  # the newest entry stays, whatever its size
+    assert len(big._entries) == 1
+
+
 # -- PyTorch ------------------------------------------------------------------------------------
 def test_torch_second_check_reuses_the_captured_graph():
     import torch

@@ -36,6 +36,12 @@ Every object whose identity enters a signature is kept alive by the entry, so an
 identity cannot be reused by another object while the entry lives. When a
 signature cannot be formed with confidence (too deep, too large, an attribute
 that cannot be read), the function is not cached at all.
+
+The cache is bounded twice: by entries (:data:`MAX_ENTRIES`; one function's check
+makes up to about seven, one per kind of capture, so a test module over a few dozen
+functions finds each one's captures again on its next point), and by the bytes of
+the arrays the entries keep alive (:data:`MAX_KEPT_BYTES`, each array counted once),
+so that the models of finished tests are not held for the rest of the session.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ __all__ = [
     "Uncacheable",
     "code_globals",
     "frozen_state",
+    "kept_arrays",
     "state_signature",
 ]
 
@@ -68,6 +75,14 @@ MAX_DEPTH = 16
 
 MAX_ITEMS = 20000
 """Most objects visited for one signature; a larger state is not cached."""
+
+MAX_ENTRIES = 256
+"""Most captures kept by :data:`CAPTURES` (least recently used dropped first)."""
+
+MAX_KEPT_BYTES = 1 << 29
+"""Most bytes of arrays (tensors, variables) that :data:`CAPTURES`' entries keep alive,
+each array counted once (512 MiB); beyond it the least recently used entries go,
+though never the newest."""
 
 VALUE_HASH_SIZE = 1 << 16
 """Largest immutable array (entries) summarised by value; larger ones by identity (a
@@ -107,6 +122,46 @@ def _framework_leaf(v: Any) -> tuple[Any, ...] | None:
     if tf is not None and isinstance(v, tf.Tensor) and hasattr(v, "numpy"):
         return ("tftensor", *_immutable(v, v.numpy))
     return None
+
+
+def _array_bytes(v: Any) -> int | None:
+    """Bytes of a framework array, tensor or variable; None for other objects."""
+    if not _framework_leaf_kind(v):
+        return None
+    if isinstance(v, np.ndarray):
+        return int(v.nbytes)
+    size = getattr(v, "nbytes", None)  # jax.Array
+    if isinstance(size, int):
+        return size
+    numel = getattr(v, "numel", None)  # torch.Tensor
+    if callable(numel) and hasattr(v, "element_size"):
+        return int(numel()) * int(v.element_size())
+    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)  # TensorFlow
+    try:
+        return int(np.prod(tuple(shape or ()))) * int(getattr(dtype, "size", 8))
+    except (TypeError, ValueError):  # an unknown dimension
+        return 0
+
+
+def kept_arrays(keep: list[Any]) -> dict[int, int]:
+    """``{id: bytes}`` of the framework arrays among the objects a signature keeps alive.
+
+    Parameters
+    ----------
+    keep : list
+        The ``keep`` list of :func:`state_signature`.
+
+    Returns
+    -------
+    dict of int to int
+        The id and size in bytes of each array, tensor or variable in ``keep``.
+    """
+    out: dict[int, int] = {}
+    for v in keep:
+        size = _array_bytes(v)
+        if size is not None:
+            out[id(v)] = size
+    return out
 
 
 def _immutable(v: Any, values: Callable[[], np.ndarray]) -> tuple[Any, ...]:
@@ -321,6 +376,7 @@ class _Entry:
     value: Any
     state: tuple[Any, ...]
     owner: Hashable  # (kind, key, id of the function it was built from)
+    arrays: dict[int, int] = field(default_factory=dict)  # id -> bytes of what it keeps
 
     def still_valid(self, state: tuple[Any, ...]) -> bool:
         """Whether a hit for ``state`` may be served: the same objects, or the objects
@@ -342,6 +398,10 @@ class CaptureCache:
     ----------
     maxsize : int
         Most entries kept; the least recently used is dropped first.
+    max_bytes : int
+        Most bytes of arrays the entries keep alive (each array counted once); the
+        least recently used entries are dropped until the rest fit, but never the
+        newest.
 
     Attributes
     ----------
@@ -350,8 +410,9 @@ class CaptureCache:
         benchmarks.
     """
 
-    def __init__(self, maxsize: int = 32) -> None:
+    def __init__(self, maxsize: int = MAX_ENTRIES, max_bytes: int = MAX_KEPT_BYTES) -> None:
         self.maxsize = int(maxsize)
+        self.max_bytes = int(max_bytes)
         self.builds: dict[str, int] = {}
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._owned: dict[Hashable, Hashable] = {}  # owner -> slot of its latest entry
@@ -399,11 +460,21 @@ class CaptureCache:
             if stale is not None:
                 self._drop(stale)
             self._drop(slot)
-            self._entries[slot] = _Entry(signature, keep, value, tuple(state), owner)
+            arrays = kept_arrays(keep)
+            self._entries[slot] = _Entry(signature, keep, value, tuple(state), owner, arrays)
             self._owned[owner] = slot
-            while len(self._entries) > self.maxsize:
+            while len(self._entries) > self.maxsize or (
+                len(self._entries) > 1 and self.kept_bytes() > self.max_bytes
+            ):
                 self._drop(next(iter(self._entries)))
         return value
+
+    def kept_bytes(self) -> int:
+        """Bytes of the arrays the entries keep alive, each array counted once."""
+        seen: dict[int, int] = {}
+        for entry in self._entries.values():
+            seen.update(entry.arrays)
+        return sum(seen.values())
 
     def _drop(self, slot: Hashable) -> None:
         """Remove an entry and its owner's record of it (with the lock held)."""
