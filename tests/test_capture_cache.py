@@ -318,6 +318,31 @@ def test_jax_custom_rules_with_one_printed_jaxpr_are_not_shared():
         assert pg.check(fn, x).verdict.name == verdict
 
 
+@pytest.mark.parametrize("committed", [False, True])
+def test_jax_a_jitted_function_is_not_compiled_again_for_its_own_input(committed, caplog):
+    """The user's @jax.jit function, already called on x: polygrad calls it with inputs
+    placed as x is (committed to a device or not), so the user's compilation serves its
+    plain calls; only the float64 call compiles it once more."""
+    import logging
+
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def f(x):  # type: ignore[no-untyped-def]
+        return jnp.sum(jnp.sin(x) * x)
+
+    x = jnp.linspace(-1.0, 2.0, 10, dtype=jnp.float32)
+    if committed:
+        x = jax.device_put(x, jax.devices()[0])
+    f(x)
+    with caplog.at_level(logging.WARNING, logger="jax"), jax.log_compiles():
+        report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.PASS and report.ok
+    mine = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling jit(f)")]
+    assert len(mine) == 1 and "float64[10]" in mine[0], mine
+
+
 # -- TensorFlow / Keras -------------------------------------------------------------------------
 def test_keras_kernel_assigned_is_captured_again():
     import keras

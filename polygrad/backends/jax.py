@@ -411,6 +411,10 @@ class _FlatFunction:
         self.device = next(
             (next(iter(a.devices())) for a in self.leaves if isinstance(a, jax.Array)), None
         )
+        # new leaves are committed to that device only where the user's are: a jitted
+        # function (jax.nn.sigmoid, the user's own @jax.jit) keeps one compilation per
+        # placement, and a committed copy of an uncommitted input compiles it again
+        self.placement = self.device if any(_committed(a) for a in self.leaves) else None
         self.complex_outputs: list[bool] = []
         # traced in the user's x64 mode only: JAX caches how it converts a NumPy constant
         # used directly in an operation (not through jnp.asarray) across the two modes,
@@ -476,9 +480,15 @@ class _FlatFunction:
         import jax
 
         return [
-            jax.device_put(np.ascontiguousarray(part).astype(dt), self.device)
+            jax.device_put(np.ascontiguousarray(part).astype(dt), self.placement)
             for part, dt in zip(self.layout.split(X), dtypes, strict=True)
         ]
+
+
+def _committed(a: Any) -> bool:
+    """Whether ``a`` is a JAX array committed to its device (``jax.device_put`` with a
+    device); a NumPy array or an uncommitted one (``jnp.asarray``) is not."""
+    return bool(getattr(a, "committed", False))
 
 
 def _rows(arrays: Sequence[Any], B: int) -> np.ndarray:
@@ -644,7 +654,7 @@ class _Derivatives:
         specs = self.cot_specs
         layout = Layout.from_shapes([str(i) for i in range(len(specs))], [s for s, _ in specs])
         return [
-            jax.device_put(np.ascontiguousarray(u).astype(dt), self.flat.device)
+            jax.device_put(np.ascontiguousarray(u).astype(dt), self.flat.placement)
             for u, (_, dt) in zip(layout.split(U), specs, strict=True)
         ]
 
@@ -1097,7 +1107,7 @@ def _all_float64(g: Callable[..., list[Any]], flat: _FlatFunction) -> bool:
     import jax
     import jax.numpy as jnp
 
-    leaves = [jax.device_put(np.asarray(a).astype(np.float64), flat.device) for a in flat.leaves]
+    leaves = [jax.device_put(np.asarray(a).astype(np.float64), flat.placement) for a in flat.leaves]
     try:
         outs = g(*leaves)
     except Exception:  # noqa: BLE001 - f does not accept float64 input
