@@ -275,7 +275,8 @@ def _jumps(
     steps (ratio above :data:`JUMP_RATIO`); the one-sided tableau did not
     converge (its error bar exceeds 10% of its value); and the odd part
     ``(g(h) - g(-h)) / 2`` or the even part ``(g(h) + g(-h)) / 2 - g(0)`` of the
-    differences stops shrinking too. The last two keep strong curvature, whose
+    differences stops shrinking too (or cannot be formed: the other side is not
+    finite, as for ``sqrt`` at 0). The last two keep strong curvature, whose
     one-sided differences shrink slowly where linear and quadratic terms cancel,
     from being mistaken for a jump: a one-sided difference is the sum of the two
     parts, and where each shrinks like ``h`` or faster, so does it. (A random
