@@ -619,3 +619,25 @@ def test_while_loop_checks_forward_mode_under_auto():
     np.testing.assert_allclose(report.entries.reference, d, rtol=1e-6)
     with pytest.raises(ValueError, match="reverse mode failed.*while_loop"):
         pg.check(f, x, mode="rev")
+
+
+def test_vjp_batches_of_a_wide_input_stay_within_the_byte_budget():
+    """A VJP of a scalar function returns rows as wide as its input: its padded batches
+    are sized by that width, as batches of points are (128 rows of 1e6 float64 were
+    1 GB before the conversions)."""
+    import contextlib
+
+    from polygrad.backends.jax import _Batched
+    from polygrad.reference.differences import rows_per_batch
+
+    n = 1 << 20
+    seen = []
+
+    def batch(U):  # (B, 1) cotangents -> (B, n) rows
+        seen.append(U.shape[0])
+        return np.zeros((U.shape[0], n))
+
+    vjp = _Batched(batch, batch, 128, contextlib.nullcontext, [], "VJP", out_width=n)
+    out = vjp(np.ones((8, 1)))
+    assert out.shape == (8, n)
+    assert max(seen) == rows_per_batch(n, 128) < 8

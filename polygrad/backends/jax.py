@@ -508,7 +508,7 @@ class _Batched:
         The same for one row ``(a,) → (b,)``, without vmap.
     batch_size : int
         Most rows per batched call. Every call runs exactly
-        ``min(batch_size, _MAX_ROWS)`` rows, fewer for a wide input (see
+        ``min(batch_size, _MAX_ROWS)`` rows, fewer for a wide input or output (see
         :func:`polygrad.reference.differences.rows_per_batch`), the last chunk
         padded: XLA
         may round differently for different batch shapes, and a point's value
@@ -518,6 +518,13 @@ class _Batched:
         Returns the context manager the calls run in (x64 or nothing).
     notes : list of str
         Gets a note the first time the fallback is taken.
+    what : str
+        What is batched, for the note.
+    out_width : int
+        ``b``, the numbers per output row: a VJP of a scalar function returns rows as
+        wide as its input, and a batch of them must stay within the same byte budget
+        as a batch of inputs (128 padded rows of 1e6 float64 were 1 GB, three times
+        over in the conversions).
     """
 
     def __init__(
@@ -528,10 +535,12 @@ class _Batched:
         ctx: Callable[[], contextlib.AbstractContextManager[Any]],
         notes: list[str],
         what: str,
+        out_width: int = 0,
     ):
         self.batch, self.row = batch, row
         self.batch_size = max(1, min(int(batch_size), _MAX_ROWS))
         self.ctx, self.notes, self.what = ctx, notes, what
+        self.out_width = int(out_width)
         self.vmap_ok = True
 
     def _padded(self, X: np.ndarray, rows: int) -> np.ndarray:
@@ -543,8 +552,8 @@ class _Batched:
 
     def __call__(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float64)
-        # fixed per callable (its input width is): fewer rows for a large input
-        rows = rows_per_batch(X.shape[1], self.batch_size)
+        # fixed per callable (its widths are): fewer rows for a large input or output
+        rows = rows_per_batch(max(X.shape[1], self.out_width), self.batch_size)
         with self.ctx():
             if self.vmap_ok:
                 try:
@@ -595,14 +604,16 @@ class _Derivatives:
         keeps the primals alive after the check until the garbage collector runs.
         """
         batch_size, notes, label = self._batching
+        n = self.flat.x0.size
+        m = sum(int(np.prod(shape)) for shape, _ in self.cot_specs)
 
-        def make(batch: Callable, row: Callable, what: str) -> _Batched:
-            return _Batched(batch, row, batch_size, self.ctx, notes, f"{what} ({label})")
+        def make(batch: Callable, row: Callable, what: str, width: int) -> _Batched:
+            return _Batched(batch, row, batch_size, self.ctx, notes, f"{what} ({label})", width)
 
         return (
-            make(self._evaluate, self._evaluate_row, "evaluation"),
-            make(self._vjp, self._vjp_row, "VJP"),
-            make(self._jvp, self._jvp_row, "JVP"),
+            make(self._evaluate, self._evaluate_row, "evaluation", m),
+            make(self._vjp, self._vjp_row, "VJP", n),
+            make(self._jvp, self._jvp_row, "JVP", m),
         )
 
     def reverse_failure(self) -> str | None:
