@@ -306,6 +306,33 @@ def test_batches_of_a_wide_input_stay_within_the_byte_budget(monkeypatch):
     assert Y.shape == (5, 2, 2, 1)
 
 
+def test_a_direction_whose_points_exceed_the_byte_budget_is_evaluated_in_pieces(monkeypatch):
+    """A long ladder (ten steps, 21 points with x0) of an input so wide that 12 points
+    fill the budget: each direction's points go in pieces of at most 12 rows, with the
+    values of one whole batch, bit for bit, and x0 first."""
+    from polygrad.reference import differences
+
+    x = np.linspace(0.1, 1.0, 1000)
+    W = np.random.default_rng(5).normal(size=(3, 1000))
+    steps = 2.0 ** -np.arange(2, 12)
+    seen = []
+
+    def fn(X):
+        seen.append(X.shape[0])
+        return np.stack([np.sum(np.sin(X), axis=1), np.sum(X**3, axis=1)], axis=1)
+
+    whole_center: dict[str, np.ndarray] = {}
+    whole = evaluate_ladder(fn, x, W, steps, 4096, whole_center)
+    assert seen == [3 * 20 + 1]  # whole directions, one batch
+    seen.clear()
+    monkeypatch.setattr(differences, "BATCH_BYTES", 8 * 1000 * 12)  # 12 rows of n = 1000
+    center: dict[str, np.ndarray] = {}
+    pieces = evaluate_ladder(fn, x, W, steps, 4096, center)
+    assert max(seen) <= 12 and sum(seen) == 3 * 20 + 1
+    np.testing.assert_array_equal(pieces, whole)
+    np.testing.assert_array_equal(center["f0"], fn(x[None])[0])
+
+
 def _tableaus_without_the_shortcut(monkeypatch, *args, **kwargs):
     from polygrad.reference import differences
 

@@ -100,7 +100,9 @@ def evaluate_ladder(
     W : ndarray, shape (d, n)
     steps : ndarray, shape (L,)
     max_rows : int
-        Largest batch passed to ``fn`` (at least one direction's ``2 L`` rows).
+        Largest batch passed to ``fn`` (whole directions where one direction's
+        ``2 L`` rows fit the byte budget of :func:`rows_per_batch`, else pieces of
+        one direction).
     center : dict, optional
         If given, ``x0`` itself is evaluated as the first row of the first batch
         (through the same code path as its neighbours) and stored under ``"f0"``.
@@ -113,9 +115,12 @@ def evaluate_ladder(
     d, n = W.shape
     L = steps.size
     per_dir = 2 * L
-    dirs_per_chunk = max(1, rows_per_batch(n, max_rows) // per_dir)
-    out = []
+    cap = rows_per_batch(n, max_rows)
     coef = (steps[:, None] * np.array([1.0, -1.0])[None, :]).reshape(-1)  # (2 L,): +h, -h
+    if cap < per_dir + 1:  # one direction's points alone exceed the batch budget
+        return _ladder_in_pieces(fn, x0, W, coef, cap, center)
+    dirs_per_chunk = max(1, cap // per_dir)
+    out = []
     # one buffer reused from chunk to chunk: a fresh block of a large input costs more in
     # first-touch page faults than in arithmetic
     buf = np.empty((1 + min(d, dirs_per_chunk) * per_dir, n))
@@ -131,6 +136,43 @@ def evaluate_ladder(
         if extra and center is not None:
             center["f0"] = Y[0]
         out.append(Y[extra:].reshape(Wc.shape[0], L, 2, -1))
+    return np.concatenate(out, axis=0)
+
+
+def _ladder_in_pieces(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    coef: np.ndarray,
+    cap: int,
+    center: dict[str, np.ndarray] | None,
+) -> np.ndarray:
+    """:func:`evaluate_ladder` for an input so wide that one direction's points exceed
+    the batch budget (a long ladder at n = 1e6: 21 points, 168 MB): each direction's
+    points (after ``x0``, where ``center`` asks for it) in pieces of at most ``cap``
+    rows, built in one reused buffer, with the same values as a whole batch's."""
+    d, n = W.shape
+    buf = np.empty((cap, n))
+    out = []
+    for j in range(d):
+        rows: list[float | None] = [None] if center is not None and j == 0 else []  # None: x0
+        rows += [float(c) for c in coef]
+        values = []
+        for a in range(0, len(rows), cap):
+            piece = rows[a : a + cap]
+            X = buf[: len(piece)]
+            for i, c in enumerate(piece):
+                if c is None:
+                    X[i] = x0
+                else:
+                    np.multiply(c, W[j], out=X[i])
+                    X[i] += x0
+            values.append(fn(X))
+        Y = np.concatenate(values)
+        if center is not None and j == 0:
+            center["f0"] = Y[0]
+            Y = Y[1:]
+        out.append(Y.reshape(1, coef.size // 2, 2, -1))
     return np.concatenate(out, axis=0)
 
 
