@@ -779,3 +779,35 @@ def test_binary_cross_entropy_at_a_probability_near_1_passes():
     np.testing.assert_allclose(
         report.entries.reference, (-(yn / pn) + (1 - yn) / (1 - pn)) / 2, rtol=1e-12
     )
+
+
+def test_mp_work_out_of_reach_for_a_wide_input_is_not_started(monkeypatch):
+    """A MISMATCH asks for mp evidence (its directions re-estimated, the rule re-run on
+    mpmath numbers, the working-dtype recheck's mp program): where even a lower bound of
+    its cost is beyond ``mp_auto_seconds`` (at n = 1e6 one PyTorch evaluation took about
+    half a minute), nothing on mpmath numbers runs, notes say why, and the verdict is
+    the one the float64 reference gives."""
+    from conftest import torch_planted_tanh
+
+    from polygrad.reference import mp
+
+    # as if the 16 inputs were 16 million: a lower bound of 16 s per evaluation
+    monkeypatch.setattr(mp, "MP_SECONDS_PER_INPUT", 1.0)
+    planted = torch_planted_tanh(1e-3)
+    w = torch.linspace(0.5, 1.5, 16)
+    x = torch.linspace(-1.5, 1.5, 16)
+    from polygrad.mpexec import torch_graph
+
+    ran = []
+    real_run = torch_graph.GraphProgram.run
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ran.append(1)
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch_graph.GraphProgram, "run", counted)
+    report = pg.check(lambda v: (w * planted.apply(v)).sum(), x, strategy="projections")
+    assert report.verdict is pg.Verdict.MISMATCH and not report.ok
+    assert not ran
+    assert any("not re-examined with mp: it would take at least" in n for n in report.notes)
+    assert any("not re-executed on mpmath numbers" in n for n in report.notes)

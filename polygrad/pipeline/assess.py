@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from .._timing import probe_seconds
 from ..backends.base import Target
 from ..details import Escalation, HiddenCancellation
+from ..reference.mp import mp_seconds_at_least
 from ..reference.steps import F64_EPS
 from ..report import SEVERITY, Entries, Verdict
 from .autodiff import (
@@ -186,11 +188,24 @@ def _with_rule_in_mp(
         return st, blocks
     j = prep.modes.index("rev")
     doubt = _rows_in_doubt(target, blocks[j], st.full)
-    if doubt.size == 0 or not target.rule_mp_mode():
+    if doubt.size == 0:
+        return st, blocks
+    budget = opts.policy.mp_auto_seconds
+    evaluations = RULE_MP_EVALUATIONS * doubt.size + 1
+    at_least = mp_seconds_at_least(target.n, evaluations)
+    if at_least > budget:  # a wide input: not even one evaluation is timed
+        notes.append(_rule_mp_skipped_note(doubt.size, at_least, "at least "))
+        return st, blocks
+    if not target.rule_mp_mode():
         return st, blocks
     try:
         if st.f0_mp is None and target.mp_mode():
-            st = replace(st, f0_mp=_f_at_x0_mp(target, opts.dps))
+            at_x0: list[np.ndarray | None] = []
+            once = probe_seconds(lambda: at_x0.append(_f_at_x0_mp(target, opts.dps)))
+            st = replace(st, f0_mp=at_x0[0])
+            if once * (evaluations - 1) > budget:
+                notes.append(_rule_mp_skipped_note(doubt.size, once * (evaluations - 1)))
+                return st, blocks
         judged = judge_modes(target, st, prep.modes, opts, allowances, doubt)
     except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
         return st, blocks
@@ -198,6 +213,19 @@ def _with_rule_in_mp(
     lost = None if st.f0_mp is None else digits_lost(target.y0, st.f0_mp)
     notes.append(_rule_mp_note(doubt.size, int(np.sum(after != before)), opts, target, lost))
     return st, judged
+
+
+RULE_MP_EVALUATIONS = 3
+"""What the rule of one VJP row costs on mpmath numbers, in evaluations of ``f`` (its
+forward pass and its backward pass, about twice the forward)."""
+
+
+def _rule_mp_skipped_note(rows: int, seconds: float, bound: str = "") -> str:
+    return (
+        f"the rule was not re-executed on mpmath numbers for the {rows} VJP row(s) beyond "
+        f"the tolerances: it would take {bound}about {seconds:.0f} s, beyond "
+        "policy.mp_auto_seconds"
+    )
 
 
 def _rule_mp_note(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..backends.base import Target
+from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
 from ..report import SEVERITY, Entries, Verdict
 from .assess import Assessment, assess
 from .autodiff import Setting
@@ -53,10 +54,12 @@ class WorkingRecheck:
     judged: Assessment
 
 
-def working_only(target: Target) -> Target:
+def working_only(target: Target, mp_can_serve: bool = True) -> Target:
     """A copy of ``target`` without its float64 evaluations, and without its mp ones
-    unless they are of the working-dtype program (see :func:`mp_follows_working`)."""
-    keep_mp = mp_follows_working(target)
+    unless they are of the working-dtype program (see :func:`mp_follows_working`) and
+    ``mp_can_serve`` (the working-dtype check could use them: else the mp evaluation
+    that tells is not run, which at n = 1e6 takes a minute)."""
+    keep_mp = mp_can_serve and mp_follows_working(target)
     dropped = {"forward"} | (set() if keep_mp else {"mp", "rule_mp"})
     out = replace(target, deferred={k: v for k, v in target.deferred.items() if k not in dropped})
     for name in _FLOAT64 + (() if keep_mp else _MP):
@@ -115,7 +118,10 @@ def recheck_in_working_dtype(
         or not np.any(failing)
     ):
         return None
-    w_target = working_only(target)
+    # mp serves the working-dtype check only as its reference (a small check) or to
+    # re-examine entries in doubt, which a wide input's cost rules out before it runs
+    along_all = mp_seconds_at_least(target.n, expected_mp_evaluations(plan.d))
+    w_target = working_only(target, plan.small or along_all <= opts.policy.mp_auto_seconds)
     w_prep = replace(prep, target=w_target)
     # working-dtype differences, escalated to mp where that is the working program's
     w_opts = replace(opts, reference="auto" if w_target.evaluate_mp is not None else "working")

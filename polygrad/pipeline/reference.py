@@ -14,7 +14,7 @@ from ..backends.base import Target, describe_exception
 from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from ..reference.differences import DirectionalDerivatives
-from ..reference.mp import expected_mp_evaluations
+from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
 from ..reference.noise import NOISE_DETECTED, output_resolution
 from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder, rademacher
@@ -381,6 +381,10 @@ def escalate(
     if not dirs:
         return None
     p = opts.policy
+    at_least = mp_seconds_at_least(target.n, expected_mp_evaluations(len(dirs)))
+    if at_least > p.mp_auto_seconds:  # a wide input: not even one evaluation is timed
+        details["notes"].append(_mp_skipped_note(at_least, len(dirs), "at least "))
+        return None
     try:
         if not target.mp_mode():
             return None
@@ -393,10 +397,7 @@ def escalate(
         details["f0_mp"] = at_x0[0]  # read by the assessment (hidden cancellation)
         seconds = once * expected_mp_evaluations(len(dirs))
         if seconds > p.mp_auto_seconds:
-            details["notes"].append(
-                f"entries in doubt were not re-examined with mp: it would take about "
-                f"{seconds:.0f} s along their {len(dirs)} direction(s) (pass reference='mp')"
-            )
+            details["notes"].append(_mp_skipped_note(seconds, len(dirs)))
             return None
         sub = mp_directional_derivatives(target.evaluate_mp, target.x0, rows(np.asarray(dirs)),
                                          dps=opts.dps, levels=p.mp_levels)  # fmt: skip
@@ -408,6 +409,14 @@ def escalate(
     details["escalation"] = {"reference": "mp", "dps": opts.dps, "directions": dirs,
                              "d": d}  # fmt: skip
     return merge_directions(dd, sub, np.asarray(dirs))
+
+
+def _mp_skipped_note(seconds: float, directions: int, bound: str = "") -> str:
+    return (
+        f"entries in doubt were not re-examined with mp: it would take {bound}about "
+        f"{seconds:.0f} s along their {directions} direction(s), beyond "
+        "policy.mp_auto_seconds (pass reference='mp')"
+    )
 
 
 def merge_directions(
