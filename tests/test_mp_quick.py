@@ -144,6 +144,40 @@ def test_a_point_near_the_edge_of_the_domain_settles_without_leaving_it():
     assert full.central.error[0, 0] <= 1e-15 * abs(float(exact))
 
 
+def test_a_zero_derivative_with_a_short_length_scale_settles_at_the_retried_step():
+    """sqrt(x_0² + 1e-12) + sin(x_1) at (0, 1): smooth, bending over 1e-6 at x_0 = 0,
+    where its derivative is exactly 0. The quick step's gap h g'' (4e-19) is not
+    settled; the retried step's is, judged against the size the derivatives have over
+    all directions (a derivative of 0 alone has none): no ladder, whose steps of 1e-2
+    saw the bend as a kink (left -0.99995, right 0.99995, NONSMOOTH)."""
+
+    def eps_norm(ctx, x):
+        return [ctx.sqrt(x[0] ** 2 + ctx.mpf(1e-12)) + ctx.sin(x[1])]
+
+    x0 = np.array([0.0, 1.0])
+    full = mp_directional_derivatives(_mp_fn(eps_norm), x0, np.eye(2))
+    assert abs(full.central.value[0, 0]) <= full.central.error[0, 0] <= 1e-20
+    assert full.central.step[0, 0] == QUICK_STEP * QUICK_RETRY_FACTOR
+    assert abs(full.right.value[0, 0]) <= 1e-20 and abs(full.left.value[0, 0]) <= 1e-20
+    assert full.central.value[1, 0] == pytest.approx(np.cos(1.0), rel=1e-15)
+
+
+def test_a_smoothed_abs_at_zero_is_a_pass_not_a_kink():
+    """The check of that function with its hand-written gradient: PASS, also where
+    kinks fail the check (``nonsmooth="fail"``)."""
+
+    def f(x):
+        return np.sum(np.sqrt(x**2 + 1e-12))
+
+    def grad(x):
+        return x / np.sqrt(x**2 + 1e-12)
+
+    x = np.array([0.0, 1.0])
+    report = pg.check(f, x, grad=grad, nonsmooth="fail")
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    np.testing.assert_allclose(report.entries.reference, grad(x), rtol=1e-15, atol=1e-20)
+
+
 def test_a_kink_near_x_but_beyond_the_step_gives_the_derivative_at_x():
     """|x - 7e-13| at 0: smooth on the quick step's scale, slope -1 there."""
 

@@ -159,8 +159,10 @@ def mp_directional_derivatives(
         # allows (a point 1e-7 from the edge of log1p(-x)'s domain) settles there, where
         # the ladder's long steps would leave the domain; a kink at x does not (its gap
         # does not shrink with the step)
+        norms = np.sqrt(np.einsum("ij,ij->i", W, W))
+        size = _size_of_values(_floats(quick.central.value), norms)[~settled]
         finer, settled_f = quick_mp_derivatives(
-            evaluate_mp, x0, W[~settled], f0_quick, dps, h=QUICK_STEP * QUICK_RETRY_FACTOR
+            evaluate_mp, x0, W[~settled], f0_quick, dps, QUICK_STEP * QUICK_RETRY_FACTOR, size
         )
         quick = _merge(quick, finer, settled, evaluations=quick.central.evaluations)
         settled = settled.copy()
@@ -316,6 +318,7 @@ def quick_mp_derivatives(
     f0: np.ndarray,
     dps: int,
     h: float = QUICK_STEP,
+    size: np.ndarray | None = None,
 ) -> tuple[DirectionalDerivatives, np.ndarray]:
     """One mp central difference per direction, at a step far below any length scale.
 
@@ -347,6 +350,12 @@ def quick_mp_derivatives(
         Decimal digits of the mpmath arithmetic.
     h : float
         The step, a power of two (default :data:`QUICK_STEP`).
+    size : ndarray, shape (d, m), optional
+        What each entry's gap and round-off are judged against; by default its own
+        size, or the typical size of its output over these directions where larger
+        (:func:`~polygrad.reference.differences._size_of_values`). A retry of some
+        directions passes the sizes of the whole set: an entry that is 0 (the
+        derivative of ``sqrt(x² + e)`` at 0) has no typical size among itself alone.
 
     Returns
     -------
@@ -369,7 +378,8 @@ def quick_mp_derivatives(
         mag = np.max(np.abs(_floats(Y)), axis=1)  # (d, m)
         roundoff = 10.0 ** (1 - digits) * np.maximum(mag, np.abs(_floats(f0)))[None] / h
         roundoff = roundoff.reshape(d, m)
-        size = _size_of_values(_floats(central), np.sqrt(np.einsum("ij,ij->i", W, W)))
+        if size is None:
+            size = _size_of_values(_floats(central), np.sqrt(np.einsum("ij,ij->i", W, W)))
         gap = np.abs(_floats(right - left))
         ok = (gap <= MP_TARGET * size) & (roundoff <= MP_TARGET * size)
         ok &= np.isfinite(mag) & np.isfinite(gap)
