@@ -767,3 +767,16 @@ def test_a_point_near_the_edge_of_the_domain_passes():
     report = pg.check(lambda x: np.sum(np.log1p(-x)), x, grad=lambda x: -1 / (1 - x))
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
     np.testing.assert_allclose(report.entries.reference, -1 / (1 - x), rtol=1e-14)
+
+
+def test_sqrt_at_zero_says_why_mp_could_not_serve():
+    """sqrt at 0: the mp difference's left step is a negative number, whose square root
+    mpmath makes complex; the note names that, not a conversion to machine precision."""
+
+    def f(x):
+        return np.sum(np.sqrt(x))
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        report = pg.check(f, np.array([0.0, 1.0, 4.0]), grad=lambda x: 0.5 / np.sqrt(x))
+    assert report.verdict is Verdict.NONSMOOTH
+    assert any("outside its domain" in n for n in report.notes), report.notes

@@ -175,9 +175,14 @@ def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
                 machine = isinstance(v, (float, complex, np.floating, np.complexfloating))
                 if not machine and (isinstance(v, (int, np.integer)) or hasattr(v, "is_integer")):
                     continue
+                why = (
+                    "a complex value: a real function outside its domain there, e.g. "
+                    "sqrt or log of a negative number"
+                    if isinstance(v, ctx.mpc)
+                    else "a conversion to machine precision"
+                )
                 raise TypeError(
-                    f"the function produced a {type(v).__name__} value on mpmath input "
-                    "(a conversion to machine precision)"
+                    f"the function produced a {type(v).__name__} value on mpmath input ({why})"
                 )
         parts.append(np.asarray(arr).ravel())  # a plain object array, not a subclass
     return np.concatenate(parts) if parts else np.empty(0, dtype=object)
