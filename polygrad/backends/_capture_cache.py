@@ -41,7 +41,7 @@ The cache is bounded twice: by entries (:data:`MAX_ENTRIES`; one function's chec
 makes up to about seven, one per kind of capture, so a test module over a few dozen
 functions finds each one's captures again on its next point), and by the bytes of
 the arrays the entries keep alive (:data:`MAX_KEPT_BYTES`, each array counted once),
-so that the models of finished tests are not held for the rest of the session.
+so that the models of finished tests are not held for the rest of a test run.
 """
 
 from __future__ import annotations
