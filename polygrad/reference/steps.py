@@ -89,9 +89,14 @@ def rademacher(rng: np.random.Generator, k: int, n: int) -> np.ndarray:
     ndarray, shape (k, n), float64
         Entries ``-1.0`` or ``1.0``, each with probability 1/2.
     """
-    size = int(k) * int(n)
-    bits = np.unpackbits(np.frombuffer(rng.bytes((size + 7) // 8), dtype=np.uint8), count=size)
+    bits = _random_bits(rng, int(k) * int(n))
     return np.where(bits.reshape(int(k), int(n)) != 0, 1.0, -1.0)
+
+
+def _random_bits(rng: np.random.Generator, size: int) -> np.ndarray:
+    """``size`` random bits (``uint8`` 0 or 1) from ``size / 8`` random bytes of ``rng``:
+    the one draw behind :func:`rademacher` and :class:`RademacherDirections`."""
+    return np.unpackbits(np.frombuffer(rng.bytes((size + 7) // 8), dtype=np.uint8), count=size)
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,9 +150,7 @@ class RademacherDirections:
         """
         if not 0 <= i < self.k:
             raise IndexError(f"direction {i} of {self.k}")
-        n = self.s.size
-        rng = np.random.default_rng([*self.seed, int(i)])
-        bits = np.unpackbits(np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8), count=n)
+        bits = _random_bits(np.random.default_rng([*self.seed, int(i)]), self.s.size)
         flip = np.left_shift(bits ^ 1, np.uint64(63), dtype=np.uint64)
         s = np.ascontiguousarray(self.s, dtype=np.float64)
         np.bitwise_xor(s.view(np.uint64), flip, out=out.view(np.uint64))
