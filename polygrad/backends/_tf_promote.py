@@ -38,7 +38,21 @@ import numpy as np
 
 from .base import describe_exception, dtype_eps
 
-__all__ = ["Float64Graph", "narrowest_computed", "promote_to_float64", "variables_written"]
+__all__ = [
+    "SYMMETRIC_INPUT_OPS",
+    "Float64Graph",
+    "narrowest_computed",
+    "promote_to_float64",
+    "symmetric_reads",
+    "variables_written",
+]
+
+SYMMETRIC_INPUT_OPS = frozenset({
+    "Cholesky", "BatchCholesky", "SelfAdjointEig", "SelfAdjointEigV2", "BatchSelfAdjointEig",
+    "BatchSelfAdjointEigV2", "XlaSelfAdjointEig",
+})  # fmt: skip
+"""TensorFlow op types documented to read a symmetric (Hermitian) matrix
+(``tf.linalg.cholesky``, ``logdet``, ``eigh``, ``eigvalsh``): each reads one triangle."""
 
 _PYTHON_OPS = {
     "EagerPyFunc": "tf.py_function",
@@ -185,6 +199,88 @@ def narrowest_computed(
                     if found is None or eps > found[0]:
                         found = (eps, np.dtype(dt.as_numpy_dtype), op.type)
     return None if found is None else (found[1], found[2])
+
+
+def symmetric_reads(
+    tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]
+) -> dict[int, tuple[str, ...]] | None:
+    """Which checked leaves reach an op that reads a symmetric matrix.
+
+    The dependence is followed node by node through the frozen graph (nested
+    ``tf.function`` calls inlined); a control-flow op (``If``, ``While``...) whose
+    function body holds such an op counts as one, by its inputs.
+
+    Returns
+    -------
+    dict of int to tuple of str, or None
+        Leaf position -> the :data:`SYMMETRIC_INPUT_OPS` types its value reaches (absent
+        where none); None when ``call`` cannot be traced or frozen.
+    """
+    try:
+        graph_def, inputs, _ = _frozen(tf, _trace(tf, call, specs))
+    except Exception:  # noqa: BLE001 - not capturable: nothing is known
+        return None
+    leaf_of = {name.split(":")[0]: i for i, name in enumerate(inputs[: len(specs)])}
+    reach = _reaching(graph_def, leaf_of)
+    bodies = _bodies_reading_symmetric(graph_def)
+    found: dict[int, list[str]] = {}
+    for node in graph_def.node:
+        called = [f for f in _called_functions(node) if f in bodies]
+        if node.op in SYMMETRIC_INPUT_OPS or called:
+            label = node.op if not called else f"{bodies[called[0]]} (inside {node.op})"
+            ins = [reach.get(i, frozenset()) for i in _data_inputs(node)]
+            for i in frozenset().union(*ins):
+                found.setdefault(i, []).append(label)
+    return {i: tuple(dict.fromkeys(names)) for i, names in found.items()}
+
+
+def _data_inputs(node: Any) -> list[str]:
+    return [i.split(":")[0] for i in node.input if not i.startswith("^")]
+
+
+def _reaching(graph_def: Any, leaf_of: dict[str, int]) -> dict[str, frozenset[int]]:
+    """Node name -> the checked leaves its value depends on (to a fixed point: an imported
+    graph need not be in topological order)."""
+    reach = {name: frozenset({i}) for name, i in leaf_of.items()}
+    changed = True
+    while changed:
+        changed = False
+        for node in graph_def.node:
+            if node.name in leaf_of:
+                continue
+            new = frozenset().union(*(reach.get(i, frozenset()) for i in _data_inputs(node)))
+            if new != reach.get(node.name, frozenset()):
+                reach[node.name], changed = new, True
+    return reach
+
+
+def _called_functions(node: Any) -> list[str]:
+    """Names of the library functions a node calls (branches, loop bodies, calls)."""
+    out = []
+    for attr in node.attr.values():
+        if attr.HasField("func"):
+            out.append(attr.func.name)
+        elif attr.HasField("list"):
+            out += [f.name for f in attr.list.func]
+    return out
+
+
+def _bodies_reading_symmetric(graph_def: Any) -> dict[str, str]:
+    """Library function name -> a symmetric-input op type it runs (directly or in a call)."""
+    fdefs = {f.signature.name: f for f in graph_def.library.function}
+    found: dict[str, str] = {}
+    grew = True
+    while grew:
+        grew = False
+        for name, fdef in fdefs.items():
+            if name in found:
+                continue
+            for node in fdef.node_def:
+                inner = [found[f] for f in _called_functions(node) if f in found]
+                if node.op in SYMMETRIC_INPUT_OPS or inner:
+                    found[name], grew = (node.op if not inner else inner[0]), True
+                    break
+    return found
 
 
 _WRITES = re.compile(

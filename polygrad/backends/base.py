@@ -240,6 +240,12 @@ class Target:
         ``() -> bool``: whether ``f`` holds custom gradient rules whose forward
         operations its mp interpreter runs inline (a ``torch.autograd.Function``), so
         that a kink among them cannot be told from a kink autodiff differentiates.
+    symmetric_reads : callable or None
+        ``() -> dict or None``: for each checked leaf (by position in
+        ``input_layout``) whose value reaches an operation of ``f``'s captured program
+        documented to read a symmetric (Hermitian) matrix (a Cholesky factorization, a
+        symmetric eigen-decomposition), the names of those operations; None where the
+        program cannot be captured. See :meth:`symmetric_input_operations`.
     """
 
     x0: np.ndarray
@@ -263,7 +269,10 @@ class Target:
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
     intermediate_kinks: Callable[[], bool | None] | None = None
     custom_rules: Callable[[], bool] | None = None
+    symmetric_reads: Callable[[], dict[int, tuple[str, ...]] | None] | None = None
 
+    _symmetric_asked: bool = field(default=False, init=False, repr=False)
+    _symmetric_ops: dict[str, tuple[str, ...]] | None = field(default=None, init=False, repr=False)
     _kinks_asked: bool = field(default=False, init=False, repr=False)
     _kinks_at_point: bool | None = field(default=None, init=False, repr=False)
 
@@ -281,6 +290,29 @@ class Target:
             self.intermediate_kinks = None
             self._kinks_at_point = probe()
         return self._kinks_at_point
+
+    def symmetric_input_operations(self) -> dict[str, tuple[str, ...]] | None:
+        """The operations of ``f`` defined on symmetric matrices, per checked leaf.
+
+        Returns
+        -------
+        dict of str to tuple of str, or None
+            Leaf name -> names of the operations of ``f``'s captured program that are
+            documented to read a symmetric (Hermitian) matrix whose value depends on
+            that leaf (``"linalg_cholesky_ex"``, ``"eigh"``, ``"Cholesky"``...); leaves
+            that reach none are absent. None where the program cannot be captured
+            (NumPy code, a trace that fails): then no such operation is known. Asked
+            once; the answer is kept.
+        """
+        if not self._symmetric_asked:
+            self._symmetric_asked = True
+            probe, self.symmetric_reads = self.symmetric_reads, None
+            found = None if probe is None else probe()
+            leaves = self.input_layout.leaves
+            self._symmetric_ops = None if found is None else {
+                leaves[i].name: ops for i, ops in found.items() if i < len(leaves)
+            }  # fmt: skip
+        return self._symmetric_ops
 
     def _recorded_kinks(self) -> bool | None:
         """Whether the mp evaluation at the point saw an operation at its kink; None

@@ -910,6 +910,7 @@ class JaxBackend(Backend):
                 "rule_mp": lambda t: _set_vjp_mp(t, flat),
                 "reverse": lambda t: _probe_reverse(t, work),
             },  # fmt: skip
+            symmetric_reads=lambda: _symmetric_reads(flat, working_ctx),
         )
 
     @staticmethod
@@ -1068,6 +1069,24 @@ def _real_pairs(f: Callable[..., Any]) -> Callable[..., list[Any]]:
         return [jnp.stack([o.real, o.imag], axis=-1) if jnp.iscomplexobj(o) else o for o in outs]
 
     return pairs
+
+
+def _symmetric_reads(
+    flat: _FlatFunction, ctx: Callable[[], Any]
+) -> dict[int, tuple[str, ...]] | None:
+    """Checked leaves (by position) whose values reach a primitive that reads a symmetric
+    matrix (:func:`polygrad.mpexec.jaxpr_coverage.symmetric_reads`); None where ``f``
+    cannot be traced."""
+    import jax
+
+    from ..mpexec.jaxpr_coverage import symmetric_reads
+
+    try:
+        with ctx():
+            closed = jax.make_jaxpr(flat)(*flat.leaves)
+    except Exception:  # noqa: BLE001 - not capturable: no operation is known
+        return None
+    return symmetric_reads(closed)
 
 
 def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:

@@ -107,6 +107,7 @@ from ._tf_promote import (
     failed_run_reason,
     narrowest_computed,
     promote_to_float64,
+    symmetric_reads,
     variables_written,
 )
 from ._tf_rule_mp import tf_vjp_mp
@@ -799,6 +800,9 @@ class TensorflowBackend(Backend):
             notes=notes,
             mode_notes={"rev": failed} if failed else {},
             deferred=self._deferred(call, leaves, originals, programs, cached, rng, x0.size),
+            symmetric_reads=lambda: cached(
+                "tf.symmetric", lambda: symmetric_reads(self.tf, call, specs)
+            ),
         )
 
     def _plain_calls(

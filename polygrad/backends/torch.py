@@ -859,6 +859,7 @@ class TorchBackend(Backend):
             notes=notes,
             deferred={"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp},
             custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
+            symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
 
     def gradient_function(
@@ -1074,6 +1075,21 @@ class TorchBackend(Backend):
             f"the function is not bitwise reproducible (differences up to {worst:.3g}); "
             "this is treated as noise",
         )
+
+
+def _symmetric_reads(
+    call: Callable[..., Any], primals: list[Any]
+) -> dict[int, tuple[str, ...]] | None:
+    """Checked tensors (by position) whose values reach an ATen operator that reads a
+    symmetric matrix (:func:`polygrad.mpexec.torch_capture.symmetric_reads`); None where
+    ``f`` cannot be traced."""
+    from ..mpexec.torch_capture import capture_graph, symmetric_reads
+
+    try:
+        gm = capture_graph(call, primals)
+    except Exception:  # noqa: BLE001 - not capturable: no operation is known
+        return None
+    return symmetric_reads(gm, len(primals))
 
 
 def _unbounded_custom_functions(torch: Any, call: Callable[..., Any], primals: list[Any]) -> bool:

@@ -22,7 +22,16 @@ from .jaxpr_rules import (
     _is_key,
 )
 
-__all__ = ["supported_primitives", "unsupported_primitives"]
+__all__ = [
+    "SYMMETRIC_INPUT_PRIMITIVES",
+    "supported_primitives",
+    "symmetric_reads",
+    "unsupported_primitives",
+]
+
+SYMMETRIC_INPUT_PRIMITIVES = frozenset({"cholesky", "eigh", "tridiagonal"})
+"""Primitives documented to read a symmetric (Hermitian) matrix (``lax.linalg``): each
+reads one triangle of its operand."""
 
 _CALLS = ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint", "remat2")
 _CUSTOM = ("custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin")
@@ -151,3 +160,52 @@ def unsupported_primitives(closed: Any) -> list[UnsupportedPrimitiveError]:
                 found.setdefault(name, UnsupportedPrimitiveError(name, where))
             todo.extend((sub, where) for sub in _sub_jaxprs(eqn))
     return list(found.values())
+
+
+def symmetric_reads(closed: Any) -> dict[int, tuple[str, ...]]:
+    """Which inputs of a jaxpr reach a primitive that reads a symmetric matrix.
+
+    Parameters
+    ----------
+    closed : jax.extend.core.ClosedJaxpr
+        The function's jaxpr; its inputs are the checked leaves, in order.
+
+    Returns
+    -------
+    dict of int to tuple of str
+        Input position -> names of the :data:`SYMMETRIC_INPUT_PRIMITIVES` whose operand
+        depends on it, looked for in sub-jaxprs too (``jit``, custom rules' primal
+        functions, control flow); positions without one are absent.
+    """
+    jaxpr = getattr(closed, "jaxpr", closed)
+    found: dict[int, list[str]] = {}
+    _reads(jaxpr, [frozenset({i}) for i in range(len(jaxpr.invars))], found)
+    return {i: tuple(dict.fromkeys(names)) for i, names in found.items()}
+
+
+def _reads(jaxpr: Any, ins: list[frozenset[int]], found: dict[int, list[str]]) -> list[Any]:
+    """The inputs each output of ``jaxpr`` depends on (``ins``: those of its inputs),
+    recording in ``found`` the symmetric-input primitives each input reaches."""
+    from jax.extend.core import Literal
+
+    none: frozenset[int] = frozenset()
+    env: dict[Any, frozenset[int]] = dict(zip(jaxpr.invars, ins, strict=True))
+
+    def read(v: Any) -> frozenset[int]:
+        return none if isinstance(v, Literal) else env.get(v, none)
+
+    for eqn in jaxpr.eqns:
+        srcs = [read(v) for v in eqn.invars]
+        union = none.union(*srcs)
+        if eqn.primitive.name in SYMMETRIC_INPUT_PRIMITIVES:
+            for i in union:
+                found.setdefault(i, []).append(eqn.primitive.name)
+        outs = [union] * len(eqn.outvars)
+        subs = [getattr(sub, "jaxpr", sub) for sub in _sub_jaxprs(eqn)]
+        for sub in subs:  # one to one where the arities agree, else every input to all
+            same = len(sub.invars) == len(srcs)
+            sub_outs = _reads(sub, srcs if same else [union] * len(sub.invars), found)
+            if same and len(subs) == 1 and len(sub_outs) == len(outs):
+                outs = sub_outs
+        env.update(zip(eqn.outvars, outs, strict=True))
+    return [read(v) for v in jaxpr.outvars]

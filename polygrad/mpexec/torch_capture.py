@@ -23,9 +23,11 @@ from .torch_env import RULES, _base_rule
 
 __all__ = [
     "NO_GRAD",
+    "SYMMETRIC_INPUT_OPERATORS",
     "capture_graph",
     "covered_operators",
     "marks_no_grad",
+    "symmetric_reads",
     "unsupported_operators",
 ]
 
@@ -33,6 +35,14 @@ NO_GRAD = "polygrad_no_grad"
 """Meta key of the traced nodes that ran with gradients disabled: the forward of a
 ``torch.autograd.Function`` (whose rule replaces their derivative), or a
 ``torch.no_grad()`` block. Autodiff does not differentiate them."""
+
+
+SYMMETRIC_INPUT_OPERATORS = frozenset({
+    "cholesky", "linalg_cholesky", "linalg_cholesky_ex", "_linalg_eigh", "linalg_eigh",
+    "linalg_eigvalsh", "linalg_ldl_factor", "linalg_ldl_factor_ex",
+})  # fmt: skip
+"""ATen operators documented to read a symmetric (Hermitian) matrix: a Cholesky or LDLᵀ
+factorization, a symmetric eigen-decomposition. Each reads one triangle of its input."""
 
 
 def covered_operators() -> list[str]:
@@ -271,3 +281,38 @@ def _perturbed(primals: Sequence[Any]) -> list[Any]:
         signs = rng.choice([-1.0, 1.0], size=x.shape)
         out.append(torch.as_tensor(x + signs * step).to(device=p.device, dtype=p.dtype))
     return out
+
+
+def symmetric_reads(gm: Any, n_inputs: int) -> dict[int, tuple[str, ...]]:
+    """Which inputs of a captured graph reach an operator that reads a symmetric matrix.
+
+    Parameters
+    ----------
+    gm : torch.fx.GraphModule
+        From :func:`capture_graph`; its first ``n_inputs`` placeholders are the checked
+        tensors, in order.
+    n_inputs : int
+        How many placeholders are checked tensors.
+
+    Returns
+    -------
+    dict of int to tuple of str
+        Placeholder position -> names of the :data:`SYMMETRIC_INPUT_OPERATORS` whose
+        matrix operand depends on it (``"linalg_cholesky_ex"``...); positions without
+        one are absent.
+    """
+    reach: dict[Any, frozenset[int]] = {}
+    found: dict[int, list[str]] = {}
+    position = 0
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            reach[node] = frozenset({position}) if position < n_inputs else frozenset()
+            position += 1
+            continue
+        ins = frozenset().union(*(reach.get(a, frozenset()) for a in node.all_input_nodes))
+        reach[node] = ins
+        name = str(node.target).split(".")[1] if str(node.target).startswith("aten.") else ""
+        if name in SYMMETRIC_INPUT_OPERATORS:
+            for i in ins:
+                found.setdefault(i, []).append(name)
+    return {i: tuple(dict.fromkeys(names)) for i, names in found.items()}
