@@ -199,9 +199,25 @@ def _visible(handle: Any, ax: Any) -> bool:
 
 
 def _legend_entries(ax: Any) -> tuple[list[Any], list[str]]:
-    """The handles and labels of the lines of ``ax`` that are drawn within its limits."""
+    """The entries of the legend of ``ax`` (or of its labelled artists, without one),
+    less the lines drawn outside its limits.
+
+    A legend may hold proxy handles that are no artist of the axes (the hatched
+    patch that stands for the kinks of ``report.plot()``): those are taken from
+    the legend itself and kept, so that no entry the figure drew is lost.
+    """
     handles, labels = ax.get_legend_handles_labels()
-    kept = [(h, lab) for h, lab in zip(handles, labels, strict=True) if _visible(h, ax)]
+    drawn = dict(zip(labels, handles, strict=True))
+    legend = ax.get_legend()
+    if legend is not None:
+        labels = [t.get_text() for t in legend.get_texts()]
+        proxies = legend.legend_handles
+        handles = [drawn.get(lab, p) for lab, p in zip(labels, proxies, strict=True)]
+    kept = [
+        (h, lab)
+        for h, lab in zip(handles, labels, strict=True)
+        if drawn.get(lab) is not h or _visible(h, ax)
+    ]
     return [h for h, _ in kept], [lab for _, lab in kept]
 
 
@@ -217,7 +233,10 @@ def tidy(fig: Any) -> Any:
         legend = ax.get_legend()
         if legend is not None:
             handles, labels = _legend_entries(ax)
-            ax.legend(handles, labels, fontsize=8.5, loc="best", framealpha=0.9)
+            if handles:
+                ax.legend(handles, labels, fontsize=8.5, loc="best", framealpha=0.9)
+            else:  # every line lies outside the limits: no empty box
+                legend.remove()
         for text in ax.texts:
             if hasattr(text, "xyann"):  # an annotation of a point: below it, off the curve
                 text.xyann = (-10, -16)
