@@ -46,11 +46,10 @@ from .backends import (
 from .backends.base import Backend, Supplied, Target
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
-from .pipeline.assess import Assessment, assess
 from .pipeline.autodiff import Setting
 from .pipeline.check import make_report
 from .pipeline.judge import overall
-from .pipeline.kinks import hidden_kinks, kinks_of_intermediates
+from .pipeline.judgment import CheckState, judgment, setting_of
 from .pipeline.plan import make_plan
 from .pipeline.prepare import Options, Prepared, prepare
 from .pipeline.reference import compute_reference
@@ -528,22 +527,19 @@ def compare(
     impls = _implementations(implementations, _as_numpy_args(args, dtype), argnums_t, batch_size)
     ref_impl = _choose_reference(impls, reference)
     ref_prep, plan, ref = _reference_stages(ref_impl, argnums_t, opts)
-    setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
-                      ref.vouched, plan.f0)  # fmt: skip
-    ref_judged = assess(ref_prep, setting, ref.method, opts)
-    ref_judged = hidden_kinks(ref_prep, plan, ref_judged, opts) or ref_judged
-    ref_judged = kinks_of_intermediates(ref_prep, ref_judged, opts) or ref_judged
-    ref_report = make_report(ref_prep, plan, ref, ref_judged, opts, t_start)
-    y_ref, y_ref_err = _reference_primal(ref_prep.target, ref.method, dps)
+    setting = setting_of(plan, ref)
+    ref_state = judgment(ref_prep, plan, ref, opts)  # the loop check() runs
+    ref_report = make_report(ref_state.prep, ref_state.plan, ref_state.ref, ref_state.judged,
+                             opts, t_start)  # fmt: skip
+    # the primal from the program the reference ended on (the working dtype's, where the
+    # float64 run is another function)
+    y_ref, y_ref_err = _reference_primal(ref_state.ref_prep.target, ref_state.ref.method, dps)
     entries = {}
-    for impl in impls:  # the same stages judge every implementation
+    for impl in impls:  # the same loop judges every implementation against one reference
         report = ref_report
         if impl is not ref_impl:
-            prep = _prepared(impl, ref_prep)
-            judged = assess(prep, setting, ref.method, opts, ref_prep.target)
-            judged = hidden_kinks(prep, plan, judged, opts, ref_prep) or judged
-            judged = kinks_of_intermediates(prep, judged, opts) or judged
-            report = _report(impl, judged, ref_report, ref_impl.name, nonsmooth)
+            state = judgment(_prepared(impl, ref_prep), plan, ref, opts, ref_prep)
+            report = _report(impl, state, ref_report, ref_impl.name, nonsmooth)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
         entries[impl.name] = _entry(impl, report, fwd, argnums_t)
     reference_info = _reference_info(ref_impl, ref.method, dps, y_ref, y_ref_err, ref_report)
@@ -634,9 +630,10 @@ def _prepared(impl: _Impl, ref_prep: Prepared) -> Prepared:
 
 
 def _report(
-    impl: _Impl, judged: Assessment, ref_report: Report, ref_name: str, nonsmooth: str
+    impl: _Impl, state: CheckState, ref_report: Report, ref_name: str, nonsmooth: str
 ) -> Report:
-    """One implementation's judged entries as a :class:`Report` beside the reference's."""
+    """One implementation's judged state as a :class:`Report` beside the reference's."""
+    judged = state.judged
     verdict, ok = overall(judged.entries, nonsmooth)
     t, modes = impl.target, _modes_of(impl, ref_report)
     has64 = (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
@@ -650,8 +647,12 @@ def _report(
         rules=replace(ref_report.details.rules, has_float64_autodiff=has64),
         notes=tuple(notes),
         escalation=judged.escalation,
+        convention=judged.convention,
+        subspace=judged.subspace,
     ).with_evidence()  # the supporting evidence was the reference run's, not this implementation's
-    return replace(ref_report, verdict=verdict, ok=ok, entries=judged.entries, details=details)
+    quantity = judged.quantity or ("Jacobian entries" if state.plan.full else "projections uᵀJw")
+    return replace(ref_report, verdict=verdict, ok=ok, entries=judged.entries, details=details,
+                   quantity=quantity)  # fmt: skip
 
 
 def _modes_of(impl: _Impl, ref_report: Report) -> list[str]:

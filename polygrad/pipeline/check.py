@@ -59,17 +59,14 @@ from ..backends.base import Supplied
 from ..errors import GradientCheckError
 from ..policy import DEFAULT_POLICY, Policy
 from ..report import Report
-from .assess import Assessment, assess
-from .autodiff import Setting
+from .assess import Assessment
 from .cache import cache_request
-from .dtype_dependence import recheck_in_working_dtype
 from .explain import explain
 from .judge import overall
-from .kinks import hidden_kinks, kinks_of_intermediates
+from .judgment import judgment
 from .plan import Plan, make_plan
 from .prepare import Options, Prepared, prepare
 from .reference import Reference, compute_reference
-from .subspace import recheck_on_subspace
 
 __all__ = ["assert_gradients", "check", "make_report", "without_gc_pauses"]
 
@@ -237,18 +234,8 @@ def check(
     prep = prepare(f, args, argnums, Supplied(grad, jac, vjp, jvp), backend, opts)
     plan = make_plan(prep.target, opts, cache_request(f, args, prep, opts))
     ref = compute_reference(prep.target, plan, opts, prep)
-    setting = Setting(ref.dd, plan.full, plan.s, plan.W, plan.rng_state, plan.ref_eps,
-                      ref.vouched, plan.f0)  # fmt: skip
-    judged = assess(prep, setting, ref.method, opts)
-    again = recheck_on_subspace(prep, plan, ref, judged, opts)
-    if again is not None:  # a gradient defined on the symmetric subspace: checked there
-        plan, ref, judged = again.plan, again.ref, again.judged
-    working = recheck_in_working_dtype(prep, plan, ref, judged, opts)
-    if working is not None:  # the float64 run is another function (code reads the dtype)
-        prep, plan, ref, judged = working.prep, working.plan, working.ref, working.judged
-    judged = hidden_kinks(prep, plan, judged, opts) or judged  # kinks the axes do not see
-    judged = kinks_of_intermediates(prep, judged, opts) or judged  # kinks at the point only
-    return make_report(prep, plan, ref, judged, opts, t_start)
+    state = judgment(prep, plan, ref, opts)  # assessed, then every pass (pipeline.judgment)
+    return make_report(state.prep, state.plan, state.ref, state.judged, opts, t_start)
 
 
 def make_report(
