@@ -51,7 +51,7 @@ from .pipeline.check import make_report
 from .pipeline.judge import overall
 from .pipeline.judgment import CheckState, judgment, setting_of
 from .pipeline.plan import make_plan
-from .pipeline.prepare import Options, Prepared, prepare
+from .pipeline.prepare import Options, Prepared, prepare, symmetric_positions
 from .pipeline.reference import compute_reference
 from .policy import DEFAULT_POLICY, Policy
 from .reference.steps import F64_EPS
@@ -465,6 +465,10 @@ def compare(
     budget: float = 60.0,
     nonsmooth: str = "allow",
     policy: Policy | None = None,
+    symmetric: int | tuple[int, ...] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    surrogate: bool = False,
 ) -> Comparison:
     """Check one function implemented in several frameworks against one reference.
 
@@ -497,6 +501,17 @@ def compare(
         check() would give it.
     policy : Policy, optional
         The tunables, as in :func:`polygrad.check`.
+    symmetric : int or tuple of int, optional
+        Positions of arguments every implementation takes as symmetric matrices, as in
+        :func:`polygrad.check`.
+    rtol, atol : float, optional
+        The accuracy expected of every implementation's gradient, as in
+        :func:`polygrad.check` (``atol + rtol * |reference|``, as in
+        :func:`numpy.testing.assert_allclose`; they only widen the check's own
+        tolerance). Default: none.
+    surrogate : bool
+        Every implementation's rule is a surrogate by design, as in
+        :func:`polygrad.check`. Default False.
 
     Returns
     -------
@@ -522,7 +537,8 @@ def compare(
         raise TypeError("compare(implementations, *args): pass the point of the comparison")
     p = policy or DEFAULT_POLICY
     opts = Options(mode, reference, strategy, projections, "inputs", 1, dps, seed, batch_size,
-                   budget, nonsmooth, p)  # fmt: skip
+                   budget, nonsmooth, p, symmetric=symmetric_positions(symmetric), rtol=rtol,
+                   atol=atol, surrogate=surrogate)  # fmt: skip
     argnums_t = normalize_argnums(argnums, len(args))
     impls = _implementations(implementations, _as_numpy_args(args, dtype), argnums_t, batch_size)
     ref_impl = _choose_reference(impls, reference)
@@ -539,7 +555,7 @@ def compare(
         report = ref_report
         if impl is not ref_impl:
             state = judgment(_prepared(impl, ref_prep), plan, ref, opts, ref_prep)
-            report = _report(impl, state, ref_report, ref_impl.name, nonsmooth)
+            report = _report(impl, state, ref_report, ref_impl.name, nonsmooth, surrogate)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
         entries[impl.name] = _entry(impl, report, fwd, argnums_t)
     reference_info = _reference_info(ref_impl, ref.method, dps, y_ref, y_ref_err, ref_report)
@@ -630,11 +646,12 @@ def _prepared(impl: _Impl, ref_prep: Prepared) -> Prepared:
 
 
 def _report(
-    impl: _Impl, state: CheckState, ref_report: Report, ref_name: str, nonsmooth: str
+    impl: _Impl, state: CheckState, ref_report: Report, ref_name: str, nonsmooth: str,
+    surrogate: bool = False,
 ) -> Report:
     """One implementation's judged state as a :class:`Report` beside the reference's."""
     judged = state.judged
-    verdict, ok = overall(judged.entries, nonsmooth)
+    verdict, ok = overall(judged.entries, nonsmooth, surrogate)
     t, modes = impl.target, _modes_of(impl, ref_report)
     has64 = (t.vjp64 is not None) if "rev" in modes else (t.jvp64 is not None)
     notes = [*t.notes, *judged.notes, f"judged against the reference computed from {ref_name!r}"]

@@ -88,13 +88,11 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
             grid, np.maximum(gt, tiny), "--", color="C2", label="predicted truncation  |f'''| h²/6"
         )
     ax.loglog(grid, gt + gr, "-", color="0.5", lw=0.8, label="predicted total")
-    from .sweep import _one_scale, best_step_label
-
     ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
     # the label sits on the side of the best step with more room, on a white box
     right = np.log(s.optimal_step / h.min()) < np.log(h.max() / s.optimal_step)
     ax.annotate(
-        "best " + best_step_label(s).replace(" with a ", "\n"),
+        "best " + s.best_step_label().replace(" with a ", "\n"),
         (s.optimal_step, s.optimal_error),
         textcoords="offset points",
         xytext=(8 if right else -8, 14),
@@ -106,7 +104,7 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
     if pos.size:
         ax.set_ylim(max(pos.min() / 30, tiny), max(pos.max(), float(np.max(pt))) * 10)
     ax.set_xlabel("step h (× s, a power of two near |x|)")
-    one = _one_scale(s)
+    one = s.shared_scale()
     if one:
         top = ax.secondary_xaxis("top", functions=(lambda h: h * one, lambda d: d / one))
         top.set_xlabel(f"absolute step (your delta / eps; s = {one:.3g})", fontsize=8)

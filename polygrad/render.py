@@ -137,14 +137,14 @@ def _reference_noise(report: Report) -> str:
 
 def _severity(verdict: str) -> int:
     """The status code of ``verdict`` (see :data:`polygrad.report.SEVERITY`)."""
-    from .report import SEVERITY, Verdict
+    from .verdicts import SEVERITY, Verdict
 
     return SEVERITY[Verdict(verdict)]
 
 
 def _has_kinks(report: Report) -> bool:
     """Whether some entry of ``report`` is NONSMOOTH."""
-    from .report import SEVERITY, Verdict
+    from .verdicts import SEVERITY, Verdict
 
     return bool(np.any(report.entries.status == SEVERITY[Verdict.NONSMOOTH]))
 
@@ -376,7 +376,7 @@ def _row_scale_only(report: Report) -> str | None:
     """PASS entries whose reference error bar exceeds the entry: judged on their row's
     scale only. (A NONSMOOTH entry's error bar is that of a difference across a kink, an
     infinite one at an infinite slope: it says nothing of what a smooth entry allows.)"""
-    from .report import SEVERITY, Verdict
+    from .verdicts import SEVERITY, Verdict
 
     e = report.entries
     if report.details.reference.method == "mp":
@@ -438,7 +438,7 @@ def _how_far_off(e: Any, i: int) -> str:
 
 def _worst_of(e: Entries, verdict: str) -> int:
     """Index of the worst entry whose verdict is ``verdict`` (a NaN elsewhere is no MISMATCH)."""
-    from .report import SEVERITY, Verdict
+    from .verdicts import SEVERITY, Verdict
 
     code = SEVERITY[Verdict(verdict)]
     return next(int(i) for i in e.worst(len(e.names)) if int(e.status[i]) == code)

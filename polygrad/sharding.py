@@ -84,6 +84,8 @@ class _ShardWork:
     opts: Any
     shared: np.ndarray | None
     resolution: np.ndarray | float
+    along: Callable[..., DirectionalDerivatives]
+    guard: Callable[..., Callable[[np.ndarray], np.ndarray]]
 
 
 def shard_spec(prep: Any, opts: Any) -> ShardSpec | None:
@@ -149,13 +151,10 @@ def _run_shard(payload: bytes, W: np.ndarray) -> tuple[DirectionalDerivatives, d
 def _shard(
     target: Any, fn: Callable[[np.ndarray], np.ndarray], work: _ShardWork, W: np.ndarray
 ) -> tuple[DirectionalDerivatives, dict[str, int]]:
-    from .pipeline.plan import raising_points_as_nan
-    from .pipeline.reference import along
-
-    guarded = raising_points_as_nan(fn, target.m, {})
+    guarded = work.guard(fn, target.m, {})
     info: dict[str, Any] = {"evaluations": 0, "detected": 0, "total": 0,
                             "_resolution": work.resolution}  # fmt: skip
-    dd = along(work.method, guarded, target, W, work.plan, work.opts, info, work.shared)
+    dd = work.along(work.method, guarded, target, W, work.plan, work.opts, info, work.shared)
     info.pop("_resolution")
     return dd, info
 
@@ -187,6 +186,8 @@ def sharded_reference(
     opts: Any,
     info: dict[str, Any],
     shared: np.ndarray | None,
+    along: Callable[..., DirectionalDerivatives],
+    guard: Callable[..., Callable[[np.ndarray], np.ndarray]],
 ) -> DirectionalDerivatives:
     """The reference along every direction of ``plan``, computed in shards on ``executor``.
 
@@ -205,6 +206,11 @@ def sharded_reference(
         The noise counts, updated in place; ``info["_resolution"]`` is f's grid.
     shared : ndarray or None
         Noise measured once for every direction, if so.
+    along, guard : callable
+        The reference stage's functions a shard runs (module-level, so a process pool
+        pickles them by name): the reference along rows of ``W``
+        (:func:`polygrad.pipeline.reference.along`), and ``fn`` with the rows at which
+        it raises as NaN (:func:`polygrad.pipeline.plan.raising_points_as_nan`).
 
     Returns
     -------
@@ -219,7 +225,7 @@ def sharded_reference(
     """
     light_plan = replace(plan, ref_fn=None, W=None, cached=None, cache_slot=None, raised={})
     light_opts = replace(opts, executor=None, cache=None)
-    work = _ShardWork(method, light_plan, light_opts, shared, info["_resolution"])
+    work = _ShardWork(method, light_plan, light_opts, shared, info["_resolution"], along, guard)
     pieces = _pieces(plan, SHARDS_PER_WORKER * _workers(executor))
     if isinstance(executor, concurrent.futures.ThreadPoolExecutor) or spec is None:
         futures = [executor.submit(_shard, target, fn, work, W) for W in pieces]

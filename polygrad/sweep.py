@@ -256,7 +256,7 @@ class Sweep:
     # ---- output ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable summary (curves are maxima over directions and outputs)."""
-        from .report import _jsonable
+        from .verdicts import jsonable as _jsonable
 
         return _jsonable(
             {
@@ -299,6 +299,14 @@ class Sweep:
             f"<polygrad.Sweep {self.working_dtype} {len(self.steps)} steps x "
             f"{len(self.direction_names)} directions; best step {self.optimal_step:.3g}>"
         )
+
+    def best_step_label(self) -> str:
+        """The best central step with its predicted (and, where swept, measured) error."""
+        return best_step_label(self)
+
+    def shared_scale(self) -> float:
+        """The scale ``s`` shared by every direction (0 when they differ)."""
+        return _one_scale(self)
 
     def plot(self, path: str | Path | None = None, ax: Any = None) -> Any:
         """Draw the log-log error-versus-step curve with both predictions.

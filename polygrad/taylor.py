@@ -146,7 +146,7 @@ class TaylorResult:
         return f"{_g(100 * err / dd)}% of {_g(self.directional_derivative)}"
 
     def to_dict(self) -> dict[str, Any]:
-        from .report import _jsonable
+        from .verdicts import jsonable as _jsonable
 
         return _jsonable(
             {

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .report import SEVERITY, Entries, Verdict
+from .verdicts import SEVERITY, Entries, Verdict
 
 if TYPE_CHECKING:
     from .backends.base import Target

@@ -65,7 +65,7 @@ from .explain import explain
 from .judge import overall
 from .judgment import judgment
 from .plan import Plan, make_plan
-from .prepare import Options, Prepared, prepare
+from .prepare import Options, Prepared, prepare, symmetric_positions
 from .reference import Reference, compute_reference
 
 __all__ = ["assert_gradients", "check", "make_report", "without_gc_pauses"]
@@ -124,6 +124,10 @@ def check(
     compare_step: float | None = None,
     cache: bool | str | os.PathLike[str] | None = None,
     executor: concurrent.futures.Executor | None = None,
+    symmetric: int | tuple[int, ...] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    surrogate: bool = False,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -200,6 +204,32 @@ def check(
         Compute the reference's directions in shards on this executor (a
         process pool, Dask's ``Client.get_executor()``); same verdict as in
         one process (see :mod:`polygrad.sharding`).
+    symmetric : int or tuple of int, optional
+        Positions of checked arguments that ``f`` is defined on as symmetric matrices
+        (real, last two axes equal; a batch of them; every matrix of a pytree argument):
+        where the full-space Jacobian fails on such an argument, the gradient is judged
+        along symmetric directions (``E_ii``, ``E_ij + E_ji``) instead, the convention of
+        a rule that assumes a symmetric input. Without it, that convention applies only
+        where ``f`` applies an operation defined on symmetric matrices (Cholesky, a
+        symmetric eigen-decomposition) to the argument, as its captured program shows;
+        elsewhere a full-space MISMATCH stands, and the report says whether the rule is
+        right on the symmetric subspace. The report names the convention and why it
+        applied (see :mod:`polygrad.pipeline.subspace`).
+    rtol, atol : float, optional
+        The accuracy you expect of the gradient, as in
+        :func:`numpy.testing.assert_allclose`: an entry also passes where
+        ``|autodiff - reference| <= atol + rtol * |reference|``. For gradients that
+        are approximate by design (an implicit layer solved to a tolerance, a
+        truncated series). They only widen the check's own tolerance (round-off and
+        the reference's error bar), never narrow it; the report's tolerance column
+        shows the one used and ``|diff|`` the error measured. Default: none.
+    surrogate : bool
+        The rule is deliberately not the derivative of ``f`` (a straight-through
+        estimator, gradient clipping or reversal in a custom rule). Its values are
+        still compared and shown, and checked finite; entries where the rule differs
+        from ``f``'s derivative are INCONCLUSIVE (by design, not judged), the check's
+        verdict is then INCONCLUSIVE and ``ok`` is True; a NaN or Inf gradient where
+        ``f`` is differentiable is still NONFINITE (not ok). Default False.
 
     Returns
     -------
@@ -212,7 +242,8 @@ def check(
         Integer or bool inputs. (Complex inputs are checked through their
         realification, in polygrad's convention: see :mod:`polygrad.complex`.)
     InputValueError
-        NaN/Inf in the inputs, or a non-finite function value at the point.
+        NaN/Inf in the inputs, or a non-finite function value at the point; an
+        argument declared ``symmetric`` is not symmetric there.
     ShapeMismatchError
         A supplied derivative has the wrong shape.
     NondeterministicFunctionError
@@ -225,12 +256,15 @@ def check(
         ``executor`` runs in other processes and ``f`` cannot be serialised.
     ValueError
         An option that does not apply: a mode the function provides no derivative for,
-        ``order=2`` with complex values or with ``wrt="parameters"``.
+        ``order=2`` with complex values or with ``wrt="parameters"``; ``symmetric`` naming
+        an argument that is not checked or that is not a real square matrix; ``rtol``
+        or ``atol`` negative or not finite.
     """
     t_start = time.perf_counter()
     opts = Options(mode, reference, strategy, projections, wrt, order, dps, seed, batch_size,
                    budget, nonsmooth, policy or DEFAULT_POLICY, compare_with,
-                   compare_step, cache, executor)  # fmt: skip
+                   compare_step, cache, executor, symmetric_positions(symmetric),
+                   rtol, atol, surrogate)  # fmt: skip
     prep = prepare(f, args, argnums, Supplied(grad, jac, vjp, jvp), backend, opts)
     plan = make_plan(prep.target, opts, cache_request(f, args, prep, opts))
     ref = compute_reference(prep.target, plan, opts, prep)
@@ -242,7 +276,7 @@ def make_report(
     prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options, t_start: float
 ) -> Report:
     """The :class:`Report` of one implementation judged in full (verdict, details)."""
-    verdict, ok = overall(judged.entries, opts.nonsmooth)
+    verdict, ok = overall(judged.entries, opts.nonsmooth, opts.surrogate)
     details = replace(
         explain(prep, plan, ref, judged, verdict, ok, opts), seconds=time.perf_counter() - t_start
     )

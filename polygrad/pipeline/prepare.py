@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,17 @@ from ..errors import InputValueError, NondeterministicFunctionError
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.steps import F64_EPS
 from ..your_terms import Tool, resolve_tool
+from .judge import Expected
 
-__all__ = ["Options", "Prepared", "check_deterministic", "choose_modes", "prepare"]
+__all__ = [
+    "Options",
+    "Prepared",
+    "check_deterministic",
+    "choose_modes",
+    "expectation_notes",
+    "prepare",
+    "symmetric_positions",
+]
 
 _ALLOWED = {
     "mode": ("auto", "rev", "fwd", "both"),
@@ -30,6 +39,28 @@ _ALLOWED = {
 }
 
 
+def symmetric_positions(symmetric: int | Sequence[int] | None) -> tuple[int, ...]:
+    """The ``symmetric=`` option of :func:`polygrad.check` as a tuple of positions.
+
+    Raises
+    ------
+    TypeError
+        Not an int, a sequence of ints or None.
+    """
+    if symmetric is None:
+        return ()
+    if isinstance(symmetric, (int, np.integer)) and not isinstance(symmetric, bool):
+        return (int(symmetric),)
+    if isinstance(symmetric, Sequence) and all(
+        isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in symmetric
+    ):
+        return tuple(int(i) for i in symmetric)
+    raise TypeError(
+        f"symmetric={symmetric!r}: give the positions of the arguments declared symmetric "
+        "(an int or a tuple of ints, as argnums)"
+    )
+
+
 @dataclass(frozen=True)
 class Options:
     """The keyword options of :func:`polygrad.check`, validated on construction.
@@ -37,7 +68,8 @@ class Options:
     Raises
     ------
     ValueError
-        An option outside its allowed values, or ``order`` not 1 or 2.
+        An option outside its allowed values, ``order`` not 1 or 2, ``rtol`` or
+        ``atol`` not a finite number >= 0, ``surrogate`` not a bool.
     """
 
     mode: str = "auto"
@@ -56,6 +88,15 @@ class Options:
     compare_step: float | None = None
     cache: bool | str | os.PathLike[str] | None = None
     executor: concurrent.futures.Executor | None = None
+    symmetric: tuple[int, ...] = ()
+    rtol: float | None = None
+    atol: float | None = None
+    surrogate: bool = False
+
+    @property
+    def expected(self) -> Expected:
+        """The accuracy asked for (``rtol``/``atol``, 0 where not given) and ``surrogate``."""
+        return Expected(self.rtol or 0.0, self.atol or 0.0, bool(self.surrogate))
 
     @property
     def tool(self) -> Tool | None:
@@ -77,6 +118,13 @@ class Options:
                 f"order={self.order}; polygrad checks first (1) and second (2) derivatives"
             )
         resolve_tool(self.compare_with, self.compare_step)  # a clear error before any work
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < np.inf):
+                raise ValueError(f"{name}={value!r}; give a finite number >= 0, or None")
+        if not isinstance(self.surrogate, bool):
+            raise ValueError(f"surrogate={self.surrogate!r}; give True or False")
+        symmetric_positions(self.symmetric)  # a clear error for anything but positions
 
 
 @dataclass(frozen=True)
@@ -147,6 +195,31 @@ def check_deterministic(target: Target) -> list[str]:
                 f"the function is not bitwise deterministic ({label} results differ by "
                 f"{worst:.2g}, within round-off); the difference is treated as noise"
             )
+    return notes
+
+
+SURROGATE_NOTE = "surrogate=True:"
+"""How the note of a check whose rule is a surrogate by design begins."""
+
+
+def expectation_notes(opts: Options) -> list[str]:
+    """Notes on the accuracy asked for (``rtol``/``atol``) and a surrogate rule."""
+    notes = []
+    if opts.rtol or opts.atol:
+        notes.append(
+            f"accuracy asked for: rtol={opts.rtol or 0:g}, atol={opts.atol or 0:g}; an entry "
+            "passes where |autodiff - reference| <= atol + rtol x |reference| or within the "
+            "check's own tolerance, whichever is wider (the tolerance column); |diff| is the "
+            "error measured"
+        )
+    if opts.surrogate:
+        notes.append(
+            f"{SURROGATE_NOTE} the rule is not the derivative of f by design (a straight-"
+            "through estimator, clipped or reversed gradients); the values of f were checked "
+            "finite and deterministic, the autodiff values finite; entries where the rule "
+            "differs from f's derivative are INCONCLUSIVE by design, shown with their "
+            "difference, and the check is ok"
+        )
     return notes
 
 
@@ -236,6 +309,11 @@ def prepare(
     notes = list(target.notes) + (cinfo.notes if cinfo else [])
     _check_target(target)
     notes += check_deterministic(target)
+    notes += expectation_notes(opts)
     modes = choose_modes(target, opts.mode, be.supports_autodiff)
-    return Prepared(be, f, args, argnums_t, supplied, bool(cinfo and cinfo.any), target, modes,
-                    notes)  # fmt: skip
+    prepared = Prepared(be, f, args, argnums_t, supplied, bool(cinfo and cinfo.any), target,
+                        modes, notes)  # fmt: skip
+    from .subspace import declared_leaves  # (a later stage) the declaration, checked now
+
+    declared_leaves(prepared, opts)
+    return prepared

@@ -20,7 +20,7 @@ from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
-from .plan import Plan, coordinate_directions
+from .plan import Plan, coordinate_directions, raising_points_as_nan
 from .prepare import Options
 
 __all__ = ["Reference", "along", "compute_reference", "escalate", "name_deciders", "raised_note"]
@@ -249,7 +249,7 @@ def _directional(
 
         spec = shard_spec(prep, opts) if prep is not None else None
         return sharded_reference(opts.executor, spec, target, fn, method, plan, opts, info,
-                                 shared)  # fmt: skip
+                                 shared, along, raising_points_as_nan)  # fmt: skip
     dd = _concat([along(method, fn, target, W, plan, opts, info, shared)
                   for W in plan.chunks()])  # fmt: skip
     if probed:

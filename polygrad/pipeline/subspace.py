@@ -39,8 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from .._names import argument_names, leaf_name
 from ..backends.base import Leaf, Target
 from ..details import Escalation
+from ..errors import InputValueError
 from ..report import SEVERITY, Entries, Verdict
 from .assess import Assessment
 from .autodiff import Setting, function_scale, jacobian_scale
@@ -49,7 +51,13 @@ from .plan import Plan
 from .prepare import Options, Prepared
 from .reference import Reference, compute_reference, escalate, name_deciders
 
-__all__ = ["SYMMETRIC_SUBSPACE", "Subspace", "Rechecked", "recheck_on_subspace"]
+__all__ = [
+    "SYMMETRIC_SUBSPACE",
+    "Rechecked",
+    "Subspace",
+    "declared_leaves",
+    "recheck_on_subspace",
+]
 
 SYMMETRIC_SUBSPACE = "symmetric-subspace"
 """``details["convention"]`` of a check judged on the symmetric subspace."""
@@ -111,19 +119,83 @@ sum ``(i, j)`` and ``(j, i)`` in different orders), and the operators that read 
 triangle treat it as symmetric all the same."""
 
 
+def _is_square(leaf: Leaf) -> bool:
+    shape = leaf.shape
+    return not leaf.pair and len(shape) >= 2 and shape[-1] == shape[-2] and shape[-1] >= 2
+
+
+def _asymmetry(target: Target, leaf: Leaf) -> tuple[float, float]:
+    """``max |X - Xᵀ|`` of a square-matrix leaf and what counts as symmetric for it."""
+    X = np.asarray(target.x0[leaf.offset : leaf.offset + leaf.size]).reshape(leaf.shape)
+    size = float(np.max(np.abs(X))) if X.size else 0.0
+    return float(np.max(np.abs(X - np.swapaxes(X, -1, -2)))), max(
+        4 * target.eps, NEAR_SYMMETRIC
+    ) * size
+
+
 def _matrix_leaves(target: Target) -> list[Leaf]:
     """Real leaves whose last two axes are equal (``n >= 2``) and whose value is symmetric
     (to :data:`NEAR_SYMMETRIC`)."""
-    out = []
-    for leaf in target.input_layout.leaves:
-        shape = leaf.shape
-        if leaf.pair or len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] < 2:
-            continue
-        X = np.asarray(target.x0[leaf.offset : leaf.offset + leaf.size]).reshape(shape)
-        size = float(np.max(np.abs(X))) if X.size else 0.0
-        if np.all(np.abs(X - np.swapaxes(X, -1, -2)) <= max(4 * target.eps, NEAR_SYMMETRIC) * size):
-            out.append(leaf)
+    leaves = [lf for lf in target.input_layout.leaves if _is_square(lf)]
+    return [lf for lf in leaves if _asymmetry(target, lf)[0] <= _asymmetry(target, lf)[1]]
+
+
+def _argument_leaves(prep: Prepared, i: int) -> list[Leaf]:
+    """The checked leaves of argument ``i`` (its array, or the arrays of its pytree)."""
+    leaves = prep.target.input_layout.leaves
+    if len(prep.argnums) == 1:
+        return list(leaves) if i == prep.argnums[0] else []
+    base = leaf_name(argument_names(prep.f, len(prep.args)), i, "", prep.argnums)
+    return [lf for lf in leaves if lf.name == base or lf.name.startswith((base + "[", base + "."))]
+
+
+def _argument_of(prep: Prepared, leaf: Leaf) -> int | None:
+    """The position of the argument ``leaf`` belongs to."""
+    return next((i for i in prep.argnums if leaf in _argument_leaves(prep, i)), None)
+
+
+def declared_leaves(prep: Prepared, opts: Options) -> dict[str, int]:
+    """The leaves of the arguments declared symmetric (``symmetric=``), by name -> position.
+
+    Raises
+    ------
+    ValueError
+        A declared position is out of range or not a checked argument, the check is
+        with respect to parameters, or a declared leaf is not a real square matrix.
+    InputValueError
+        A declared matrix is not symmetric at the point.
+    """
+    if not opts.symmetric:
+        return {}
+    nargs = len(prep.args)
+    if opts.wrt != "inputs":
+        raise ValueError("symmetric= declares arguments symmetric; it needs wrt='inputs'")
+    out: dict[str, int] = {}
+    for given in opts.symmetric:
+        i = int(given) % nargs if -nargs <= int(given) < nargs else None
+        if i is None or i not in prep.argnums:
+            raise ValueError(
+                f"symmetric={given}: not a checked argument (argnums={prep.argnums}); name the "
+                "positions of checked arguments whose matrices f takes as symmetric"
+            )
+        for leaf in _argument_leaves(prep, i):
+            _check_declared(prep.target, leaf, given)
+            out[leaf.name] = i
     return out
+
+
+def _check_declared(target: Target, leaf: Leaf, given: int) -> None:
+    if not _is_square(leaf):
+        raise ValueError(
+            f"symmetric={given}: {leaf.name} has shape {leaf.shape}; the symmetric convention "
+            "is for real square matrices (last two axes equal, at least 2)"
+        )
+    gap, allowed = _asymmetry(target, leaf)
+    if gap > allowed:
+        raise InputValueError(
+            f"symmetric={given} declares {leaf.name} symmetric, but it is not at the point "
+            f"(largest |X - Xᵀ| = {gap:.3g}, allowed {allowed:.3g}); pass a symmetric matrix"
+        )
 
 
 def _failing_inputs(entries: Entries, n: int, m: int, full: bool) -> np.ndarray | None:
@@ -332,7 +404,9 @@ def _leaf_text(leaf: Leaf, info: dict[str, Any] | None) -> str:
     return f"{grad}; {_reads_text(name, info)}"
 
 
-def _note(sub: Subspace, infos: list[dict[str, Any] | None], passed: bool, full: bool) -> str:
+def _note(
+    sub: Subspace, infos: list[dict[str, Any] | None], passed: bool, full: bool, why: dict[str, str]
+) -> str:
     names = ", ".join(leaf.name for leaf in sub.leaves)
     parts = "; ".join(_leaf_text(lf, i) for lf, i in zip(sub.leaves, infos, strict=True))
     verdict = (
@@ -345,7 +419,55 @@ def _note(sub: Subspace, infos: list[dict[str, Any] | None], passed: bool, full:
         if full
         else f"{sub.W.shape[0]} random directions symmetric in {names}"
     )
-    return f"checked on the symmetric subspace of {names} ({how}): {parts}; {verdict}"
+    return (
+        f"checked on the symmetric subspace of {names} ({how}), because "
+        f"{'; '.join(why[lf.name] for lf in sub.leaves)}: {parts}; {verdict}"
+    )
+
+
+def _preconditions(prep: Prepared, leaves: list[Leaf], opts: Options) -> dict[str, str]:
+    """Leaf name -> what makes ``f`` a function of symmetric matrices there: the argument
+    is declared symmetric, or ``f`` applies an operation defined on symmetric matrices to
+    a value computed from it. Leaves with neither are absent."""
+    declared = declared_leaves(prep, opts)
+    out = {lf.name: f"{lf.name} is declared symmetric (symmetric={declared[lf.name]})"
+           for lf in leaves if lf.name in declared}  # fmt: skip
+    if len(out) < len(leaves):
+        ops = prep.target.symmetric_input_operations() or {}
+        for lf in leaves:
+            if lf.name not in out and lf.name in ops:
+                out[lf.name] = (
+                    f"f applies {', '.join(ops[lf.name])} to a value computed from {lf.name} "
+                    "(an operation defined on symmetric matrices, which reads one triangle)"
+                )
+    return out
+
+
+def _unexcused_note(prep: Prepared, leaves: list[Leaf], why: dict[str, str], passed: bool) -> str:
+    """Why a full-space MISMATCH on symmetric matrices stands, and how to declare them."""
+    missing = [lf for lf in leaves if lf.name not in why]
+    names = ", ".join(lf.name for lf in missing)
+    captured = prep.target.symmetric_input_operations() is not None
+    unknown = (
+        f"no operation of f defined on symmetric matrices (Cholesky, eigh...) reads {names}"
+        if captured
+        else "f's program could not be captured, so no operation of f defined on symmetric "
+        "matrices is known"
+    )
+    found = (
+        f"autodiff agrees with the reference along every symmetric direction of {names} "
+        "(the rule is right for symmetric inputs only)"
+        if passed
+        else f"checked on the symmetric subspace of {names}, the gradient is wrong on the "
+        "subspace as well"
+    )
+    where = sorted({i for i in (_argument_of(prep, lf) for lf in missing) if i is not None})
+    decl = ", ".join(map(str, where)) if len(where) != 1 else str(where[0])
+    return (
+        f"{found}; {unknown} and {names} is not declared symmetric, so the full-space "
+        f"differences stand. If f is meant for symmetric {names} only, declare it: "
+        f"symmetric={decl if len(where) == 1 else '(' + decl + ')'}"
+    )
 
 
 def _explains(on_sub: Entries, full: Entries, opts: Options) -> bool:
@@ -354,10 +476,38 @@ def _explains(on_sub: Entries, full: Entries, opts: Options) -> bool:
     return worst == 0.0 or worst <= opts.policy.subspace_explains * _worst(full)
 
 
+def _on_subspace(
+    prep: Prepared, plan: Plan, leaves: list[Leaf], opts: Options, ref_prep: Prepared | None
+) -> tuple[Plan, Reference, Subspace, Entries, Setting, dict[str, Any]]:
+    """The check run again along the symmetric directions of ``leaves``."""
+    target = prep.target
+    if plan.full:
+        sub = subspace_directions(target, plan.s, leaves)
+    else:
+        assert plan.W is not None
+        sub = symmetric_projections(target, np.asarray(plan.W), leaves)
+    plan2 = replace(plan, full=False, W=sub.W, cached=None, cache_slot=None)
+    source = prep if ref_prep is None else ref_prep  # compare(): the reference's implementation
+    ref2 = compute_reference(source.target, plan2, opts, source)
+    st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched,
+                 plan.f0)  # fmt: skip
+    blocks, st, details = _judge_subspace(prep, st, sub, ref2.method, opts)
+    return plan2, ref2, sub, concat_entries(blocks, prep.modes), st, details
+
+
 def recheck_on_subspace(
-    prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options
-) -> Rechecked | None:
-    """The check on the symmetric subspace, where that convention explains its failures.
+    prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options,
+    ref_prep: Prepared | None = None,
+) -> Rechecked | None:  # fmt: skip
+    """The check on the symmetric subspace, where that convention applies and explains its
+    failures.
+
+    The convention applies to a symmetric square-matrix argument only on a precondition:
+    the argument is declared symmetric (``opts.symmetric``), or ``f`` applies an
+    operation defined on symmetric matrices to a value computed from it
+    (:meth:`~polygrad.backends.base.Target.symmetric_input_operations`). Without one, the
+    subspace check runs for the report only: its note says whether the rule is right
+    along symmetric directions and how to declare the convention.
 
     Parameters
     ----------
@@ -366,35 +516,33 @@ def recheck_on_subspace(
     judged : Assessment
         Its judged entries.
     opts : Options
-        The options (tolerances in ``opts.policy``).
+        The options (tolerances in ``opts.policy``, declared arguments in
+        ``opts.symmetric``).
+    ref_prep : Prepared, optional
+        The implementation the reference comes from (default ``prep``), as in
+        :func:`polygrad.compare`.
 
     Returns
     -------
     Rechecked or None
-        None when no failing entry lies in a symmetric square-matrix argument,
-        or when the failures are not explained by the convention (a note then
-        says what the subspace check found); otherwise the subspace check,
-        whose verdict is the check's.
+        None when no failing entry lies in a symmetric square-matrix argument;
+        the full-space check with a note when the convention has no precondition
+        or does not explain the failures; otherwise the subspace check, whose
+        verdict is the check's (``details["subspace"]["precondition"]`` says why).
     """
-    target = prep.target
-    leaves = _chosen_leaves(target, judged.entries, plan.full)
+    leaves = _chosen_leaves(prep.target, judged.entries, plan.full)
     if not leaves:
         return None
-    if plan.full:
-        sub = subspace_directions(target, plan.s, leaves)
-    else:
-        assert plan.W is not None
-        sub = symmetric_projections(target, np.asarray(plan.W), leaves)
-    plan2 = replace(plan, full=False, W=sub.W, cached=None, cache_slot=None)
-    ref2 = compute_reference(target, plan2, opts, prep)
-    st = Setting(ref2.dd, False, plan.s, sub.W, plan.rng_state, plan.ref_eps, ref2.vouched,
-                 plan.f0)  # fmt: skip
-    blocks, st, details = _judge_subspace(prep, st, sub, ref2.method, opts)
-    entries = concat_entries(blocks, prep.modes)
+    why = _preconditions(prep, leaves, opts)
+    plan2, ref2, sub, entries, st, details = _on_subspace(prep, plan, leaves, opts, ref_prep)
     passed = not np.any(np.isin(entries.status, _FAIL))
-    block = _full_block(judged.entries, target.n, target.m) if plan.full else None
+    if len(why) < len(leaves):  # not a function of symmetric matrices: the full space stands
+        note = _unexcused_note(prep, leaves, why, passed)
+        return Rechecked(plan, ref, replace(judged, notes=(*judged.notes, note)))
+    n, m = prep.target.n, prep.target.m
+    block = _full_block(judged.entries, n, m) if plan.full else None
     infos = [None if block is None else _measured(lf, block) for lf in leaves]
-    note = _note(sub, infos, passed, plan.full)
+    note = _note(sub, infos, passed, plan.full, why)
     if not _explains(entries, judged.entries, opts):
         return Rechecked(plan, ref, replace(judged, notes=(*judged.notes, note)))
     esc = details.get("escalation")
@@ -404,7 +552,8 @@ def recheck_on_subspace(
         convention=SYMMETRIC_SUBSPACE,
         subspace={"arguments": [lf.name for lf in leaves],
                   "directions": sub.names if plan.full else sub.W,
-                  "measured": {lf.name: i for lf, i in zip(leaves, infos, strict=True)}},
+                  "measured": {lf.name: i for lf, i in zip(leaves, infos, strict=True)},
+                  "precondition": {lf.name: why[lf.name] for lf in leaves}},
         quantity="derivatives along symmetric directions (per output)",
     ))  # fmt: skip
 
