@@ -44,6 +44,7 @@ from ..errors import InputTypeError
 from ..reference.differences import rows_per_batch
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import as_float_output, output_layout
+from ._flow import steps_only
 from ._jax_programs import compiled_for
 from ._jax_state import guarded, state_cells
 from .base import (
@@ -880,7 +881,8 @@ class JaxBackend(Backend):
             evaluate, vjp, jvp = work.batched()
             y0 = evaluate(flat.x0[None])[0]
         with working_ctx():
-            _check_gradient_flows(flat, evaluate, y0, dtype_eps(wd))
+            flows = _check_gradient_flows(flat, evaluate, y0, dtype_eps(wd))
+        notes.extend([flows] if flows else [])
         ev64, vjp64, jvp64 = evaluate, vjp, jvp
         if wd != np.dtype(np.float64):  # narrower inputs, or f computes narrower inside
             ev64, vjp64, jvp64 = self._promote(flat, wd, batch_size, notes)
@@ -1230,12 +1232,20 @@ def _tangent_free(closed: Any) -> bool:
 
 def _check_gradient_flows(
     flat: Any, evaluate: Callable[[np.ndarray], np.ndarray], y0: np.ndarray, eps: float
-) -> None:
+) -> str | None:
     """Raise when no output depends on the inputs' tangents, yet the values depend on them.
 
     A ``jax.lax.stop_gradient`` of the whole output (or a NumPy round trip through
     ``pure_callback``) would make autodiff read a zero gradient; a constant function,
-    whose zero gradient is right, passes.
+    whose zero gradient is right, passes, and so does a piecewise-constant one
+    (``floor``, ``round``) that is constant on both sides of the point although the
+    guard's 1% move crosses a step (:func:`~polygrad.backends._flow.steps_only`).
+
+    Returns
+    -------
+    str or None
+        A note for the report when the zero gradient is judged because the function
+        is piecewise constant at the point; None otherwise.
 
     Raises
     ------
@@ -1245,7 +1255,7 @@ def _check_gradient_flows(
     import jax
 
     if gradient_target():  # order=2: a disconnected gradient's zero derivative is judged
-        return
+        return None
 
     def push(primals: list[Any], tangents: list[Any]) -> Any:
         return jax.jvp(lambda *p: flat(*p), primals, tangents)[1]
@@ -1260,15 +1270,18 @@ def _check_gradient_flows(
         return _tangent_free(closed)
 
     if not CAPTURES.get("jax.flow", flat.capture_key(), flat.frozen(), tangent_free):
-        return
+        return None
     # a rule that ignores its tangents but returns something else is a wrong rule, for
     # the comparison to find; a cut-off output has a tangent of exactly zero
     tangent = push(leaves, [np.ones_like(a) for a in leaves])
     if any(np.any(np.asarray(t) != 0) for t in jax.tree_util.tree_leaves(tangent)):
-        return
+        return None
     change = change_under_a_move(evaluate, flat.x0, y0, eps)
     if not change:
-        return  # a constant function: autodiff's zero gradient is right
+        return None  # a constant function: autodiff's zero gradient is right
+    steps = steps_only(evaluate, flat.x0, y0, eps, change)
+    if steps is not None:  # floor, round, sign near a step: zero is right, and judged
+        return steps.note("JAX's derivatives of every path are zero")
     raise InputTypeError(
         "the gradient cannot flow: no output of the function depends on its inputs through "
         f"JAX's derivatives, although its values change with them (largest change "

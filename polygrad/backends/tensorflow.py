@@ -101,6 +101,8 @@ from ..errors import (
 )
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import PointFunction, check_not_mutated, output_layout
+from ._flow import steps_only
+from ._tf_flow import missing_derivatives
 from ._tf_promote import (
     Float64Graph,
     disconnection_cause,
@@ -682,12 +684,22 @@ class TensorflowBackend(Backend):
 
     def _check_gradient_flows(
         self, call: _FlatCall, leaves: list[Any], y0: np.ndarray, eps: float
-    ) -> None:
+    ) -> list[str]:
         """Raise when no output is on the gradient tape of any input, yet the values depend
         on the inputs (a ``.numpy()`` round trip, ``tf.stop_gradient`` of the output).
 
-        A function that does not depend on its inputs (a constant) passes: its
-        autodiff gradient, zero, is right.
+        Not every such function is the user's error, and which it is is measured: a
+        constant function passes (its autodiff gradient, zero, is right); so does a
+        piecewise-constant one (``tf.floor``, ``tf.round``) that is constant on both
+        sides of the point although the guard's 1% move crosses a step; and an
+        operation in the graph whose registered gradient is None for an argument on
+        the way (``tf.math.zeta`` with respect to ``x``) is the framework's missing
+        derivative, named in a note, whose zero the check judges.
+
+        Returns
+        -------
+        list of str
+            Notes for the report: why a zero gradient is judged instead of refused.
 
         Raises
         ------
@@ -696,7 +708,7 @@ class TensorflowBackend(Backend):
             names the cause when the function's graph shows it.
         """
         if gradient_target():  # order=2: a disconnected gradient's zero derivative is judged
-            return
+            return []
         tf = self.tf
         try:
             with tf.GradientTape() as tape:
@@ -704,30 +716,38 @@ class TensorflowBackend(Backend):
                     tape.watch(leaf)
                 outs = call(leaves)
             if any(g is not None for g in tape.gradient(outs, leaves)):
-                return
+                return []
         except Exception:  # noqa: BLE001 - the checks that follow report what fails
-            return
+            return []
         layout = Layout.from_shapes([""] * len(leaves), [tuple(v.shape) for v in leaves])
 
-        def evaluate(X: np.ndarray) -> np.ndarray:  # (1, n) -> (1, m)
-            parts = layout.split(X[0])
-            moved = [tf.cast(tf.constant(a), v.dtype) for a, v in zip(parts, leaves, strict=True)]
-            return np.concatenate([_numpy(o, np.float64) for o in call(moved)])[None, :]
+        def evaluate(X: np.ndarray) -> np.ndarray:  # (k, n) -> (k, m)
+            rows = []
+            for row in X:
+                parts = layout.split(row)
+                moved = [
+                    tf.cast(tf.constant(a), v.dtype) for a, v in zip(parts, leaves, strict=True)
+                ]
+                rows.append(np.concatenate([_numpy(o, np.float64) for o in call(moved)]))
+            return np.stack(rows)
 
         x0 = np.concatenate([_numpy(v, np.float64).ravel() for v in leaves])
         change = change_under_a_move(evaluate, x0, y0, eps)
         if not change:
-            return  # a constant function: autodiff's zero gradient is right
+            return []  # a constant function: autodiff's zero gradient is right
+        steps = steps_only(evaluate, x0, y0, eps, change)
+        if steps is not None:  # floor, round near a step: zero is right, and judged
+            return [steps.note("the gradient tape records no path")]
         specs = [tf.TensorSpec(leaf.shape, leaf.dtype) for leaf in leaves]
-        cause = disconnection_cause(tf, call, specs) or (
-            "a computation outside TensorFlow, .numpy(), tf.stop_gradient or an integer cast "
-            "on the way"
-        )
+        cause = disconnection_cause(tf, call, specs)
+        missing = [] if cause else missing_derivatives(tf, call, specs)
+        if missing:  # the framework's missing derivative: a finding, for the check to judge
+            return [m.note() for m in missing]
         raise InputTypeError(
             "the gradient cannot flow: the function's output is not connected to its inputs "
             "on the gradient tape, although its values change with them (largest change "
             f"{change:.3g} for a 1% move); autodiff would read this as a zero "
-            f"gradient. Cause: {cause}. "
+            f"gradient. Cause: {cause or _UNSEEN_CUT}. "
             "Compute the output with TensorFlow operations on the input tensors."
         )
 
@@ -766,7 +786,9 @@ class TensorflowBackend(Backend):
         specs = [self.tf.TensorSpec(a.shape, self.tf.as_dtype(a.dtype)) for a in originals]
         written = cached("tf.written", lambda: variables_written(self.tf, call, specs))
         watched = _Watched.of(models, written)
-        out_layout, leaves, y0 = self._plain_calls(raw, call, originals, is_var, watched, eps)
+        out_layout, leaves, y0 = self._plain_calls(
+            raw, call, originals, is_var, watched, eps, notes
+        )
         out_sizes = [leaf.size for leaf in out_layout.leaves]
         narrow = cached("tf.narrowest", lambda: narrowest_computed(self.tf, call, specs))
         if narrow is not None and dtype_eps(narrow[0]) > eps:  # a cast down, a dtype policy
@@ -813,8 +835,10 @@ class TensorflowBackend(Backend):
         is_var: list[bool],
         watched: _Watched,
         eps: float,
+        notes: list[str],
     ) -> tuple[Any, list[Any], np.ndarray]:
-        """Two plain calls at x0: side effects, determinism, output layout.
+        """Two plain calls at x0: side effects, determinism, output layout, and whether the
+        gradient can flow (its notes appended to ``notes``).
 
         Returns
         -------
@@ -860,7 +884,7 @@ class TensorflowBackend(Backend):
             )
         if changed is not None:
             raise InputMutationError(changed)
-        self._check_gradient_flows(call, leaves, y1, eps)
+        notes += self._check_gradient_flows(call, leaves, y1, eps)
         return out_layout, leaves, y1
 
     def _deferred(
@@ -1241,6 +1265,10 @@ def _padded_to_power_of_two(fn: BatchFn, A: np.ndarray) -> np.ndarray:
     return fn(np.concatenate([A, np.repeat(A[:1], size - rows, axis=0)]))[:rows]
 
 
+#: the cause of a cut-off gradient when the function's graph does not show it
+_UNSEEN_CUT = (
+    "a computation outside TensorFlow, .numpy(), tf.stop_gradient or an integer cast on the way"
+)
 _MP_UNAVAILABLE = "high-precision (mpmath) evaluation is unavailable for this function"
 
 

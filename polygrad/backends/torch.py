@@ -74,6 +74,7 @@ from .._pytree import flatten, unflatten
 from ..errors import InputMutationError, InputTypeError, NondeterministicFunctionError
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
+from ._flow import steps_only
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
     SMALL_BATCH,
@@ -369,12 +370,21 @@ def _refuse_outer_mutations(
 
 def _check_gradient_flows(
     torch: Any, work: _Program, primals: list[Any], y0: np.ndarray, eps: float
-) -> None:
+) -> str | None:
     """Raise when autograd connects no output to any input, yet the values depend on them.
 
     A ``.detach()``, ``torch.no_grad()`` or a round trip through NumPy on the way to the
     output would make autodiff read a zero gradient; a constant function (whose zero
-    gradient is right) passes.
+    gradient is right) passes, and so does a piecewise-constant one (an index from
+    ``argmax``, a comparison cast back to float) that is constant on both sides of the
+    point although the guard's 1% move crosses a step
+    (:func:`~polygrad.backends._flow.steps_only`).
+
+    Returns
+    -------
+    str or None
+        A note for the report when the zero gradient is judged because the function
+        is piecewise constant at the point; None otherwise.
 
     Raises
     ------
@@ -382,15 +392,18 @@ def _check_gradient_flows(
         The gradient cannot flow from the output to the inputs.
     """
     if gradient_target():  # order=2: a disconnected gradient's zero derivative is judged
-        return
+        return None
     with torch.enable_grad():
         req = [p.detach().clone().requires_grad_() for p in primals]
         if work.call(*req).requires_grad:
-            return
+            return None
     x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
     change = change_under_a_move(work.evaluate, x0, y0, eps)
     if not change:
-        return  # a constant function: autodiff's zero gradient is right
+        return None  # a constant function: autodiff's zero gradient is right
+    steps = steps_only(work.evaluate, x0, y0, eps, change)
+    if steps is not None:  # an argmax, a comparison near a step: zero is right, and judged
+        return steps.note("autograd records no path")
     raise InputTypeError(
         "the gradient cannot flow: autograd connects the function's output to none of its "
         f"inputs, although its values change with them (largest change {change:.3g} for a "
@@ -800,7 +813,8 @@ class TorchBackend(Backend):
 
         x0 = np.concatenate([_to_float64_numpy(torch, p).ravel() for p in primals])
         y0 = work.evaluate(x0[None, :])[0]
-        _check_gradient_flows(torch, work, primals, y0, eps)
+        flows = _check_gradient_flows(torch, work, primals, y0, eps)
+        notes.extend([flows] if flows else [])
         out_layout = output_layout(
             [
                 np.empty(tuple(t.shape), complex if t.is_complex() else float)
