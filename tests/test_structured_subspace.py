@@ -415,3 +415,189 @@ def test_jax_custom_vjp_wrong_on_subspace_is_mismatch():
     assert report.details["convention"] == SYMMETRIC_SUBSPACE
     expected = along(d_weighted_cholesky(SPD, WEIGHT))
     np.testing.assert_allclose(report.entries.autodiff, expected * (1 + 1e-3), rtol=1e-10)
+
+
+# ---- the convention needs a precondition ------------------------------------------------------
+# sum(W ∘ X) has the Jacobian W; a rule returning Wᵀ is wrong on the full space, and right along
+# every symmetric direction: (Wᵀ)_ii = W_ii, (Wᵀ)_ij + (Wᵀ)_ji = W_ij + W_ji. Nothing in f is
+# defined on symmetric matrices, so only a declaration (symmetric=) may judge it there.
+SYM = SPD - 0.5 * np.eye(3)  # symmetric, not special otherwise
+
+
+def transposed_rule(framework: str, scale: float = 1.0):
+    """``f(X) = sum(W ∘ X)`` whose custom rule returns ``scale · g · Wᵀ`` (W = WEIGHT)."""
+    if framework == "torch":
+        w = torch.tensor(WEIGHT)
+
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return (w * x).sum()
+
+            @staticmethod
+            def backward(ctx, g):
+                return g * w.T * scale
+
+        return F.apply, torch.tensor(SYM)
+    if framework == "jax":
+        w = jnp.asarray(WEIGHT)
+
+        @jax.custom_vjp
+        def f(x):
+            return jnp.sum(w * x)
+
+        f.defvjp(lambda x: (f(x), None), lambda _, g: (g * w.T * scale,))
+        return f, jnp.asarray(SYM)
+    w = tf.constant(WEIGHT)
+
+    @tf.custom_gradient
+    def g(x):
+        return tf.reduce_sum(w * x), lambda dy: dy * tf.transpose(w) * scale
+
+    return g, tf.constant(SYM)
+
+
+FRAMEWORKS = ["torch", "jax", "tensorflow"]
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_transposed_rule_at_symmetric_input_is_mismatch(framework):
+    with jax.enable_x64(True):
+        f, x = transposed_rule(framework)
+        report = pg.check(f, x)
+    assert report.verdict == Verdict.MISMATCH, report
+    assert not report.ok
+    assert "convention" not in report.details
+    assert report.quantity == "Jacobian entries"
+    np.testing.assert_allclose(report.entries.autodiff, WEIGHT.T.ravel(), rtol=1e-12)
+    np.testing.assert_allclose(report.entries.reference, WEIGHT.ravel(), rtol=1e-9)
+    note = next(n for n in report.notes if "symmetric direction" in n)
+    assert note.startswith("autodiff agrees with the reference along every symmetric direction")
+    assert "no operation of f defined on symmetric matrices (Cholesky, eigh...) reads x" in note
+    assert note.endswith("declare it: symmetric=0")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_transposed_rule_declared_symmetric_is_judged_on_subspace(framework):
+    with jax.enable_x64(True):
+        f, x = transposed_rule(framework)
+        report = pg.check(f, x, symmetric=0)
+    expected = along(lambda D: float(np.sum(WEIGHT * D)))  # W_ii, W_ij + W_ji
+    assert_on_subspace(report, expected, 1e-9)
+    assert report.details["subspace"]["precondition"] == {
+        "x": "x is declared symmetric (symmetric=0)"
+    }
+    assert measured(report)["gradient_symmetric"] is False
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_declared_rule_wrong_on_subspace_is_mismatch(framework):
+    """Declared symmetric, a rule 1e-3 off along symmetric directions too: MISMATCH there."""
+    with jax.enable_x64(True):
+        f, x = transposed_rule(framework, 1 + 1e-3)
+        report = pg.check(f, x, symmetric=(0,))
+    assert report.verdict == Verdict.MISMATCH and not report.ok, report
+    assert report.details["convention"] == SYMMETRIC_SUBSPACE
+    expected = along(lambda D: float(np.sum(WEIGHT * D)))
+    np.testing.assert_allclose(report.entries.reference, expected, rtol=1e-9)
+    np.testing.assert_allclose(report.entries.autodiff, expected * (1 + 1e-3), rtol=1e-12)
+
+
+def test_numpy_transposed_rule_needs_declaration():
+    """NumPy code is not captured: no operation is known, only the declaration applies."""
+    report = pg.check(lambda x: np.sum(WEIGHT * x), SYM, grad=lambda x: WEIGHT.T)
+    assert report.verdict == Verdict.MISMATCH and not report.ok, report
+    assert any("f's program could not be captured" in n for n in report.notes)
+    report = pg.check(lambda x: np.sum(WEIGHT * x), SYM, grad=lambda x: WEIGHT.T, symmetric=0)
+    assert_on_subspace(report, along(lambda D: float(np.sum(WEIGHT * D))), 1e-9)
+
+
+def test_operation_on_another_argument_does_not_excuse():
+    """cholesky reads y only: the transposed rule on x stays a MISMATCH."""
+    w = torch.tensor(WEIGHT)
+
+    class F(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return (w * x).sum()
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * w.T
+
+    def f(x, y):
+        return F.apply(x) + torch.linalg.cholesky(y).sum()
+
+    report = pg.check(f, torch.tensor(SYM), torch.tensor(SPD), argnums=(0, 1))
+    assert report.verdict == Verdict.MISMATCH and not report.ok, report
+    assert "convention" not in report.details
+    assert any(n.endswith("declare it: symmetric=0") for n in report.notes)
+
+
+def _symmetric_functions(framework: str) -> dict:
+    """cholesky (weighted), eigenvalues (weighted squares) and logdet of an SPD matrix,
+    through operations that read one triangle."""
+    if framework == "torch":
+        w, c = torch.tensor(WEIGHT), torch.tensor(COEF)
+        return {
+            "cholesky": lambda x: (torch.linalg.cholesky(x) * w).sum(),
+            "eigh": lambda x: (torch.linalg.eigh(x)[0] ** 2 * c).sum(),
+            "logdet": lambda x: 2 * torch.log(torch.diagonal(torch.linalg.cholesky(x))).sum(),
+        }
+    if framework == "jax":
+        return {
+            "cholesky": lambda x: jnp.sum(jax.scipy.linalg.cholesky(x, lower=True) * WEIGHT),
+            "eigh": lambda x: jnp.sum(
+                jax.lax.linalg.eigh(x, symmetrize_input=False)[1] ** 2 * COEF
+            ),
+            "logdet": lambda x: 2 * jnp.sum(
+                jnp.log(jnp.diagonal(jax.scipy.linalg.cholesky(x, lower=True)))
+            ),
+        }
+    w = tf.constant(WEIGHT)
+    return {
+        "cholesky": lambda x: tf.reduce_sum(tf.linalg.cholesky(x) * w),
+        "eigh": lambda x: tf.reduce_sum(tf.linalg.eigh(x)[0] ** 2 * COEF),
+        "logdet": tf.linalg.logdet,
+    }
+
+
+_OPERATION = {"torch": "linalg_cholesky_ex", "jax": "cholesky", "tensorflow": "Cholesky"}
+_EIGEN = {"torch": "_linalg_eigh", "jax": "eigh", "tensorflow": "SelfAdjointEigV2"}
+
+
+@pytest.mark.parametrize("name", ["cholesky", "eigh", "logdet"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_operations_on_symmetric_matrices_keep_the_convention(framework, name):
+    """The operation found in f's program is the precondition, and the report names it."""
+    expected = {
+        "cholesky": along(d_weighted_cholesky(SPD, WEIGHT)),
+        "eigh": along(d_eigen_sum(SPD, COEF)),
+        "logdet": along(d_logdet(SPD)),
+    }[name]
+    with jax.enable_x64(True):
+        f = _symmetric_functions(framework)[name]
+        x = {"torch": torch.tensor, "jax": jnp.asarray, "tensorflow": tf.constant}[framework](SPD)
+        report = pg.check(f, x)
+    if framework == "tensorflow" and name == "eigh":  # its rule is the full-space one
+        assert report.verdict == Verdict.PASS and report.ok, report
+        assert "convention" not in report.details
+        return
+    assert_on_subspace(report, expected, 1e-9)
+    op = (_EIGEN if name == "eigh" else _OPERATION)[framework]
+    why = report.details["subspace"]["precondition"]["x"]
+    assert why.startswith(f"f applies {op} to a value computed from x"), why
+    note = next(n for n in report.notes if n.startswith("checked on the symmetric subspace"))
+    assert f"because f applies {op}" in note
+
+
+def test_symmetric_option_errors():
+    x = torch.tensor(SYM)
+    with pytest.raises(ValueError, match="not a checked argument"):
+        pg.check(lambda a: (a * a).sum(), x, symmetric=1)
+    with pytest.raises(pg.InputValueError, match="declares x symmetric, but it is not"):
+        pg.check(lambda a: (a * a).sum(), torch.tensor(FULL), symmetric=0)
+    with pytest.raises(ValueError, match="real square matrices"):
+        pg.check(lambda a: (a * a).sum(), torch.ones(3, 2, dtype=torch.float64), symmetric=0)
+    with pytest.raises(TypeError, match="positions of the arguments"):
+        pg.check(lambda a: (a * a).sum(), x, symmetric="x")
