@@ -2,7 +2,7 @@
 
 A function is traced once (``jax.make_jaxpr``, in float64) and its jaxpr is
 then interpreted on NumPy object arrays of ``mpf`` numbers of a private
-``mpmath`` context (:func:`polygrad.backends.mpmath.make_context`), so the
+``mpmath`` context (:func:`polygrad.mpexec.context.make_context`), so the
 very code the user wrote is evaluated at ``dps`` decimal digits. That gives a
 reference derivative good to far beyond float64 for framework code.
 
@@ -523,7 +523,7 @@ def evaluate_jaxpr_mp(closed_jaxpr: Any, args: Sequence[Any], ctx: Any) -> list[
         array), shaped as the input; integer/boolean inputs as NumPy arrays.
     ctx : mpmath.MPContext
         The context (and precision) of the arithmetic, e.g. from
-        :func:`polygrad.backends.mpmath.make_context`.
+        :func:`polygrad.mpexec.context.make_context`.
 
     Returns
     -------
@@ -559,7 +559,7 @@ def jaxpr_mp_evaluator(
         (both float64 ``(n,)``), ``y`` the flat outputs, an object array
         ``(m,)`` of mpf (integer outputs converted exactly).
     """
-    from ..backends.mpmath import make_context
+    from .context import make_context
 
     interpreters: dict[int, _Interpreter] = {}
     # index maps are pure functions of shapes and integer values: shared by all precisions

@@ -6,7 +6,7 @@ rewritten to float64: :mod:`polygrad.backends._tf_promote`). The float64
 reference runs that graph in TensorFlow; :class:`GraphProgram` walks the
 same ``GraphDef`` in topological order and evaluates every node on NumPy
 object arrays of ``mpf`` of a private context
-(:func:`polygrad.backends.mpmath.make_context`), so the very program the user
+(:func:`polygrad.mpexec.context.make_context`), so the very program the user
 wrote is evaluated at ``dps`` decimal digits.
 
 Values
@@ -191,7 +191,7 @@ def supported_ops() -> frozenset[str]:
 
 
 def _probe_context() -> Any:
-    from ..backends.mpmath import make_context
+    from .context import make_context
 
     return make_context(15)
 
@@ -838,7 +838,7 @@ def tf_mp_evaluator(
         Raised here, before anything runs, when an op the outputs depend on
         has no rule (the message names every such op type).
     """
-    from ..backends.mpmath import make_context
+    from .context import make_context
 
     program = GraphProgram(graph_def, inputs, outputs)
     contexts: dict[int, Any] = {}

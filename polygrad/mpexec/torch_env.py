@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.mpmath import make_context
+from .context import make_context
 from .elementwise import common_functions, real
 from .errors import UnsupportedOperatorError
 from .values import mp_array, mpf_of

@@ -4,7 +4,7 @@ Every value the interpreters receive (inputs, captured weights, literals) is
 a binary float, an integer or a boolean, and each of them is an exact
 ``mpf``: no rounding happens on the way in. Floating tensors are held as
 NumPy object arrays of ``mpf`` of one private context
-(:func:`polygrad.backends.mpmath.make_context`).
+(:func:`polygrad.mpexec.context.make_context`).
 """
 
 from __future__ import annotations
