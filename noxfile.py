@@ -28,6 +28,7 @@ nox.options.sessions = [
     "lint",
     "types",
     "docs",
+    "demo",
 ]
 CONSTRAINTS = ("-c", "constraints.txt")
 # tests of the testing helpers; they adapt to the frameworks a session selects
@@ -92,7 +93,7 @@ def tests_jax(session: nox.Session) -> None:
 
 @nox.session(name="tests-tensorflow")
 def tests_tensorflow(session: nox.Session) -> None:
-    session.install("-e", ".[tensorflow,test]", *CONSTRAINTS)
+    session.install("-e", ".[tensorflow,tfp,test]", *CONSTRAINTS)
     _pytest(
         session,
         "tensorflow",
@@ -171,6 +172,29 @@ def benchmarks(session: nox.Session) -> None:
     """The gradient zoo against today's checkers; writes docs/benchmarks.md (--quick: smoke)."""
     session.install("-e", ".[bench]", *CONSTRAINTS)
     session.run("python", "-m", "benchmarks", *session.posargs)
+
+
+# run from an empty folder, so that `import polygrad` finds the installed wheel, not ./polygrad
+DEMO_CHECK = """
+import sys
+from polygrad.demo import demo
+result = demo("polygrad-demo")
+if result.skipped or not result.ok:
+    sys.exit("the demo skipped a case or gave an unexpected verdict: see above")
+"""
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """`polygrad demo` as a new user gets it: the wheel built and installed with [all].
+
+    Not editable, so the wheel's files and extras are what runs; the session fails
+    when any case is skipped (a module the extras do not install) or unexpected.
+    """
+    session.install(".[all]", *CONSTRAINTS)
+    session.chdir(session.create_tmp())
+    session.run("polygrad", "demo", "--help", silent=True)
+    session.run("python", "-c", DEMO_CHECK)
 
 
 @nox.session

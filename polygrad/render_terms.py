@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .your_terms import tool_tolerance
+
 if TYPE_CHECKING:
     from .your_terms import YourTerms
 
@@ -33,13 +35,18 @@ def _headline(t: YourTerms) -> str:
         + ("sampled " if t.sampled else "")
         + f"{'entry' if t.entries == 1 else 'entries'}: "
     )
-    at = f"at {t.worst}: autodiff {_g(t.worst_autodiff, 6)}, numeric {_g(t.worst_numeric, 6)}"
     diff = abs(t.worst_numeric - t.worst_autodiff)
+    allowed = tool_tolerance(t.tool, t.dtype, t.worst_numeric)
+    tol = "the tool sets no tolerance" if allowed is None else f"its tolerance {_g(allowed)}"
+    at = (
+        f"at {t.worst}: autodiff {_g(t.worst_autodiff, 6)}, numeric {_g(t.worst_numeric, 6)}, "
+        f"|difference| {_g(diff)}, {tol}"
+    )
     if t.passes is not None:
         word = "passes" if t.passes else "FAILS"
         return head + (
             f"its test {t.metric} {word}; max |autodiff - numeric| = {_g(t.value)} "
-            f"(worst against its tolerance {at}, |difference| {_g(diff)})"
+            f"(worst against its tolerance {at})"
         )
     return head + f"{t.metric} = {_g(t.value)} ({at})"
 
@@ -63,6 +70,12 @@ def _dominant(t: YourTerms) -> str:
         "autodiff": t.autodiff_error or 0.0,
     }
     top = max(parts, key=lambda k: parts[k])
+    if top == "autodiff" and t.kink is not None:
+        return (
+            "at a kink autodiff's gap is to the nearer one-sided derivative, which a "
+            "conservative gradient of a composition (ReLU inside max-pooling) may leave: "
+            "NONSMOOTH above, not a gradient error"
+        )
     if top == "autodiff":
         return "autodiff's own error dominates: the verdict above judges it"
     if top == "bend" and t.kink is not None:
@@ -101,17 +114,33 @@ def your_terms_lines(t: YourTerms) -> list[str]:
     if t.kinks:
         lines.append(f"    {t.kinks} of the entries sit at a kink of f (NONSMOOTH above)")
     if t.best_step is not None:
-        lines.append(
-            f"    best {t.step_name} for {t.tool} here: {step_text(t.best_step)} "
-            f"(absolute; the best measured on powers of two from your step to the one that its "
-            "round-off and truncation predict); "
-            f"measured there, it "
-            f"reads {_g(t.best_value)}"
-            + (
-                f" ({_g(t.best_value_smooth)} over the entries where f is smooth: a "
-                "difference across a kink is no derivative at any step)"
-                if t.best_value_smooth is not None
-                else ""
-            )
-        )
+        lines.append(_best_step_line(t))
     return lines
+
+
+def _best_step_line(t: YourTerms) -> str:
+    """The best step measured for the tool, and what its prediction assumed."""
+    txt = (
+        f"    best {t.step_name} for {t.tool} here: {step_text(_f(t.best_step))} "
+        "(absolute; the best measured on powers of two from your step to the one that its "
+        f"round-off and truncation predict); measured there, it reads {_g(t.best_value)}"
+    )
+    if t.best_value_smooth is not None:
+        txt += (
+            f" ({_g(t.best_value_smooth)} over the entries where f is smooth: a "
+            "difference across a kink is no derivative at any step)"
+        )
+    if t.truncation_unresolved is not None:
+        txt += (
+            f"; the truncation at your step was below what can be measured "
+            f"({_g(t.truncation_unresolved)}), so the prediction assumes it stays that small "
+            "at larger steps, as it does where f's third derivative is 0 (a quadratic f)"
+        )
+        if t.best_step_capped:
+            txt += ", and stops at a quarter of the input's scale"
+        txt += "; where f curves, the best step is smaller"
+    return txt
+
+
+def _f(x: float | None) -> float:
+    return float("nan") if x is None else float(x)

@@ -32,7 +32,15 @@ from .verdicts import SEVERITY, Entries, Verdict
 if TYPE_CHECKING:
     from .backends.base import Target
 
-__all__ = ["Tool", "YourTerms", "resolve_tool", "in_your_terms", "your_terms_result", "TOOLS"]
+__all__ = [
+    "Tool",
+    "YourTerms",
+    "resolve_tool",
+    "in_your_terms",
+    "your_terms_result",
+    "tool_tolerance",
+    "TOOLS",
+]
 
 MAX_COLUMNS = 4096
 """Coordinates differenced at most; beyond, a random sample of them (the report says so)."""
@@ -165,6 +173,13 @@ class YourTerms:
     swamped : int or None
         Entries whose round-off at the step is at least half the entry (their
         relative error is of order 1 whatever the gradient).
+    truncation_unresolved : float or None
+        Where the truncation at the user's step was below what its measurement
+        resolves, that bound: the best step then rests on the assumption that the
+        truncation stays below it over the steps tried (true where f's third
+        derivative is 0 near ``x``, as for a quadratic f). None where it was measured.
+    best_step_capped : bool
+        The predicted best step was capped at a quarter of the input's scale.
     """
 
     tool: str
@@ -191,6 +206,8 @@ class YourTerms:
     best_value_smooth: float | None
     typical: float
     swamped: int | None
+    truncation_unresolved: float | None = None
+    best_step_capped: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -267,15 +284,37 @@ def _in_dtype(v: np.ndarray, dtype: str) -> np.ndarray:
         return v
 
 
+def tool_tolerance(tool: str, dtype: str, numeric: Any) -> Any:
+    """The ``|numeric - autodiff|`` that the tool named ``tool`` allows, or None.
+
+    Parameters
+    ----------
+    tool : str
+        A :attr:`Tool.name`.
+    dtype : str
+        The dtype differenced in (``check_grads``' tolerance depends on it).
+    numeric : float or ndarray
+        The tool's numeric derivative(s).
+
+    Returns
+    -------
+    float or ndarray or None
+        ``atol + rtol |numeric|``, shaped like ``numeric``; None for a tool
+        without a threshold (``compute_gradient``, plain central differences).
+    """
+    if tool.startswith("torch"):
+        return 1e-5 + 1e-3 * np.abs(numeric)
+    if tool.startswith("jax"):
+        tol = JAX_TOLERANCE.get(dtype, 1e-5)
+        return tol + tol * np.abs(numeric)
+    return None
+
+
 def _metric(tool: Tool, dtype: str, num: np.ndarray, ad: np.ndarray) -> tuple[np.ndarray, Any]:
     """Per-entry badness in the tool's terms (argmax is its worst) and its pass/fail."""
     diff = np.abs(num - ad)
-    if tool.name.startswith("torch"):
-        allowed = 1e-5 + 1e-3 * np.abs(num)
-        return diff / allowed, bool(np.all(diff <= allowed))
-    if tool.name.startswith("jax"):
-        tol = JAX_TOLERANCE.get(dtype, 1e-5)
-        allowed = tol + tol * np.abs(num)
+    allowed = tool_tolerance(tool.name, dtype, num)
+    if allowed is not None:
         return diff / allowed, bool(np.all(diff <= allowed))
     if tool.name.startswith("central"):
         return diff / np.maximum(RELATIVE_FLOOR, np.abs(num) + np.abs(ad)), None
@@ -357,6 +396,7 @@ def in_your_terms(
         best_step=best[0], best_value=best[1], best_value_smooth=best[2],
         typical=float(np.median(np.abs(st.autodiff))),
         swamped=None if not parts else int(np.sum(2 * parts["roundoff"] >= np.abs(st.autodiff))),
+        truncation_unresolved=best[3], best_step_capped=best[4],
     )  # fmt: skip
 
 
@@ -436,13 +476,15 @@ def _best_and_measure(
     h: float,
     parts: dict[str, np.ndarray],
     reference_error: np.ndarray | None,
-) -> tuple[float | None, float | None, float | None]:
+) -> tuple[float | None, float | None, float | None, float | None, bool]:
     """The best step for the tool (predicted from the largest round-off and truncation at
     ``h``, then the best measured between ``h`` and that prediction), the tool's number
-    there, and the same over the entries where f is smooth (None
-    without kinks); all None without a float64 evaluation."""
+    there, and the same over the entries where f is smooth (None without kinks); all None
+    without a float64 evaluation. Then what the prediction assumed: the bound below which
+    the truncation went unmeasured (None where it was measured), and whether the step was
+    capped at a quarter of the input's scale."""
     if not parts:
-        return None, None, None
+        return None, None, None, None, False
     smooth = ~st.kink
     R = float(np.max(parts["roundoff"][smooth], initial=0.0))
     T = float(np.max(parts["truncation"][smooth], initial=0.0))
@@ -455,11 +497,13 @@ def _best_and_measure(
     nz = np.abs(target.x0[target.x0 != 0])
     scale = float(2.0 ** np.round(np.log2(np.median(nz)))) if nz.size else 1.0
     predicted = _best_step(h, R, T, floor, scale / 4)
+    unresolved = floor if T <= floor else None
+    capped = predicted >= scale / 4
     # the prediction extrapolates from one step (kinks near x bend it): measure the tool on
     # the powers of two between the user's step and the predicted one, and keep the best
     scores = [_measure(target, tool, st, step) for step in _candidates(h, predicted)]
     best = min(scores, key=lambda r: (r[1], 0.0 if r[2] is None else r[2], r[3]))
-    return best[0], best[1], best[2]
+    return best[0], best[1], best[2], unresolved, capped
 
 
 def _candidates(h: float, predicted: float) -> list[float]:

@@ -9,7 +9,9 @@ fetch the other project.
 
 from __future__ import annotations
 
+import ast
 import email.parser
+import importlib.metadata
 import re
 import shutil
 import subprocess
@@ -18,6 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from polygrad._install import DISTRIBUTION, pip_install, requirement
 from polygrad.testing.nox_template import render_noxfile
@@ -54,7 +57,10 @@ def test_wheel_metadata_names_the_free_distribution(wheel: zipfile.ZipFile) -> N
     # the extras that pull in other extras name this distribution, never bare "polygrad"
     assert own and all(r.startswith("polygrad-check[") for r in own), own
     assert any(r.startswith("polygrad-check[") and 'extra == "all"' in r for r in own)
-    assert {"torch", "jax", "tensorflow", "plot", "all"} <= set(meta.get_all("Provides-Extra"))
+    assert {"torch", "jax", "tensorflow", "plot", "demo", "tfp", "all"} <= set(
+        meta.get_all("Provides-Extra")
+    )
+    assert meta["Author"] == "polygrad developers"
 
 
 def test_wheel_keeps_import_name_and_entry_points(wheel: zipfile.ZipFile) -> None:
@@ -86,3 +92,80 @@ def test_docs_install_lines_and_the_other_project() -> None:
     assert 'pip install "polygrad-check[torch]"' in text["getting-started.md"]
     assert "pip uninstall polygrad" in text["getting-started.md"]
     assert "pip uninstall polygrad" in text["README.md"]
+
+
+# ---- the extras install what the demo imports -----------------------------------------------
+
+FRAMEWORK_EXTRAS = ("torch", "jax", "tensorflow", "tfp")
+
+
+def _demo_imports() -> set[str]:
+    """Top-level modules that polygrad/demo.py imports (absolute imports, stdlib excluded);
+    matplotlib too, which its plots import through polygrad.plot."""
+    tree = ast.parse((ROOT / "polygrad" / "demo.py").read_text())
+    found = {"matplotlib"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m != "polygrad"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
+    """Distributions an extra names, its references to polygrad-check[...] expanded."""
+    out: set[str] = set()
+    for req in map(Requirement, extras[name]):
+        if _norm(req.name) == DISTRIBUTION:
+            for inner in req.extras:
+                out |= _extra(extras, inner)
+        else:
+            out.add(_norm(req.name))
+    return out
+
+
+def _closure(dists: set[str]) -> set[str]:
+    """``dists`` and what they require when installed (their own extras left out)."""
+    seen, todo = set(), list(dists)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for req in map(Requirement, requires):
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(_norm(req.name))
+    return seen
+
+
+def _extras() -> dict[str, list[str]]:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {"": project["dependencies"], **project["optional-dependencies"]}
+
+
+def test_the_extras_install_every_module_the_demo_imports() -> None:
+    """[all] installs every module the demo imports; [demo] the ones no framework brings,
+    so that `pip install ".[torch,demo]"` runs the CNN case too."""
+    extras = _extras()
+    owners = importlib.metadata.packages_distributions()
+    imports = _demo_imports()
+    assert {"sklearn", "scipy", "tensorflow_probability", "keras"} <= imports  # parsed
+    missing = sorted(m for m in imports if m not in owners)
+    if missing:
+        pytest.skip(f"not installed here, so their distributions are unknown: {missing}")
+    dist = {m: {_norm(d) for d in owners[m]} for m in imports}
+    everything = _closure(_extra(extras, "all") | _extra(extras, ""))
+    assert {m: d for m, d in dist.items() if not d & everything} == {}
+    frameworks = _closure(set().union(*(_extra(extras, e) for e in FRAMEWORK_EXTRAS)))
+    demo = _closure(_extra(extras, "demo") | _extra(extras, ""))
+    assert {m: d for m, d in dist.items() if not d & (frameworks | demo)} == {}
+    assert _extra(extras, "tensorflow") == {"tensorflow"}  # polygrad imports no TFP, no tf-keras
