@@ -550,8 +550,8 @@ def _symmetric_functions(framework: str) -> dict:
             "eigh": lambda x: jnp.sum(
                 jax.lax.linalg.eigh(x, symmetrize_input=False)[1] ** 2 * COEF
             ),
-            "logdet": lambda x: 2 * jnp.sum(
-                jnp.log(jnp.diagonal(jax.scipy.linalg.cholesky(x, lower=True)))
+            "logdet": lambda x: (
+                2 * jnp.sum(jnp.log(jnp.diagonal(jax.scipy.linalg.cholesky(x, lower=True))))
             ),
         }
     w = tf.constant(WEIGHT)
