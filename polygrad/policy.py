@@ -111,6 +111,12 @@ class Policy:
         entry of its row may be off by ``c_lost * rho`` times its scale where
         only the working dtype is off: it turns UNSTABLE into PASS, never a
         MISMATCH (see :func:`polygrad.pipeline.judge.findings`).
+    widest_tolerance : float
+        Largest tolerance, as a share of an entry's scale, at which a comparison
+        still checks the rule. Where the tolerance that decides MISMATCH is wider
+        (a bfloat16 or float16 rule with no float64 evaluation: ``c_ad`` epsilons
+        are half, or a sixteenth, of the scale; or allowances for round-off as large)
+        a rule wrong by that share would pass: the entry is INCONCLUSIVE, never PASS.
     """
 
     c_ad: float = 64.0
@@ -137,6 +143,7 @@ class Policy:
     dither_allowance: float = 2.0
     subspace_explains: float = 0.1
     c_lost: float = 4.0
+    widest_tolerance: float = 0.01
 
 
 DEFAULT_POLICY = Policy()

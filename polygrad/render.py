@@ -486,6 +486,36 @@ def _why(report: Report) -> str:
             f"autodiff and the reference disagree on finiteness at {k} of {_entries(n)} "
             f"(NaN or Inf on one side only){_overflow(report)}."
         )
+    return _why_undecided(report, k, n)
+
+
+def _why_undecided(report: Report, k: int, n: int) -> str:
+    """INCONCLUSIVE: a surrogate rule by design, a tolerance as wide as the entries (no
+    float64 evaluation of a narrow rule), or a reference too coarse."""
+    from .pipeline.prepare import SURROGATE_NOTE
+
+    e = report.entries
+    undecided = np.array([str(v) == "INCONCLUSIVE" for v in e.verdicts()], dtype=bool)
+    if any(str(note).startswith(SURROGATE_NOTE) for note in report.notes):
+        return (
+            f"the rule is a surrogate by design (surrogate=True): at {k} of {_entries(n)} it "
+            "differs from f's derivative, which is shown, not judged; the values of f and of "
+            "the rule are finite."
+        )
+    with np.errstate(all="ignore"):
+        # the tolerance, not the reference's error bar, is what is as wide as the entry
+        wide = undecided & (e.tolerance > 8 * e.reference_error) & np.isfinite(e.tolerance)
+        rel = e.tolerance / np.abs(e.reference)
+    if np.any(wide):
+        i = int(np.flatnonzero(wide)[np.nanargmax(np.where(np.isfinite(rel[wide]), rel[wide], -1))])
+        dtype = report.details.working_dtype
+        return (
+            f"the round-off allowed is of the size of the entries, so a wrong rule cannot be "
+            f"told from round-off at {k} of {_entries(n)} (at {e.names[i]} the tolerance is "
+            f"±{_g(e.tolerance[i], 2)}, {_g(rel[i], 2)} of the entry, in {dtype}; a float64 "
+            "evaluation of the rule, or a wider working dtype, would decide; the notes below "
+            "say more)."
+        )
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
         f"{_verb(k, 'it was', 'they were')} not judged ({_why_unresolved(report)})."

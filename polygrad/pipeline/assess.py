@@ -86,7 +86,7 @@ def judge_modes(
         rng.bit_generator.state = st.rng_state
         allowance = None if allowances is None else allowances[j]
         blocks.append(judge(gather(
-            target, st, md, rng, allowance, opts.policy, mp_entries, opts.dps
+            target, st, md, rng, allowance, opts.policy, mp_entries, opts.dps, opts.expected
         )))  # fmt: skip
     return blocks
 

@@ -24,7 +24,7 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
-from .judge import JudgeInput
+from .judge import NOTHING_EXPECTED, Expected, JudgeInput
 from .plan import RULE_RESOLUTION
 
 __all__ = [
@@ -454,6 +454,7 @@ def gather(
     policy: Policy = DEFAULT_POLICY,
     mp_entries: np.ndarray | None = None,
     dps: int = 50,
+    expected: Expected = NOTHING_EXPECTED,
 ) -> JudgeInput:
     """One mode's autodiff quantities beside the reference, as a :class:`JudgeInput`.
 
@@ -476,6 +477,9 @@ def gather(
         numbers (``target.vjp_mp``), at ``dps`` digits.
     dps : int
         Digits of that evaluation.
+    expected : Expected
+        The accuracy the user asked for and whether the rule is a surrogate (see
+        :class:`polygrad.pipeline.judge.Expected`).
     """
     if st.full:
         q, ad, ad64 = _full(target, st, md)
@@ -510,6 +514,7 @@ def gather(
         lost_64=_per_entry(lost_64, st, md, shape),
         ad_mp=ad_mp,
         rule_roundoff=roundoff,
+        expected=expected,
         **flat,
     )
 

@@ -10,7 +10,7 @@ The same function judges every implementation in :func:`polygrad.check` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,7 +20,9 @@ from ..report import SEVERITY, Entries, Verdict
 
 __all__ = [
     "DOUBT",
+    "Expected",
     "Findings",
+    "NOTHING_EXPECTED",
     "JudgeInput",
     "concat_entries",
     "split_entries",
@@ -33,6 +35,37 @@ __all__ = [
 
 DOUBT = (Verdict.MISMATCH, Verdict.UNSTABLE, Verdict.INCONCLUSIVE)
 """Verdicts that an entry gets only after the strongest available reference agrees."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The accuracy the user expects of a rule, and whether it is a surrogate by design.
+
+    Attributes
+    ----------
+    rtol, atol : float
+        An entry passes where ``|autodiff - reference| <= atol + rtol * |reference|``
+        (as in :func:`numpy.testing.assert_allclose`), or within the check's own
+        tolerance, whichever is wider; 0 (the default) asks for nothing beyond the
+        check's own.
+    surrogate : bool
+        The rule is not the derivative of ``f`` by design (a straight-through
+        estimator, clipped or reversed gradients): differences from the reference
+        are reported, not judged (INCONCLUSIVE entries); finiteness still is.
+    """
+
+    rtol: float = 0.0
+    atol: float = 0.0
+    surrogate: bool = False
+
+    def allowed(self, ref: np.ndarray) -> np.ndarray:
+        """``atol + rtol * |ref|`` per entry (0 where the reference is not finite)."""
+        with np.errstate(invalid="ignore"):
+            return np.where(np.isfinite(ref), self.atol + self.rtol * np.abs(ref), 0.0)
+
+
+NOTHING_EXPECTED = Expected()
+"""No accuracy asked for beyond the check's own, and no surrogate."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +114,8 @@ class JudgeInput:
         numbers in float64's 53-bit arithmetic and at 50 bits (kernels a few ulps from
         correctly rounded): the round-off of evaluating it in float64 (see
         :func:`polygrad.pipeline.autodiff.rule_roundoff`); NaN elsewhere, or None.
+    expected : Expected
+        The accuracy the user asked for (``rtol``/``atol``) and ``surrogate``.
     """
 
     names: list[str]
@@ -106,6 +141,7 @@ class JudgeInput:
     lost_64: np.ndarray | None = None
     ad_mp: np.ndarray | None = None
     rule_roundoff: np.ndarray | None = None
+    expected: Expected = NOTHING_EXPECTED
 
 
 @dataclass(frozen=True)
@@ -130,6 +166,8 @@ class Findings:
     bad_w: np.ndarray
     have64: bool
     coarse: np.ndarray
+    unresolved: np.ndarray | bool = False
+    by_design: np.ndarray | bool = False
 
 
 def verdict_rule(fd: Findings) -> np.ndarray:
@@ -143,10 +181,12 @@ def verdict_rule(fd: Findings) -> np.ndarray:
          2   reference and autodiff both not finite         INCONCLUSIVE
          3   reference finite != autodiff finite            NONFINITE
          4   nonsmooth                                      NONSMOOTH
-         5   the rule (float64, else working) is off        MISMATCH
-         6   only the working-dtype value is off (have64)   UNSTABLE
-         7   the reference error bar is too coarse          INCONCLUSIVE
-         8   otherwise                                      PASS
+         5   the rule is off, and a surrogate by design     INCONCLUSIVE
+         6   the rule (float64, else working) is off        MISMATCH
+         7   only the working-dtype value is off (have64)   UNSTABLE
+         8   the reference error bar is too coarse          INCONCLUSIVE
+         9   the tolerance is of the size of the entry      INCONCLUSIVE
+        10   otherwise                                      PASS
 
     NaN/Inf from autodiff where ``f`` has a kink (the norm at 0) is a kink
     first (row 1); at a smooth point it is NONFINITE (row 3).
@@ -165,9 +205,11 @@ def verdict_rule(fd: Findings) -> np.ndarray:
         (~fd.ref_finite & ~fd.ad_finite, Verdict.INCONCLUSIVE),
         (fd.ref_finite != fd.ad_finite, Verdict.NONFINITE),
         (fd.nonsmooth, Verdict.NONSMOOTH),
+        (np.asarray(fd.by_design) & fd.bad_64, Verdict.INCONCLUSIVE),
         (fd.bad_64, Verdict.MISMATCH),
         (fd.bad_w & fd.have64, Verdict.UNSTABLE),
         (fd.coarse, Verdict.INCONCLUSIVE),
+        (fd.unresolved, Verdict.INCONCLUSIVE),
     ]
     shape = np.shape(fd.nonsmooth)
     conditions = [np.broadcast_to(np.asarray(c, dtype=bool), shape) for c, _ in rows]
@@ -430,6 +472,9 @@ def findings(inp: JudgeInput) -> _Evidence:
         ref = np.where(pick_r, inp.right, np.where(pick_l, inp.left, ref))
         ref_err = np.where(pick_r, inp.right_err, np.where(pick_l, inp.left_err, ref_err))
         tol_w, tol_64 = rule.tolerances(ref_err)
+        # the accuracy the user asked for widens the tolerances, never narrows them
+        asked = inp.expected.allowed(ref)
+        tol_w, tol_64 = np.fmax(tol_w, asked), np.fmax(tol_64, asked)
         lo, hi = np.fmin(inp.left, inp.right), np.fmax(inp.left, inp.right)
         within = (inp.ad >= lo - tol_w) & (inp.ad <= hi + tol_w)
         ad_finite = np.isfinite(inp.ad) & (np.isfinite(inp.ad64) | ~inp.have64)
@@ -473,6 +518,8 @@ def findings(inp: JudgeInput) -> _Evidence:
             # sum's round-off), so nothing is excused
             bad_64 = bad_w & ~cleared
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
+        deciding = tol_64 if inp.have64 else (tol_f if inp.eps_w <= F64_EPS else tol_w)
+        unresolved = _unresolved(deciding, scale, asked, p)
         fd = Findings(
             nonsmooth=nonsmooth,
             ad_finite=ad_finite,
@@ -481,6 +528,8 @@ def findings(inp: JudgeInput) -> _Evidence:
             bad_w=bad_w & ~excused,
             have64=inp.have64,
             coarse=coarse,
+            unresolved=unresolved,
+            by_design=np.full(np.shape(inp.ad), inp.expected.surrogate),
         )
     shown = np.where(excused, tol_f, tol_w)
     if inp.eps_w <= F64_EPS:  # float64 code: the tolerance that decided MISMATCH is shown
@@ -488,13 +537,36 @@ def findings(inp: JudgeInput) -> _Evidence:
     return _Evidence(ref, ref_err, shown, tol_64, within, fd)
 
 
-def overall(entries: Entries, nonsmooth: str) -> tuple[Verdict, bool]:
+def _unresolved(
+    deciding: np.ndarray, scale: np.ndarray, asked: np.ndarray, policy: Policy
+) -> np.ndarray:
+    """Where the tolerance that decides MISMATCH is of the size of the entry itself.
+
+    Wider than ``policy.widest_tolerance`` times the entry's scale (64 bfloat16
+    epsilons are half of it), the comparison would pass a rule wrong by a share of
+    its value as large: nothing tells a wrong rule from round-off, and the entry is
+    INCONCLUSIVE, never PASS. A tolerance the user asked for (``rtol``/``atol``) at
+    least as wide is theirs to make, and is not counted.
+    """
+    with np.errstate(invalid="ignore"):
+        wide = ~(deciding <= policy.widest_tolerance * scale) & np.isfinite(deciding)
+        return wide & (scale > 0) & ~(asked >= deciding)
+
+
+def overall(entries: Entries, nonsmooth: str, surrogate: bool = False) -> tuple[Verdict, bool]:
     """The worst verdict of ``entries`` and whether the check passes under ``nonsmooth``.
 
     ``nonsmooth`` is ``check``'s option: ``"allow"`` passes NONSMOOTH,
     ``"within"`` passes it when every entry at a kink lies within its one-sided
-    derivatives, anything else passes PASS only.
+    derivatives, anything else passes PASS only. ``surrogate`` (``check``'s option):
+    INCONCLUSIVE entries, the rule's differences by design, pass too; the verdict
+    stays INCONCLUSIVE (the rule was not judged), ``ok`` is True.
     """
+    if surrogate:
+        undecided = entries.status == SEVERITY[Verdict.INCONCLUSIVE]
+        status = np.where(undecided, SEVERITY[Verdict.PASS], entries.status)
+        verdict, ok = overall(replace(entries, status=status), nonsmooth)
+        return (Verdict.INCONCLUSIVE if ok and np.any(undecided) else verdict), ok
     worst = int(entries.status.max()) if entries.status.size else 0
     verdict = {v: k for k, v in SEVERITY.items()}[worst]
     if nonsmooth == "allow":
