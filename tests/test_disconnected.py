@@ -17,15 +17,40 @@ import pytest
 
 import polygrad as pg
 from polygrad import Verdict
+from polygrad.backends.base import change_under_a_move
 from polygrad.errors import InputTypeError
 
 AUTODIFF = pytest.mark.polygrad_backends("torch", "jax", "tensorflow")
 
-#: 0.995 and -1.004 lie within 1% of an integer, -0.005 of 0, 0.51 and 2.495 of a half
+#: every entry lies within 1% (of 1 + |x|) of a step of floor and ceil (the integers),
+#: round (the half-integers) and sign (0), on both sides of it, so that the guard's 1%
+#: move, whatever its signs, crosses a step of each (asserted in each test)
 NEAR_STEPS = np.array(
-    [[0.995, 2.3, -1.004, 0.4], [1.7, -2.6, 3.1, -0.005], [0.51, -3.3, 2.495, 1.25]],
+    [
+        [0.996, 1.004, -0.996, -1.004],
+        [0.496, 0.504, -0.004, 0.004],
+        [1.496, 1.504, -0.008, 0.008],
+        [-0.006, 0.006, -0.002, 0.002],
+    ],
     np.float32,
 )
+NUMPY_OPS = {
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "sign": np.sign,
+    "round": np.round,
+    "step": lambda t: (t > 1).astype(t.dtype),
+}
+
+
+def _crosses_a_step(name: str, x: np.ndarray) -> bool:
+    """Whether the guard's 1% move changes ``sum(op(x))`` (computed in NumPy)."""
+
+    def evaluate(rows):
+        return np.array([[NUMPY_OPS[name](r.astype(x.dtype)).sum()] for r in rows], float)
+
+    x0 = x.astype(float).ravel()
+    return change_under_a_move(evaluate, x0, evaluate(x0[None])[0], 1.2e-7) > 0
 
 
 def _op(backend, name):
@@ -67,6 +92,7 @@ def _stop(backend):
 def test_piecewise_constant_near_a_step_passes(backend, name):
     """The 1% move crosses a step, yet f is constant on both sides of the point: the
     derivative is 0 at every entry, and autodiff's zero is right."""
+    assert _crosses_a_step(name, NEAR_STEPS)
     op, xp = _op(backend, name), backend.namespace
     x = backend.asarray(NEAR_STEPS)
     report = backend.check(lambda t: xp.sum(op(t)), x, cache=False)
@@ -80,6 +106,7 @@ def test_piecewise_constant_near_a_step_passes(backend, name):
 def test_guard_notes_why_a_zero_gradient_is_judged(backend):
     """A comparison cast to float is connected to no input in any framework: the
     guard runs, measures the step at 0.995, and says so in the report."""
+    assert _crosses_a_step("step", NEAR_STEPS)
     step, xp = _op(backend, "step"), backend.namespace
     report = backend.check(lambda t: xp.sum(step(t)), backend.asarray(NEAR_STEPS), cache=False)
     assert report.verdict is Verdict.PASS and report.ok, str(report)
@@ -92,10 +119,10 @@ def test_on_a_step_is_a_jump_not_a_user_error(backend):
     discontinuity is judged (NONSMOOTH at that entry, PASS elsewhere)."""
     step, xp = _op(backend, "step"), backend.namespace
     x = NEAR_STEPS.copy()
-    x[0, 0] = 1.0
+    x[0, 0] = 1.0  # on the step of x > 1
     report = backend.check(lambda t: xp.sum(step(t)), backend.asarray(x), cache=False)
     assert report.verdict is Verdict.NONSMOOTH, str(report)
-    assert report.counts() == {"NONSMOOTH": 1, "PASS": 11}, report.counts()
+    assert report.counts() == {"NONSMOOTH": 1, "PASS": 15}, report.counts()
 
 
 @AUTODIFF
