@@ -10,7 +10,7 @@ import pytest
 
 import polygrad as pg
 from polygrad import Verdict
-from polygrad.pipeline.judgment import PASSES
+from polygrad.report import SEVERITY
 
 P32 = np.array([1e-7, 1e-4, 0.3], np.float32)
 
@@ -94,9 +94,10 @@ def test_a_pass_that_is_not_the_references_runs_for_each_implementation(framewor
     assert c[framework].verdict == pg.check(other, _as(framework, P32)).verdict
 
 
-def test_the_loop_records_every_pass_in_order():
+def _state(f, x, **supplied):
     from polygrad.backends.base import Supplied
-    from polygrad.pipeline.judgment import judgment
+    from polygrad.pipeline.assess import assess
+    from polygrad.pipeline.judgment import CheckState, run_frames, setting_of
     from polygrad.pipeline.plan import make_plan
     from polygrad.pipeline.prepare import Options, prepare
     from polygrad.pipeline.reference import compute_reference
@@ -104,11 +105,70 @@ def test_the_loop_records_every_pass_in_order():
 
     opts = Options("auto", "auto", "auto", 8, "inputs", 1, 50, 0, 4096, 60.0, "allow",
                    DEFAULT_POLICY)  # fmt: skip
-    x = np.array([0.3, -1.2])
-    prep = prepare(lambda x: np.sum(np.sin(x)), (x,), 0, Supplied(grad=np.cos), None, opts)
+    prep = prepare(f, (x,), 0, Supplied(**supplied), None, opts)
     plan = make_plan(prep.target, opts)
-    state = judgment(prep, plan, compute_reference(prep.target, plan, opts, prep), opts)
-    assert [r.name for r in state.passes] == [name for name, _ in PASSES]
+    ref = compute_reference(prep.target, plan, opts, prep)
+    judged = assess(prep, setting_of(plan, ref), ref.method, opts)
+    return run_frames(CheckState(prep, plan, ref, judged, prep), opts), opts
+
+
+def test_the_loop_records_every_pass_in_order():
+    from polygrad.pipeline.judgment import EVIDENCE, FRAMES, gather_and_decide
+
+    x = np.array([0.3, -1.2])
+    framed, opts = _state(lambda x: np.sum(np.sin(x)), x, grad=np.cos)
+    state = gather_and_decide(framed, opts)
+    assert [r.name for r in state.passes] == [name for name, _ in (*FRAMES, *EVIDENCE)]
     assert not any(r.changed for r in state.passes)
     assert state.ref_prep is state.prep
     np.testing.assert_allclose(state.judged.entries.reference, np.cos(x), rtol=1e-12)
+
+
+def _relu_inside_a_smooth_function(v):
+    """``relu(v) - relu(-v) = v``: smooth, but at v = 0 both ReLUs sit at their kink, and the
+    rule autodiff would give (relu'(0) = 0) returns 0 there."""
+    return np.sum(np.maximum(v, 0.0) - np.maximum(-v, 0.0))
+
+
+def _relu_rule(v):
+    return (v > 0).astype(v.dtype) + (-v > 0).astype(v.dtype)
+
+
+X_KINK = np.array([0.0, 0.5, -1.0])
+NONSMOOTH_PASS_PASS = (SEVERITY[Verdict.NONSMOOTH], SEVERITY[Verdict.PASS], SEVERITY[Verdict.PASS])
+
+
+def test_the_evidence_decides_the_same_in_every_order():
+    """A kink of an intermediate at the point: the verdict does not depend on which
+    evidence pass runs first (the decision is a union over all of them)."""
+    from itertools import permutations
+
+    from polygrad.pipeline.judgment import EVIDENCE, gather_and_decide
+
+    framed, opts = _state(_relu_inside_a_smooth_function, X_KINK, grad=_relu_rule)
+    results = [gather_and_decide(framed, opts, order) for order in permutations(EVIDENCE)]
+    statuses = {tuple(r.judged.entries.status) for r in results}
+    assert len(statuses) == 1
+    assert statuses.pop() == NONSMOOTH_PASS_PASS
+    assert all(any(r.changed for r in res.passes) for res in results)
+
+
+def test_decide_is_a_union_of_the_evidence():
+    from polygrad.pipeline.judgment import Evidence, decide
+
+    framed, _ = _state(_relu_inside_a_smooth_function, X_KINK, grad=_relu_rule)
+    base = framed.judged
+    mismatch, kink = SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.NONSMOOTH]
+    assert list(base.entries.status) == [mismatch, SEVERITY[Verdict.PASS], SEVERITY[Verdict.PASS]]
+    none = np.zeros(3, bool)
+    first = Evidence("a", np.array([True, False, False]), none, ("kink at x[0]",))
+    nothing = Evidence("b", none, np.array([True, False, False]), ("no kink at x[0]",))
+    other = Evidence("c", np.array([False, False, True]), none, ("kink at x[2]",))
+    one = decide(base, [nothing, first])
+    assert tuple(one.entries.status) == NONSMOOTH_PASS_PASS
+    assert "no kink at x[0]" not in one.notes and "kink at x[0]" in one.notes
+    alone = decide(base, [nothing])
+    assert alone.entries.status[0] == mismatch and "no kink at x[0]" in alone.notes
+    orders = {tuple(decide(base, list(p)).entries.status)
+              for p in ([first, nothing, other], [other, nothing, first])}  # fmt: skip
+    assert orders == {(kink, SEVERITY[Verdict.PASS], kink)}

@@ -1,26 +1,39 @@
-"""One judgment: the check's state, the passes run on it, and the one loop that runs them.
+"""One judgment: what is compared, the evidence gathered on it, and the one rule that decides.
 
-:func:`polygrad.check` and :func:`polygrad.compare` reach a verdict the same way:
-the implementation's autodiff is assessed against the reference
-(:func:`~polygrad.pipeline.assess.assess`), then the passes of :data:`PASSES` run,
-in order, each on the state the previous one left:
+:func:`polygrad.check` and :func:`polygrad.compare` reach a verdict the same way,
+through :func:`judgment`:
 
-* ``symmetric-subspace``: failures inside a symmetric matrix argument, checked along
-  symmetric directions where the convention applies
-  (:mod:`polygrad.pipeline.subspace`);
-* ``working-dtype``: failures of a float64 run that is another function than the
-  working-dtype program (:mod:`polygrad.pipeline.dtype_dependence`);
-* ``kinks-off-the-axes``: MISMATCH entries at a kink that the coordinate directions
-  do not see (:func:`polygrad.pipeline.kinks.hidden_kinks`);
-* ``kinks-at-the-point``: MISMATCH entries where only an intermediate sits at a kink
-  (:func:`polygrad.pipeline.kinks.kinks_of_intermediates`).
+1. **Assess.** The implementation's autodiff against the reference, entry by entry
+   (:func:`~polygrad.pipeline.assess.assess`: the verdict table of
+   :mod:`polygrad.pipeline.judge`, with the round-off allowance and mp for entries in
+   doubt).
+2. **Frames** (:data:`FRAMES`) change *what* is compared, each only on a measured or
+   declared precondition, which its note states:
 
-Each pass states when it ran and whether it changed what was compared
-(:class:`PassRecord`); the records travel in the state, and the report's details
-list them, so a reader sees which measurements the verdict rests on. In
-:func:`polygrad.compare` every implementation runs the same loop: the reference
-(and any new reference a pass needs, along new directions) comes from the
-implementation the comparison's reference was computed from (``ref_prep``).
+   * ``symmetric-subspace``: failures inside a symmetric matrix argument that an
+     operation defined on symmetric matrices reads (or that ``symmetric=`` declares),
+     checked along symmetric directions (:mod:`polygrad.pipeline.subspace`);
+   * ``working-dtype``: failures where the float64 run is measured to be another
+     function than the working-dtype program
+     (:mod:`polygrad.pipeline.dtype_dependence`).
+
+3. **Evidence** (:data:`EVIDENCE`): passes that measure a fact about some entries of
+   the framed comparison and never change a verdict themselves. Each reads the same
+   framed state, so none sees another's result:
+
+   * ``kinks-off-the-axes``: a kink of ``f`` along a direction between the axes, at
+     entries that fail (:func:`polygrad.pipeline.kinks.hidden_kinks`);
+   * ``kinks-at-the-point``: an intermediate of ``f`` exactly at a kink, where the rule
+     agrees a few ulps away (:func:`polygrad.pipeline.kinks.kinks_of_intermediates`).
+
+4. **Decide** (:func:`decide`): one rule reads all the evidence at once. An entry with
+   a kink measured by any pass is NONSMOOTH; a note that an entry is *not* at a kink
+   is dropped where another pass measured one. The rule is a union, so the order of
+   the evidence passes cannot change a verdict (a test runs them in every order).
+
+Every step leaves a :class:`PassRecord` in the state. In :func:`polygrad.compare`
+each implementation runs the same loop, the reference along new directions coming
+from the implementation the comparison's reference was computed from (``ref_prep``).
 """
 
 from __future__ import annotations
@@ -28,6 +41,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from ..report import SEVERITY, Verdict
 from .assess import Assessment, assess
 from .autodiff import Setting
 from .dtype_dependence import recheck_in_working_dtype
@@ -37,23 +53,57 @@ from .prepare import Options, Prepared
 from .reference import Reference
 from .subspace import recheck_on_subspace
 
-__all__ = ["PASSES", "CheckState", "Pass", "PassRecord", "judgment", "run_passes", "setting_of"]
+__all__ = [
+    "EVIDENCE",
+    "FRAMES",
+    "CheckState",
+    "Evidence",
+    "PassRecord",
+    "decide",
+    "judgment",
+    "setting_of",
+]
+
+_NONSMOOTH = SEVERITY[Verdict.NONSMOOTH]
 
 
 @dataclass(frozen=True)
 class PassRecord:
-    """What one pass of the judgment did.
+    """What one frame or evidence pass of the judgment did.
 
     Attributes
     ----------
     name : str
-        The pass (``"symmetric-subspace"``, ``"working-dtype"``, ...).
+        The pass (``"symmetric-subspace"``, ``"kinks-off-the-axes"``, ...).
     changed : bool
-        Whether it changed the judged state (what was compared, or entries' status).
+        A frame: whether its precondition held and it changed what is compared. An
+        evidence pass: whether it measured anything.
     """
 
     name: str
     changed: bool
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A fact an evidence pass measured about the entries of the framed comparison.
+
+    Attributes
+    ----------
+    source : str
+        The pass that measured it.
+    kink : ndarray of bool, shape (K,)
+        Entries at which a kink of ``f`` (or of an intermediate) was measured.
+    not_a_kink : ndarray of bool, shape (K,)
+        Entries the pass looked at and found at no kink (its notes say why they fail).
+    notes : tuple of str
+        What the pass measured, in words, with its numbers.
+    """
+
+    source: str
+    kink: np.ndarray
+    not_a_kink: np.ndarray
+    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -69,12 +119,12 @@ class CheckState:
     ref : Reference
         The reference.
     judged : Assessment
-        The judged entries, with their notes.
+        The judged entries, with their notes (after :func:`decide`, the verdicts).
     ref_prep : Prepared
         The implementation the reference comes from (``prep`` itself in
         :func:`polygrad.check`).
     passes : tuple of PassRecord
-        The passes run so far, in order.
+        The frames and evidence passes run, in order.
     """
 
     prep: Prepared
@@ -85,8 +135,10 @@ class CheckState:
     passes: tuple[PassRecord, ...] = ()
 
 
-Pass = Callable[[CheckState, Options], CheckState | None]
-"""A pass: the state with what it found, or None when it changes nothing."""
+Frame = Callable[[CheckState, Options], CheckState | None]
+"""A frame: the state comparing something else, or None when its precondition fails."""
+EvidencePass = Callable[[CheckState, Options], Evidence | None]
+"""An evidence pass: what it measured on the state, or None when it measured nothing."""
 
 
 def setting_of(plan: Plan, ref: Reference) -> Setting:
@@ -111,41 +163,96 @@ def _working_dtype(state: CheckState, opts: Options) -> CheckState | None:
     return replace(state, prep=w.prep, plan=w.plan, ref=w.ref, judged=w.judged, ref_prep=w.prep)
 
 
-def _kinks_off_the_axes(state: CheckState, opts: Options) -> CheckState | None:
-    judged = hidden_kinks(state.prep, state.plan, state.judged, opts, state.ref_prep)
-    return None if judged is None else replace(state, judged=judged)
+def _as_evidence(source: str, before: Assessment, after: Assessment | None) -> Evidence | None:
+    """What a kink pass added to ``before``: the entries it made NONSMOOTH, its notes."""
+    if after is None:
+        return None
+    kink = (after.entries.status == _NONSMOOTH) & (before.entries.status != _NONSMOOTH)
+    notes = after.notes[len(before.notes) :]
+    # a pass that looked and found no kink leaves the entries as they were, with a note
+    not_a_kink = np.zeros_like(kink) if kink.any() else before.entries.status > _NONSMOOTH
+    return Evidence(source, kink, not_a_kink, tuple(notes))
 
 
-def _kinks_at_the_point(state: CheckState, opts: Options) -> CheckState | None:
-    judged = kinks_of_intermediates(state.prep, state.judged, opts)
-    return None if judged is None else replace(state, judged=judged)
+def _kinks_off_the_axes(state: CheckState, opts: Options) -> Evidence | None:
+    found = hidden_kinks(state.prep, state.plan, state.judged, opts, state.ref_prep)
+    return _as_evidence("kinks-off-the-axes", state.judged, found)
 
 
-PASSES: tuple[tuple[str, Pass], ...] = (
+def _kinks_at_the_point(state: CheckState, opts: Options) -> Evidence | None:
+    found = kinks_of_intermediates(state.prep, state.judged, opts)
+    return _as_evidence("kinks-at-the-point", state.judged, found)
+
+
+FRAMES: tuple[tuple[str, Frame], ...] = (
     ("symmetric-subspace", _subspace),
     ("working-dtype", _working_dtype),
+)
+"""The frames, in the order they run (each on what the previous one compares)."""
+
+EVIDENCE: tuple[tuple[str, EvidencePass], ...] = (
     ("kinks-off-the-axes", _kinks_off_the_axes),
     ("kinks-at-the-point", _kinks_at_the_point),
 )
-"""The passes of every judgment, in the order they run."""
+"""The evidence passes; each reads the framed state, none another's result."""
 
 
-def run_passes(
-    state: CheckState, opts: Options, passes: tuple[tuple[str, Pass], ...] = PASSES
-) -> CheckState:
-    """Run ``passes`` on ``state`` in order; each record says whether it changed it."""
-    for name, fn in passes:
-        found = fn(state, opts)
-        changed = found is not None
+def decide(judged: Assessment, evidence: list[Evidence]) -> Assessment:
+    """The one rule over all the evidence: NONSMOOTH wherever any pass measured a kink.
+
+    Parameters
+    ----------
+    judged : Assessment
+        The framed comparison's entries as the verdict table judged them.
+    evidence : list of Evidence
+        Every evidence pass's findings, in any order (the result does not depend on it).
+
+    Returns
+    -------
+    Assessment
+        ``judged`` with the kink entries NONSMOOTH (and not within their one-sided
+        derivatives, which the kink notes give), and the notes of all the evidence,
+        except a pass's "not at a kink" notes where another pass measured a kink at
+        every entry they are about.
+    """
+    e = judged.entries
+    kink = np.zeros(e.status.shape, bool)
+    for ev in evidence:
+        kink |= ev.kink
+    notes = [n for ev in evidence if not _overruled(ev, kink) for n in ev.notes]
+    entries = replace(e, status=np.where(kink, _NONSMOOTH, e.status),
+                      within_one_sided=e.within_one_sided & ~kink)  # fmt: skip
+    return replace(judged, entries=entries, notes=(*judged.notes, *notes))
+
+
+def _overruled(ev: Evidence, kink: np.ndarray) -> bool:
+    """Whether every entry ``ev`` found at no kink is at a kink that another pass measured."""
+    return bool(ev.not_a_kink.any() and np.all(kink[ev.not_a_kink]))
+
+
+def run_frames(state: CheckState, opts: Options) -> CheckState:
+    """Run every frame in order; each record says whether its precondition held."""
+    for name, frame in FRAMES:
+        found = frame(state, opts)
         state = found if found is not None else state
-        state = replace(state, passes=(*state.passes, PassRecord(name, changed)))
+        state = replace(state, passes=(*state.passes, PassRecord(name, found is not None)))
     return state
+
+
+def gather_and_decide(
+    state: CheckState, opts: Options, passes: tuple[tuple[str, EvidencePass], ...] = EVIDENCE
+) -> CheckState:
+    """Run every evidence pass on ``state``, then :func:`decide` over all of it."""
+    found = [(name, fn(state, opts)) for name, fn in passes]
+    records = tuple(PassRecord(name, ev is not None) for name, ev in found)
+    judged = decide(state.judged, [ev for _, ev in found if ev is not None])
+    return replace(state, judged=judged, passes=(*state.passes, *records))
 
 
 def judgment(
     prep: Prepared, plan: Plan, ref: Reference, opts: Options, ref_prep: Prepared | None = None
 ) -> CheckState:
-    """Assess ``prep``'s autodiff against ``ref`` and run every pass: the one loop.
+    """Assess ``prep``'s autodiff against ``ref``, frame, gather evidence, decide: the one loop.
 
     Parameters
     ----------
@@ -166,4 +273,5 @@ def judgment(
     source = prep if ref_prep is None else ref_prep
     against = None if source is prep else source.target
     judged = assess(prep, setting_of(plan, ref), ref.method, opts, against)
-    return run_passes(CheckState(prep, plan, ref, judged, source), opts)
+    framed = run_frames(CheckState(prep, plan, ref, judged, source), opts)
+    return gather_and_decide(framed, opts)
