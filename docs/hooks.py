@@ -388,7 +388,7 @@ def latency_summary() -> str:
         "| polygrad / checker, warm | polygrad / checker, first call |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    small = [r for r in rows if r["n"] == 10]
+    small = [r for r in rows if _single_small(r)]
     for fw in dict.fromkeys(r["framework"] for r in small):
         group = [r for r in small if r["framework"] == fw]
         warm = [r["polygrad_warm"] / r["tool_warm"] for r in group]
@@ -399,7 +399,7 @@ def latency_summary() -> str:
             f"| {_span(warm)} | {_span(first)} |"
         )
     for r in rows:
-        if r["n"] == 10:
+        if _single_small(r):
             continue
         what = f"{FRAMEWORK_NAMES.get(r['framework'], r['framework'])}, n = {r['n']:,}"
         what += f", {r['dtype']}, {r.get('strategy', 'full')}"
@@ -427,7 +427,39 @@ def _pow2(h: float) -> str:
     return f"2^{round(math.log2(h))}"
 
 
+def _latency_row(job: str) -> dict[str, Any]:
+    """The row of ``latency.json`` whose job is ``job`` (``cnn:tensorflow``, ``cnn:torch``)."""
+    return next(r for r in _results("latency")["rows"] if r.get("job") == job)
+
+
+def latency_small_ratio(numpy: bool) -> str:
+    """The span of polygrad's warm time over the checker's at n = 10: NumPy against
+    ``scipy.optimize.check_grad``, or the three frameworks against their own checkers."""
+    rows = [r for r in _results("latency")["rows"] if _single_small(r)]
+    rows = [r for r in rows if (r["framework"] == "numpy") == numpy]
+    return _span([r["polygrad_warm"] / r["tool_warm"] for r in rows])
+
+
+def _single_small(row: dict[str, Any]) -> bool:
+    """A check of one function at n = 10 (not the suite's row, a job of many checks)."""
+    return row["n"] == 10 and "job" not in row
+
+
+def latency_cnn_ratio(job: str, call: str) -> str:
+    """How many times the slower of polygrad and the checker takes as long as the other,
+    on the CNN row ``job`` of ``latency.json``, for the ``warm`` or ``first`` call."""
+    r = _latency_row(job)
+    ours, theirs = float(r[f"polygrad_{call}"]), float(r[f"tool_{call}"])
+    return f"{max(ours, theirs) / min(ours, theirs):.1f}"
+
+
 VALUES: dict[str, Callable[[], str]] = {
+    "latency.framework_warm": lambda: latency_small_ratio(numpy=False),
+    "latency.numpy_warm": lambda: latency_small_ratio(numpy=True),
+    "latency.cnn_tf_warm": lambda: latency_cnn_ratio("cnn:tensorflow", "warm"),
+    "latency.cnn_tf_first": lambda: latency_cnn_ratio("cnn:tensorflow", "first"),
+    "latency.cnn_torch_warm": lambda: latency_cnn_ratio("cnn:torch", "warm"),
+    "latency.cnn_torch_first": lambda: latency_cnn_ratio("cnn:torch", "first"),
     "noise.best_step": lambda: _pow2(noise_sweep().optimal_step),
     "noise.clean_best_step": lambda: _pow2(clean_sweep().optimal_step),
     "cnn.tf_ratio": lambda: cnn_ratio("tensorflow", "tf.test.compute_gradient"),
