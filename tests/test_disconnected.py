@@ -145,11 +145,14 @@ def test_stop_gradient_beside_a_step_is_the_users_error(backend):
 
 
 @pytest.mark.polygrad_backends("torch")
-def test_numpy_round_trip_is_the_users_error():
+@pytest.mark.parametrize("way", ["numpy", "float"])
+def test_torch_numpy_or_python_float_is_the_users_error(way):
     import torch
 
     def f(t):
-        return torch.as_tensor(t.detach().numpy() ** 2).sum()
+        if way == "numpy":
+            return torch.as_tensor(t.detach().numpy() ** 2).sum()
+        return torch.tensor(float((t**2).sum()))
 
     with pytest.raises(InputTypeError, match=r"gradient cannot flow.*NumPy"):
         pg.check(f, torch.tensor(NEAR_STEPS), cache=False)
@@ -239,4 +242,15 @@ def test_tf_numpy_round_trip_is_the_users_error():
         return tf.reduce_sum(tf.constant(x.numpy() ** 2))
 
     with pytest.raises(InputTypeError, match=r"gradient cannot flow.*\.numpy\(\)"):
+        pg.check(f, tf.constant(S))
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+def test_tf_python_float_is_the_users_error():
+    import tensorflow as tf
+
+    def f(x):
+        return tf.constant(float(tf.reduce_sum(x**2)), tf.float64)
+
+    with pytest.raises(InputTypeError, match="gradient cannot flow.*outside TensorFlow"):
         pg.check(f, tf.constant(S))
