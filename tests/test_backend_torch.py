@@ -492,14 +492,14 @@ def test_check_parameters_and_second_order():
     assert report.verdict == pg.Verdict.PASS and report.ok
 
 
-def test_batchnorm_in_training_mode_is_refused_and_state_restored():
+def test_batchnorm_in_training_mode_is_checked_and_state_restored():
     """A check must not change the model: BatchNorm running statistics in training mode
-    are a side effect; the error says so and the buffers are put back."""
+    are written, not read; the check goes on and the buffers are put back."""
     torch.manual_seed(0)
     bn = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)).train()
     state = {k: v.clone() for k, v in bn.state_dict().items()}
-    with pytest.raises(pg.InputMutationError, match=r"running_mean.*model\.eval\(\)"):
-        pg.check(lambda m, x: m(x).pow(3).sum(), bn, torch.randn(3, 4), argnums=1)
+    report = pg.check(lambda m, x: m(x).pow(3).sum(), bn, torch.randn(3, 4), argnums=1)
+    assert report.verdict == pg.Verdict.PASS and report.ok
     for k, v in bn.state_dict().items():
         assert torch.equal(v, state[k]), k
     bn.eval()

@@ -42,9 +42,13 @@ dtype.
 
 Before anything else the function is called once, eagerly, with every tensor
 it reads from outside (closed over, global, module buffers, arguments) backed
-up: a call that changes one in place (BatchNorm running statistics in
-training mode, a counter) is refused with an ``InputMutationError`` that
-names the tensor, and the values are put back.
+up: a call that changes one in place and reads the values written back into
+its output (a buffer it accumulates into and uses, ``nn.Embedding(max_norm=...)``
+renormalizing its weight) is refused with an ``InputMutationError`` that names
+the tensor, and the values are put back. Tensors written but not read back
+(BatchNorm and InstanceNorm running statistics in training mode, told apart by
+a second call with the written tensors poisoned) are put back after every
+evaluation instead, bit for bit, and the check goes on, with a note.
 
 The mp reference (``evaluate_mp``) traces the function once, when a check first
 asks for it (:meth:`Target.mp_mode`), to an ATen graph with ``make_fx`` and
@@ -322,21 +326,32 @@ def _reachable_modules(torch: Any, f: Any) -> list[Any]:
 
 def _refuse_outer_mutations(
     torch: Any, f: Any, raw: Callable[..., Any], primals: list[Any], modules: list[Any]
-) -> None:
-    """Call the function once; restore and raise if it changed a tensor from outside in place.
+) -> tuple[Callable[..., Any], str | None]:
+    """Call the function once; refuse it if it changed a tensor from outside that it reads.
 
     Catches what the module check cannot see: buffers of modules the function
     closes over or reads from a global (BatchNorm in training mode) and plain
-    tensors updated in place.
+    tensors updated in place. A write whose values the output does not read back
+    (:func:`_writes_read_back`: BatchNorm's running statistics in training mode,
+    which are written, while the output uses the batch's own statistics) is kept
+    from the user's tensors instead: every later call puts them back.
+
+    Returns
+    -------
+    raw : callable
+        ``raw`` itself, or ``raw`` restoring the written tensors after each call.
+    note : str or None
+        What was written and restored, for the report.
 
     Raises
     ------
     InputMutationError
-        The call changed a tensor it does not own; its values have been restored.
+        The call changed a tensor it does not own and its output reads it; its values
+        have been restored.
     """
     found = outer_mutations(torch, raw, [p.clone() for p in primals])
     if not found:
-        return
+        return raw, None
     found.sort(key=lambda m: not m.tensor.is_floating_point())
     first = found[0].tensor
     names = {
@@ -353,19 +368,95 @@ def _refuse_outer_mutations(
         what = f"a {dtype} tensor of shape {tuple(first.shape)} that it reads from outside"
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     op = f" ({found[0].op})" if found[0].op else ""
+    tensors = [m.tensor for m in found]
+    if not _writes_read_back(torch, raw, primals, tensors):
+        return _restoring(torch, raw, tensors), (
+            f"f writes {what} in place{op}{more} and its output does not read the values "
+            "written (as BatchNorm's running statistics in training mode): they were put "
+            "back after every evaluation, so your tensors are unchanged, and the gradient "
+            "checked is that of the call itself (through the batch statistics)"
+        )
     # a module's buffer is most often a normalization's running statistics; a parameter
     # or a plain tensor is written by the function's own code (an optimizer step, a
     # renormalized embedding, a global counter)
     how = (
-        "e.g. BatchNorm running statistics in training mode: call model.eval() first"
+        "e.g. a buffer it updates and then reads: keep that state outside the function"
         if buffer
         else "e.g. an optimizer step, an in-place update of a global or a layer that "
         "rescales its own weight (nn.Embedding(max_norm=...)): compute without writing to it"
     )
     raise InputMutationError(
-        f"calling the function changed {what} in place{op}{more}; a gradient check needs a "
-        f"function without side effects ({how}). The changed values have been restored."
+        f"calling the function changed {what} in place{op}{more}, and its output reads the "
+        f"values written; a gradient check needs a function without side effects ({how}). "
+        "The changed values have been restored."
     )
+
+
+def _poisoned(torch: Any, t: Any) -> Any:
+    """A tensor like ``t`` with values no computation gives back unchanged: NaN for
+    floating tensors, each value moved for integer ones, negated for booleans."""
+    if t.is_floating_point() or t.is_complex():
+        return torch.full_like(t, float("nan"))
+    if t.dtype == torch.bool:
+        return ~t
+    return t + 7919
+
+
+def _writes_read_back(
+    torch: Any, raw: Callable[..., Any], primals: list[Any], tensors: list[Any]
+) -> bool:
+    """Whether the output of ``raw`` at the primals reads the outer ``tensors`` it writes.
+
+    Two calls, the second with the written tensors poisoned (:func:`_poisoned`): an
+    output that changes (or is not finite) reads them. The tensors are restored.
+    """
+    backups = [t.detach().clone() for t in tensors]
+    try:
+        with torch.no_grad():
+            out_a = _flat_output(torch, raw(*[p.clone() for p in primals]))
+            for t, b in zip(tensors, backups, strict=True):
+                t.copy_(_poisoned(torch, b))
+            out_b = _flat_output(torch, raw(*[p.clone() for p in primals]))
+    finally:
+        _put_back(torch, tensors, backups)
+    return not bool(torch.equal(out_a, out_b))
+
+
+def _put_back(torch: Any, tensors: list[Any], backups: list[Any]) -> None:
+    """Copy ``backups`` into ``tensors`` (bit for bit), outside autograd.
+
+    Written through ``.data``, which leaves the version counter alone: a backward pass
+    that saved the tensor (BatchNorm's saves its running statistics, unused in training
+    mode) would otherwise refuse to run. ``torch.func`` transforms and ``__torch_function__``
+    modes are switched off meanwhile: inside ``vjp``/``jvp`` a write to a tensor from
+    outside is refused, and the float64 promotion mode would write to its own copy.
+    """
+    off = getattr(torch._C, "_DisableFuncTorch", contextlib.nullcontext)
+    with torch.no_grad(), off(), torch._C.DisableTorchFunction():
+        for t, b in zip(tensors, backups, strict=True):
+            t.data.copy_(b)
+
+
+def _restoring(torch: Any, raw: Callable[..., Any], tensors: list[Any]) -> Callable[..., Any]:
+    """``raw`` putting ``tensors`` back to their present values after every call."""
+    backups = [t.detach().clone() for t in tensors]
+
+    def call(*leaves: Any) -> Any:
+        try:
+            return raw(*leaves)
+        finally:
+            _put_back(torch, tensors, backups)
+
+    return call
+
+
+def _restoring_build(build64: Callable[[], tuple], raw: Callable[..., Any]) -> Callable[[], tuple]:
+    """``build64`` with its program replaced by ``raw`` (the restoring one)."""
+
+    def build() -> tuple[Callable[..., Any], list[Any]]:
+        return raw, build64()[1]
+
+    return build
 
 
 def _check_gradient_flows(
@@ -794,10 +885,13 @@ class TorchBackend(Backend):
             raise ValueError(f"wrt must be 'inputs' or 'parameters', got {wrt!r}")
 
         notes: list[str] = []
-        work = _Program(torch, raw, primals, batch_size, notes)
         modules = _modules_of(torch, f, args)
         state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
-        _refuse_outer_mutations(torch, f, raw, primals, modules)
+        raw, kept = _refuse_outer_mutations(torch, f, raw, primals, modules)
+        if kept is not None:
+            notes.append(kept)
+            build64 = _restoring_build(build64, raw)
+        work = _Program(torch, raw, primals, batch_size, notes)
         out_a = work.first_call()
         out_b, narrow = narrowest_computed(torch, work.call, [p.clone() for p in primals])
         _check_module_state(torch, modules, state)
