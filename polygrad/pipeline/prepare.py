@@ -19,6 +19,7 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..reference.steps import F64_EPS
 from ..your_terms import Tool, resolve_tool
 from .judge import Expected
+from .symmetric import declared_leaves
 
 __all__ = [
     "Options",
@@ -313,7 +314,5 @@ def prepare(
     modes = choose_modes(target, opts.mode, be.supports_autodiff)
     prepared = Prepared(be, f, args, argnums_t, supplied, bool(cinfo and cinfo.any), target,
                         modes, notes)  # fmt: skip
-    from .subspace import declared_leaves  # (a later stage) the declaration, checked now
-
-    declared_leaves(prepared, opts)
+    declared_leaves(prepared, opts)  # the declaration (symmetric=), checked before any work
     return prepared
