@@ -54,9 +54,9 @@ __all__ = ["DemoResult", "run_demo", "demo"]
 N_DIM = 1
 EVAL_AT = 1.0
 USER_STEPS = 2.0 ** -np.arange(5, 14)
-USER_TOOL = {"compare_with": "tf.test.compute_gradient", "compare_step": 2.0**-13}
+USER_TOOL: dict[str, Any] = {"compare_with": "tf.test.compute_gradient", "compare_step": 2.0**-13}
 """Case 1's own check, re-run and explained in the report: compute_gradient at its smallest step."""
-CASE2_TOOL = {"compare_with": "central differences", "compare_step": 1e-4}
+CASE2_TOOL: dict[str, Any] = {"compare_with": "central differences", "compare_step": 1e-4}
 """Case 2's own check: a loop of central differences, ``h = 1e-4``, the relative metric."""
 
 
