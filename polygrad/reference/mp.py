@@ -161,9 +161,11 @@ def mp_directional_derivatives(
         # does not shrink with the step)
         norms = np.sqrt(np.einsum("ij,ij->i", W, W))
         size = _size_of_values(_floats(quick.central.value), norms)[~settled]
+        odd = _floats(quick.central.value_mp)[~settled] * QUICK_STEP  # (g(h) - g(-h)) / 2
         finer, settled_f = quick_mp_derivatives(
-            evaluate_mp, x0, W[~settled], f0_quick, dps, QUICK_STEP * QUICK_RETRY_FACTOR, size
-        )
+            evaluate_mp, x0, W[~settled], f0_quick, dps, QUICK_STEP * QUICK_RETRY_FACTOR, size,
+            odd_before=odd,
+        )  # fmt: skip
         quick = _merge(quick, finer, settled, evaluations=quick.central.evaluations)
         settled = settled.copy()
         settled[~settled] = settled_f
@@ -319,6 +321,7 @@ def quick_mp_derivatives(
     dps: int,
     h: float = QUICK_STEP,
     size: np.ndarray | None = None,
+    odd_before: np.ndarray | None = None,
 ) -> tuple[DirectionalDerivatives, np.ndarray]:
     """One mp central difference per direction, at a step far below any length scale.
 
@@ -334,6 +337,17 @@ def quick_mp_derivatives(
     ``h^2 g''' / 6`` is then far smaller still. The error bar is half the gap plus
     the round-off plus ``MP_TARGET`` times the entry's size. The other directions
     need the full ladder.
+
+    A jump at ``x`` leaves no gap where it is odd (``sign(x) cos(x)`` at 0: both
+    one-sided differences are ``cos(h) / h``), and its central difference, about
+    ``J / 2h``, reads like a derivative at one step; unlike a derivative's, it grows
+    like ``1 / h`` when the step shrinks (see :func:`_odd_part_stalls`). A direction
+    whose odd part ``(g(h) - g(-h)) / 2`` exceeds :data:`MP_TARGET` of its values is
+    therefore not settled at the first step; at the retried step (``odd_before``) it
+    settles only where that odd part shrank with the step, and the others go to the
+    ladder, whose jump test reports the jump. An output whose derivatives are 0
+    along every direction (``size`` 0: ``floor`` between its steps) is judged
+    against its values instead.
 
     Parameters
     ----------
@@ -356,6 +370,10 @@ def quick_mp_derivatives(
         (:func:`~polygrad.reference.differences._size_of_values`). A retry of some
         directions passes the sizes of the whole set: an entry that is 0 (the
         derivative of ``sqrt(x² + e)`` at 0) has no typical size among itself alone.
+    odd_before : ndarray, shape (d, m), optional
+        At a retried step: the odd parts ``h D`` of these directions at the step
+        before (float64). Without it, an odd part above :data:`MP_TARGET` of the
+        values leaves its direction unsettled (to be retried).
 
     Returns
     -------
@@ -381,8 +399,11 @@ def quick_mp_derivatives(
         if size is None:
             size = _size_of_values(_floats(central), np.sqrt(np.einsum("ij,ij->i", W, W)))
         gap = np.abs(_floats(right - left))
-        ok = (gap <= MP_TARGET * size) & (roundoff <= MP_TARGET * size)
+        values = np.maximum(mag, np.abs(_floats(f0))[None])
+        judged = np.where(size > 0, size, values)  # all derivatives 0: against the values
+        ok = (gap <= MP_TARGET * judged) & (roundoff <= MP_TARGET * judged)
         ok &= np.isfinite(mag) & np.isfinite(gap)
+        ok &= ~_odd_part_stalls(_floats(central) * h, values, odd_before)
         error = 0.5 * gap + roundoff + MP_TARGET * size
     settled = np.all(ok, axis=1)
     step = np.full((d, m), h)
@@ -407,6 +428,24 @@ def quick_mp_derivatives(
         no_jump, no_jump.copy(),
     )  # fmt: skip
     return derivs, settled
+
+
+def _odd_part_stalls(
+    odd: np.ndarray, values: np.ndarray, odd_before: np.ndarray | None
+) -> np.ndarray:
+    """``(d, m)`` bool: the odd part ``(g(h) - g(-h)) / 2`` may be a jump, not ``h g'``.
+
+    At the first step (``odd_before`` None): where it exceeds :data:`MP_TARGET` of the
+    values (a derivative moves it by ``h g'``, far below that unless ``g`` is near a
+    zero of itself or its length scale is below the quick step's reach). At a retried
+    step :data:`QUICK_RETRY_FACTOR` times smaller: where it has not shrunk by at least
+    the square root of that factor (a derivative's shrinks by the factor, a jump's not
+    at all: its central difference grows like ``1 / h``).
+    """
+    with np.errstate(invalid="ignore"):
+        if odd_before is None:
+            return np.abs(odd) > MP_TARGET * values
+        return np.abs(odd) > np.sqrt(QUICK_RETRY_FACTOR) * np.abs(odd_before)
 
 
 def _floats(a: np.ndarray) -> np.ndarray:
