@@ -510,42 +510,8 @@ def sweep_target(
         raise ValueError("steps must be a 1-D sequence of at least two positive numbers")
     hs = np.sort(hs)[::-1]
     notes: list[str] = []
-
-    if target.evaluate64 is not None:
-        ref_fn, ref_eps, method = target.evaluate64, F64_EPS, "float64"
-    else:
-        ref_fn, ref_eps, method = target.evaluate, target.eps, "working"
-        notes.append(
-            "no float64 evaluation of f is available: the reference and the curvature are "
-            "computed in the working dtype, with correspondingly wider error bars"
-        )
-    with progress(4, "polygrad sweep", enabled=d * n > 20000) as bar:
-        f0_ref = ref_fn(target.x0[None, :])[0]
-        noise_ref = estimate_noise(ref_fn, target.x0, W, f0_ref, ref_eps, _ecnoise_step(ref_eps))
-        h_max, levels = _ladder(ref_eps)
-        dd = directional_derivatives(
-            ref_fn,
-            target.x0,
-            W,
-            f0_ref,
-            noise_ref.sigma,
-            ref_eps,
-            method,
-            h_max,
-            levels,
-            max_rows=batch_size,
-        )
-        bar.update()
-        noise_w = rounding_noise(
-            target.evaluate, target.x0, W, target.y0, target.eps, _ecnoise_step(target.eps)
-        )
-        bar.update()
-        g2, g2e, g3, g3e = derivative_coefficients(
-            ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, batch_size
-        )
-        bar.update()
-        Y = evaluate_ladder(target.evaluate, target.x0, W, hs, batch_size)
-        bar.update()
+    ref_fn, ref_eps, method = _reference_arithmetic(target, notes)
+    dd, noise_w, coefficients, Y = _measured(target, W, hs, ref_fn, ref_eps, method, batch_size)
     Yp = np.moveaxis(Y[:, :, 0], 1, 0)  # (L, d, m)
     Ym = np.moveaxis(Y[:, :, 1], 1, 0)
     h = hs[:, None, None]
@@ -558,37 +524,69 @@ def sweep_target(
             "f has a jump or an infinite slope along some direction: the predictions assume a "
             "smooth function and do not apply there"
         )
+    g2, g2e, g3, g3e = coefficients
     result = Sweep(
-        steps=hs,
-        directions=W,
-        direction_names=names,
-        reference=ref,
-        reference_error=dd.central.error,
-        reference_method=method,
-        central_errors_all=central,
-        forward_errors_all=forward,
-        noise=noise_w,
-        second_derivative=g2,
-        second_derivative_error=g2e,
-        third_derivative=g3,
-        third_derivative_error=g3e,
-        working_dtype=target.working_dtype,
-        eps=target.eps,
-        backend=target.backend,
-        notes=notes,
+        steps=hs, directions=W, direction_names=names, reference=ref,
+        reference_error=dd.central.error, reference_method=method,
+        central_errors_all=central, forward_errors_all=forward, noise=noise_w,
+        second_derivative=g2, second_derivative_error=g2e, third_derivative=g3,
+        third_derivative_error=g3e, working_dtype=target.working_dtype, eps=target.eps,
+        backend=target.backend, notes=notes,
+    )  # fmt: skip
+    _set_best_steps(result, float(hs[0]))
+    return result
+
+
+def _reference_arithmetic(target: Target, notes: list[str]) -> tuple[Any, float, str]:
+    """``(evaluation, eps, method)`` of the reference: float64 where it can be had."""
+    if target.evaluate64 is not None:
+        return target.evaluate64, F64_EPS, "float64"
+    notes.append(
+        "no float64 evaluation of f is available: the reference and the curvature are "
+        "computed in the working dtype, with correspondingly wider error bars"
     )
-    h_cap = float(hs[0])
+    return target.evaluate, target.eps, "working"
+
+
+def _measured(
+    target: Target, W: np.ndarray, hs: np.ndarray, ref_fn: Any, ref_eps: float, method: str,
+    batch_size: int,
+) -> tuple[Any, np.ndarray, tuple[np.ndarray, ...], np.ndarray]:  # fmt: skip
+    """The reference along ``W``, the working dtype's noise, the second and third derivative
+    coefficients and ``f`` on the ladder of steps ``hs`` (``(d, L, 2, m)``)."""
+    d, n = W.shape
+    with progress(4, "polygrad sweep", enabled=d * n > 20000) as bar:
+        f0_ref = ref_fn(target.x0[None, :])[0]
+        noise_ref = estimate_noise(ref_fn, target.x0, W, f0_ref, ref_eps, _ecnoise_step(ref_eps))
+        h_max, levels = _ladder(ref_eps)
+        dd = directional_derivatives(ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps,
+                                     method, h_max, levels, max_rows=batch_size)  # fmt: skip
+        bar.update()
+        noise_w = rounding_noise(
+            target.evaluate, target.x0, W, target.y0, target.eps, _ecnoise_step(target.eps)
+        )
+        bar.update()
+        coefficients = derivative_coefficients(
+            ref_fn, target.x0, W, f0_ref, noise_ref.sigma, ref_eps, batch_size
+        )
+        bar.update()
+        Y = evaluate_ladder(target.evaluate, target.x0, W, hs, batch_size)
+        bar.update()
+    return dd, noise_w, coefficients, Y
+
+
+def _set_best_steps(result: Sweep, h_cap: float) -> None:
+    """Fill in the best central and forward steps of a new ``result`` (capped at ``h_cap``)."""
     opt, err = _best_step(result, "central", h_cap)
     result.optimal_step, result.optimal_error = float(opt[0]), float(err[0])
     optf, errf = _best_step(result, "forward", h_cap)
     result.optimal_step_forward, result.optimal_error_forward = float(optf[0]), float(errf[0])
     result.optimal_steps = _best_step(result, "central", h_cap, per_direction=True)[0]
     if result.optimal_step >= h_cap:
-        notes.append(
+        result.notes.append(
             f"the predicted error still falls at the largest step swept ({_pow2(h_cap)}): the "
             "truncation error is negligible here (f''' ≈ 0), so the best step is capped there"
         )
-    return result
 
 
 def _zero_jvp(f: Callable[..., Any]) -> Callable[..., Any]:

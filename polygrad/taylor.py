@@ -252,35 +252,12 @@ def taylor_target(
     ValueError
         No VJP or JVP is available for ``mode``, or bad ``steps``/``direction``.
     """
-    n, m = target.n, target.m
-    rng = np.random.default_rng(seed)
-    s = _pow2_scales(target.x0)
-    if direction is None:
-        v = rng.choice(np.array([-1.0, 1.0]), size=n) * s
-    else:
-        v = np.asarray(direction, dtype=np.float64).reshape(-1)
-        if v.size != n:
-            raise ValueError(f"direction has {v.size} entries; the checked inputs have {n}")
-    u = np.ones(m) if m == 1 else rng.choice(np.array([-1.0, 1.0]), size=m)
-    if mode == "auto":
-        mode = "rev" if target.vjp is not None else "fwd"
-    if mode == "rev" and target.vjp is not None:
-        g = np.asarray(target.vjp(u[None, :]), dtype=np.float64)[0]
-        dd = float(g @ v)
-        terms = float(np.sum(np.abs(g * v)))
-    elif mode == "fwd" and target.jvp is not None:
-        jv = np.asarray(target.jvp(v[None, :]), dtype=np.float64)[0]
-        dd = float(u @ jv)
-        terms = float(np.sum(np.abs(jv)))
-    else:
-        what = "VJP" if mode == "rev" else "JVP"
-        raise ValueError(f"mode={mode!r}: this function provides no {what}")
+    u, v = _directions(target, direction, seed)
+    mode, dd, terms = _directional_derivative(target, mode, u, v)
     hs = _default_steps(target.eps) if steps is None else np.asarray(steps, dtype=np.float64)
     hs = np.sort(hs)[::-1]
     if hs.ndim != 1 or hs.size < 3 or np.any(~(hs > 0)):
         raise ValueError("steps must be a 1-D sequence of at least three positive numbers")
-
-    notes: list[str] = []
     if target.evaluate64 is not None:
         fn, eps_f, evaluation = target.evaluate64, F64_EPS, "float64"
     else:
@@ -297,42 +274,77 @@ def taylor_target(
     )
     with np.errstate(all="ignore"):
         rates = np.log2(residual[:-1] / residual[1:]) / np.log2(hs[:-1] / hs[1:])
+    used, slope, first, verdict = _fit(hs, residual, floor)
+    notes = [] if np.all(np.isfinite(residual)) else [
+        "f is not finite at some of the steps; they were left out"
+    ]  # fmt: skip
+    return TaylorResult(
+        steps=hs, residual=residual, floor=floor, used=used, slope=slope, rates=rates,
+        directional_derivative=dd, first_order_error=first, verdict=verdict, mode=mode,
+        evaluation=evaluation, working_dtype=target.working_dtype, direction=v, notes=notes,
+    )  # fmt: skip
+
+
+def _directions(
+    target: Target, direction: np.ndarray | None, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The cotangent ``u`` ``(m,)`` and the direction ``v`` ``(n,)`` of the test.
+
+    Raises
+    ------
+    ValueError
+        ``direction`` does not have one entry per checked input.
+    """
+    n, m = target.n, target.m
+    rng = np.random.default_rng(seed)
+    if direction is None:
+        v = rng.choice(np.array([-1.0, 1.0]), size=n) * _pow2_scales(target.x0)
+    else:
+        v = np.asarray(direction, dtype=np.float64).reshape(-1)
+        if v.size != n:
+            raise ValueError(f"direction has {v.size} entries; the checked inputs have {n}")
+    u = np.ones(m) if m == 1 else rng.choice(np.array([-1.0, 1.0]), size=m)
+    return u, v
+
+
+def _directional_derivative(
+    target: Target, mode: str, u: np.ndarray, v: np.ndarray
+) -> tuple[str, float, float]:
+    """``(mode, uᵀJv, Σ|terms|)`` from the VJP or the JVP.
+
+    Raises
+    ------
+    ValueError
+        ``mode`` names a derivative the function does not provide.
+    """
+    if mode == "auto":
+        mode = "rev" if target.vjp is not None else "fwd"
+    if mode == "rev" and target.vjp is not None:
+        g = np.asarray(target.vjp(u[None, :]), dtype=np.float64)[0]
+        return mode, float(g @ v), float(np.sum(np.abs(g * v)))
+    if mode == "fwd" and target.jvp is not None:
+        jv = np.asarray(target.jvp(v[None, :]), dtype=np.float64)[0]
+        return mode, float(u @ jv), float(np.sum(np.abs(jv)))
+    what = "VJP" if mode == "rev" else "JVP"
+    raise ValueError(f"mode={mode!r}: this function provides no {what}")
+
+
+def _fit(
+    hs: np.ndarray, residual: np.ndarray, floor: np.ndarray
+) -> tuple[np.ndarray, float, float, str]:
+    """The steps used, the slope of ``log r`` against ``log h`` over the smallest steps above
+    the floor (the asymptotic regime), the first-order error and the reading."""
     above = np.flatnonzero(np.isfinite(residual) & (residual > ABOVE_FLOOR * floor))
     used = np.zeros(hs.size, dtype=bool)
-    slope, first = math.nan, math.nan
-    if above.size >= 3:
-        # the smallest steps above the floor: the asymptotic regime of r(h)
-        pick = above[-FIT_POINTS:]
-        used[pick] = True
-        slope = float(np.polyfit(np.log(hs[pick]), np.log(residual[pick]), 1)[0])
-        first = float(residual[pick[-1]] / hs[pick[-1]])
-        verdict = (
-            "consistent"
-            if slope >= SLOPE_CORRECT
-            else "wrong"
-            if slope <= SLOPE_WRONG
-            else "unclear"
-        )
-    else:
-        verdict = "flat"
-    if not np.all(np.isfinite(residual)):
-        notes.append("f is not finite at some of the steps; they were left out")
-    return TaylorResult(
-        steps=hs,
-        residual=residual,
-        floor=floor,
-        used=used,
-        slope=slope,
-        rates=rates,
-        directional_derivative=dd,
-        first_order_error=first,
-        verdict=verdict,
-        mode=mode,
-        evaluation=evaluation,
-        working_dtype=target.working_dtype,
-        direction=v,
-        notes=notes,
-    )
+    if above.size < 3:
+        return used, math.nan, math.nan, "flat"
+    pick = above[-FIT_POINTS:]
+    used[pick] = True
+    slope = float(np.polyfit(np.log(hs[pick]), np.log(residual[pick]), 1)[0])
+    first = float(residual[pick[-1]] / hs[pick[-1]])
+    if slope >= SLOPE_CORRECT:
+        return used, slope, first, "consistent"
+    return used, slope, first, "wrong" if slope <= SLOPE_WRONG else "unclear"
 
 
 def taylor_test(
