@@ -240,9 +240,55 @@ def realify(
     InputValueError
         A complex input contains NaN or Inf.
     """
+    info = ComplexInfo()
+    new_args, flags, treedefs = _realified_inputs(backend, f, args, argnums, info)
+    if not info.inputs and backend.supports_autodiff:
+        # real inputs: an autodiff backend itself sees a complex output as its real pairs
+        # (Re, Im), made with the framework's real/imag, so f is passed on untouched
+        return f, args, supplied, info
+    out_flags = _complex_outputs(backend, f, args, info)
+    if out_flags is None:
+        return f, args, supplied, info  # the backend reports the failing call
+    info.outputs = sum(out_flags)
+    info.output_flags = out_flags
+    if not info.inputs and not info.outputs:
+        return f, args, supplied, info
+
+    def to_complex(real_args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return _to_complex(backend, argnums, flags, treedefs, real_args)
+
+    def f_real(*real_args: Any) -> Any:
+        return _f_real(backend, f, to_complex, out_flags, *real_args)
+
+    keep_signature(f_real, f, len(args))  # reports name entries by f's arguments
+    f_real.__name__ = getattr(f, "__name__", "f")
+    f_real.__doc__ = getattr(f, "__doc__", None)
+    if info.inputs:
+        info.notes.append(
+            "complex input(s) "
+            + ", ".join(info.inputs)
+            + " checked as (real, imag) pairs (entries Re x[k], Im x[k]); "
+            "gradients in polygrad's convention dL/da + i dL/db"
+        )
+    real_supplied = _real_supplied(supplied, to_complex, flags, argnums, info.outputs > 0)
+    return f_real, tuple(new_args), real_supplied, info
+
+
+def _realified_inputs(
+    backend: Any, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...],
+    info: ComplexInfo,
+) -> tuple[list[Any], dict[int, list[bool]], dict[int, Any]]:  # fmt: skip
+    """The arguments with every complex checked leaf as a real ``S + (2,)`` pair array, which
+    leaves were complex, and each checked argument's tree structure; ``info.inputs`` names
+    the complex leaves.
+
+    Raises
+    ------
+    InputValueError
+        A complex input contains NaN or Inf.
+    """
     from .backends.base import validate_float_array
 
-    info = ComplexInfo()
     flags: dict[int, list[bool]] = {}
     treedefs: dict[int, Any] = {}
     new_args = list(args)
@@ -263,13 +309,16 @@ def realify(
             validate_float_array(host.real, f"{name} (real part)")
             validate_float_array(host.imag, f"{name} (imaginary part)")
             info.inputs.append(name)
-            re, im = backend.complex_parts(leaf)
-            out.append(backend.stack_pair(re, im))
+            out.append(backend.stack_pair(*backend.complex_parts(leaf)))
         new_args[i] = unflatten(td, out)
-    if not info.inputs and backend.supports_autodiff:
-        # real inputs: an autodiff backend itself sees a complex output as its real pairs
-        # (Re, Im), made with the framework's real/imag, so f is passed on untouched
-        return f, args, supplied, info
+    return new_args, flags, treedefs
+
+
+def _complex_outputs(
+    backend: Any, f: Callable[..., Any], args: tuple[Any, ...], info: ComplexInfo
+) -> list[bool] | None:
+    """Which output leaves of ``f`` (called once, on copies) are complex; None where the call
+    raises with real inputs (the backend reports it later)."""
     with warnings.catch_warnings():  # complex or not does not depend on JAX's x64 setting
         warnings.simplefilter("ignore")
         try:
@@ -277,56 +326,40 @@ def realify(
         except Exception:
             if info.inputs:
                 raise
-            return f, args, supplied, info  # the backend reports the failing call
-        out_flags = [_is_complex_array(o) for o in flatten(out)[0]]
-    info.outputs = sum(out_flags)
-    info.output_flags = out_flags
-    if not info.inputs and not info.outputs:
-        return f, args, supplied, info
+            return None
+    return [_is_complex_array(o) for o in flatten(out)[0]]
 
-    def to_complex(real_args: tuple[Any, ...]) -> tuple[Any, ...]:
-        full = list(real_args)
-        for i in argnums:
-            if not any(flags[i]):
-                continue
-            leaves = flatten(real_args[i])[0]
-            full[i] = unflatten(
-                treedefs[i],
-                [
-                    backend.make_complex(leaf[..., 0], leaf[..., 1]) if c else leaf
-                    for leaf, c in zip(leaves, flags[i], strict=True)
-                ],
-            )
-        return tuple(full)
 
-    def real_output(out: Any) -> Any:
-        if not info.outputs:
-            return out
-        leaves, _, td = flatten(out)
-        return unflatten(
-            td,
-            [
-                backend.stack_pair(*backend.complex_parts(o)) if c else o
-                for o, c in zip(leaves, out_flags, strict=True)
-            ],
-        )
+def _to_complex(
+    backend: Any, argnums: tuple[int, ...], flags: dict[int, list[bool]],
+    treedefs: dict[int, Any], real_args: tuple[Any, ...],
+) -> tuple[Any, ...]:  # fmt: skip
+    """The user's complex arguments from their realified form."""
+    full = list(real_args)
+    for i in argnums:
+        if not any(flags[i]):
+            continue
+        leaves = flatten(real_args[i])[0]
+        full[i] = unflatten(treedefs[i], [
+            backend.make_complex(leaf[..., 0], leaf[..., 1]) if c else leaf
+            for leaf, c in zip(leaves, flags[i], strict=True)
+        ])  # fmt: skip
+    return tuple(full)
 
-    def f_real(*real_args: Any) -> Any:
-        return real_output(f(*to_complex(real_args)))
 
-    keep_signature(f_real, f, len(args))  # reports name entries by f's arguments
-
-    f_real.__name__ = getattr(f, "__name__", "f")
-    f_real.__doc__ = getattr(f, "__doc__", None)
-    if info.inputs:
-        info.notes.append(
-            "complex input(s) "
-            + ", ".join(info.inputs)
-            + " checked as (real, imag) pairs (entries Re x[k], Im x[k]); "
-            "gradients in polygrad's convention dL/da + i dL/db"
-        )
-    real_supplied = _real_supplied(supplied, to_complex, flags, argnums, info.outputs > 0)
-    return f_real, tuple(new_args), real_supplied, info
+def _f_real(
+    backend: Any, f: Callable[..., Any], to_complex: Callable[[tuple[Any, ...]], tuple[Any, ...]],
+    out_flags: list[bool], *real_args: Any,
+) -> Any:  # fmt: skip
+    """``f`` on realified arguments, its complex outputs as real pairs."""
+    out = f(*to_complex(real_args))
+    if not any(out_flags):
+        return out
+    leaves, _, td = flatten(out)
+    return unflatten(td, [
+        backend.stack_pair(*backend.complex_parts(o)) if c else o
+        for o, c in zip(leaves, out_flags, strict=True)
+    ])  # fmt: skip
 
 
 OUTPUT_CONVENTION = (
@@ -389,34 +422,7 @@ def _real_supplied(
         )
 
     def real_input_like(value: Any) -> Any:
-        """A derivative shaped like the checked complex inputs → its real pairs."""
-        parts = value if len(argnums) > 1 else (value,)
-        if len(argnums) > 1 and (
-            not isinstance(value, (tuple, list)) or len(value) != len(argnums)
-        ):
-            return value  # the backend reports the wrong structure
-        out = []
-        for part, i in zip(parts, argnums, strict=True):
-            leaves, _, td = flatten(part)
-            if len(leaves) != len(flags[i]):
-                out.append(part)
-                continue
-            out.append(
-                unflatten(
-                    td,
-                    [
-                        np.stack([np.real(leaf), np.imag(leaf)], axis=-1) if c else leaf
-                        for leaf, c in zip(leaves, flags[i], strict=True)
-                    ],
-                )
-            )
-        return tuple(out) if len(argnums) > 1 else out[0]
-
-    def real_output_like(value: Any) -> Any:
-        arr = np.asarray(value)
-        if np.iscomplexobj(arr):
-            return np.stack([arr.real, arr.imag], axis=-1)
-        return arr
+        return _real_input_like(value, argnums, flags)
 
     grad = vjp = jvp = None
     if supplied.grad is not None:
@@ -443,6 +449,32 @@ def _real_supplied(
                 t[..., 0] + 1j * t[..., 1] if c else t
                 for t, c in zip(tangents, leaf_flags, strict=True)
             )
-            return real_output_like(user_jvp(ts, *to_complex(real_args)))
+            return _real_output_like(user_jvp(ts, *to_complex(real_args)))
 
     return Supplied(grad=grad, jac=None, vjp=vjp, jvp=jvp)
+
+
+def _real_input_like(value: Any, argnums: tuple[int, ...], flags: dict[int, list[bool]]) -> Any:
+    """A derivative shaped like the checked complex inputs → its real pairs."""
+    parts = value if len(argnums) > 1 else (value,)
+    if len(argnums) > 1 and (not isinstance(value, (tuple, list)) or len(value) != len(argnums)):
+        return value  # the backend reports the wrong structure
+    out = []
+    for part, i in zip(parts, argnums, strict=True):
+        leaves, _, td = flatten(part)
+        if len(leaves) != len(flags[i]):
+            out.append(part)
+            continue
+        out.append(unflatten(td, [
+            np.stack([np.real(leaf), np.imag(leaf)], axis=-1) if c else leaf
+            for leaf, c in zip(leaves, flags[i], strict=True)
+        ]))  # fmt: skip
+    return tuple(out) if len(argnums) > 1 else out[0]
+
+
+def _real_output_like(value: Any) -> Any:
+    """A derivative shaped like the outputs, complex leaves as real pairs."""
+    arr = np.asarray(value)
+    if np.iscomplexobj(arr):
+        return np.stack([arr.real, arr.imag], axis=-1)
+    return arr
