@@ -208,12 +208,54 @@ def _tableaus(
     sd_c = np.sqrt(2.0) / 2.0 * sig / h
     sd_1 = np.sqrt(2.0) * sig / h
     const = _constant_entries(Y, f0, sd_c)
+    tail = constant_tail(Y, f0)
     c = _neville(D, steps, 2, 2, sd_c, value_eps, cross_check, const)
+    c = _on_constant_tails(c, D, steps, 2, sd_c, value_eps, cross_check, tail)
     if not sides:
         return (c,)
     r = _neville(Fp, steps, 1, 1, sd_1, value_eps, cross_check, const)
     l = _neville(Fm, steps, 1, 1, sd_1, value_eps, cross_check, const)
+    r = _on_constant_tails(r, Fp, steps, 1, sd_1, value_eps, cross_check, tail)
+    l = _on_constant_tails(l, Fm, steps, 1, sd_1, value_eps, cross_check, tail)
     return c, r, l
+
+
+def constant_tail(Y: np.ndarray, f0: np.ndarray) -> np.ndarray:
+    """``(d, m)`` int: how many of the finest steps see ``f(x +- h w)`` equal to ``f(x)``
+    bitwise on both sides (0 for mpmath values).
+
+    Where that holds at some of the finest steps but not at the largest, ``f`` is
+    constant near ``x`` along the direction and its larger steps cross a step of it
+    (``floor`` 0.28 from an integer, with steps up to 2): the derivative there is that
+    of the constant run, and larger steps only cross more of its steps.
+    """
+    if Y.dtype == object:
+        return np.zeros((Y.shape[0], Y.shape[-1]), dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        same = (Y[:, :, 0] == f0) & (Y[:, :, 1] == f0)  # (d, L, m)
+    return np.sum(np.cumprod(same[:, ::-1], axis=1), axis=1)
+
+
+def _on_constant_tails(
+    t: TableauResult, D: np.ndarray, steps: np.ndarray, p: int, sd: np.ndarray,
+    value_eps: float, cross_check: bool, tail: np.ndarray,
+) -> TableauResult:  # fmt: skip
+    """``t`` with the entries constant on two or more of the finest steps, but not on all
+    (:func:`constant_tail`), estimated from those steps alone (their quotients are all
+    exactly 0; the error bar is that of the noise at the largest of them)."""
+    L = steps.size
+    local = (tail >= 2) & (tail < L)
+    if not np.any(local):
+        return t
+    fields = {f: np.array(getattr(t, f), copy=True) for f in _FIELDS}
+    for T in np.unique(tail[local]):
+        rows, cols = np.nonzero(local & (tail == T))
+        sub = neville(D[L - T :, rows, cols][:, None], steps[L - T :], p, p,
+                      sd[L - T :, rows, cols][:, None], value_eps, cross_check=cross_check)  # fmt: skip
+        for f in _FIELDS:
+            v = getattr(sub, f)[0]
+            fields[f][rows, cols] = v + (L - T) if f == "level" else v
+    return TableauResult(*(fields[f] for f in _FIELDS))
 
 
 def _constant_entries(Y: np.ndarray, f0: np.ndarray, sd: np.ndarray) -> np.ndarray | None:
@@ -509,6 +551,11 @@ def directional_derivatives(
         # steps: longer steps would cross it again, so its ladder never moves up
         kinked |= split_any
         up = ~down & ~kinked & ~settled
+        # an entry constant on its finest steps whose larger ones change: f has a step
+        # between them, and larger steps only cross more of its steps
+        with np.errstate(invalid="ignore"):
+            tail = constant_tail(Y, f0)
+        up &= ~np.any((tail >= 2) & (tail < steps.size), axis=1)
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
         k_up = np.where(up, _levels_up(sol, size, target_relative_error, refine_levels), 0)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)
