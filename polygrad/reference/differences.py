@@ -250,8 +250,9 @@ def _on_constant_tails(
     fields = {f: np.array(getattr(t, f), copy=True) for f in _FIELDS}
     for T in np.unique(tail[local]):
         rows, cols = np.nonzero(local & (tail == T))
-        sub = neville(D[L - T :, rows, cols][:, None], steps[L - T :], p, p,
-                      sd[L - T :, rows, cols][:, None], value_eps, cross_check=cross_check)  # fmt: skip
+        run = slice(L - T, L)
+        sub = neville(D[run, rows, cols][:, None], steps[run], p, p,
+                      sd[run, rows, cols][:, None], value_eps, cross_check=cross_check)  # fmt: skip
         for f in _FIELDS:
             v = getattr(sub, f)[0]
             fields[f][rows, cols] = v + (L - T) if f == "level" else v
