@@ -441,6 +441,27 @@ def _smoothness(
     return kink | inp.jumps, consistent & sides_finite
 
 
+def _chosen_reference(
+    inp: JudgeInput,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, _Rule, np.ndarray]:
+    """The reference per entry (central, or a consistent one-sided estimate where the
+    central one is too coarse), its error, the entry's scale, the rule's evidence and
+    where ``f`` is not smooth."""
+    ref, ref_err = _central_or_a_side(inp)
+    scale = np.where(np.isfinite(inp.scale), inp.scale, 0.0)
+    scale = np.where(scale > 0, scale, inp.fscale)  # an exactly-0 Jacobian: f's size
+    rule = _Rule(inp, scale, inp.fscale)
+    nonsmooth, candidate = _smoothness(inp, rule, ref, ref_err)
+    # only where the central estimate is too coarse does a consistent, more accurate
+    # one-sided estimate take its place (one-sided tableaus converge at first order)
+    candidate &= too_coarse(ref_err, scale, inp.eps_w, inp.policy)
+    pick_r = candidate & (inp.right_err < ref_err) & (inp.right_err <= inp.left_err)
+    pick_l = candidate & ~pick_r & (inp.left_err < ref_err)
+    ref = np.where(pick_r, inp.right, np.where(pick_l, inp.left, ref))
+    ref_err = np.where(pick_r, inp.right_err, np.where(pick_l, inp.left_err, ref_err))
+    return ref, ref_err, scale, rule, nonsmooth
+
+
 def findings(inp: JudgeInput) -> _Evidence:
     """The reference per entry, its tolerances and the :class:`Findings` of the rule.
 
@@ -457,24 +478,16 @@ def findings(inp: JudgeInput) -> _Evidence:
     """
     p = inp.policy
     with np.errstate(all="ignore"):
-        ref, ref_err = _central_or_a_side(inp)
+        ref, ref_err, scale, rule, nonsmooth = _chosen_reference(inp)
         # a finite reference with an infinite error bar is undecided, not non-finite
         ref_value_finite = np.isfinite(ref)
-        scale = np.where(np.isfinite(inp.scale), inp.scale, 0.0)
-        scale = np.where(scale > 0, scale, inp.fscale)  # an exactly-0 Jacobian: f's size
-        rule = _Rule(inp, scale, inp.fscale)
-        nonsmooth, candidate = _smoothness(inp, rule, ref, ref_err)
-        # only where the central estimate is too coarse does a consistent, more accurate
-        # one-sided estimate take its place (one-sided tableaus converge at first order)
-        candidate &= too_coarse(ref_err, scale, inp.eps_w, p)
-        pick_r = candidate & (inp.right_err < ref_err) & (inp.right_err <= inp.left_err)
-        pick_l = candidate & ~pick_r & (inp.left_err < ref_err)
-        ref = np.where(pick_r, inp.right, np.where(pick_l, inp.left, ref))
-        ref_err = np.where(pick_r, inp.right_err, np.where(pick_l, inp.left_err, ref_err))
         tol_w, tol_64 = rule.tolerances(ref_err)
         # the accuracy the user asked for widens the tolerances, never narrows them
         asked = inp.expected.allowed(ref)
         tol_w, tol_64 = np.fmax(tol_w, asked), np.fmax(tol_64, asked)
+        # the rule's own allowance, before what it inherits from intermediates of the
+        # size of f (an entry far below f per input scale is resolved to that on purpose)
+        own_tolerance = tol_64 if inp.have64 else tol_w
         lo, hi = np.fmin(inp.left, inp.right), np.fmax(inp.left, inp.right)
         within = (inp.ad >= lo - tol_w) & (inp.ad <= hi + tol_w)
         ad_finite = np.isfinite(inp.ad) & (np.isfinite(inp.ad64) | ~inp.have64)
@@ -518,8 +531,7 @@ def findings(inp: JudgeInput) -> _Evidence:
             # sum's round-off), so nothing is excused
             bad_64 = bad_w & ~cleared
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
-        deciding = tol_64 if inp.have64 else (tol_f if inp.eps_w <= F64_EPS else tol_w)
-        unresolved = _unresolved(deciding, scale, asked, p)
+        unresolved = _unresolved(own_tolerance, scale, asked, p)
         fd = Findings(
             nonsmooth=nonsmooth,
             ad_finite=ad_finite,
@@ -540,7 +552,9 @@ def findings(inp: JudgeInput) -> _Evidence:
 def _unresolved(
     deciding: np.ndarray, scale: np.ndarray, asked: np.ndarray, policy: Policy
 ) -> np.ndarray:
-    """Where the tolerance that decides MISMATCH is of the size of the entry itself.
+    """Where the rule's own tolerance (the one that decides MISMATCH, before the round-off
+    a right rule inherits from intermediates of the size of ``f``) is of the size of the
+    entry itself.
 
     Wider than ``policy.widest_tolerance`` times the entry's scale (64 bfloat16
     epsilons are half of it), the comparison would pass a rule wrong by a share of
