@@ -161,6 +161,7 @@ def mp_directional_derivatives(
         # does not shrink with the step)
         norms = np.sqrt(np.einsum("ij,ij->i", W, W))
         size = _size_of_values(_floats(quick.central.value), norms)[~settled]
+        assert quick.central.value_mp is not None
         odd = _floats(quick.central.value_mp)[~settled] * QUICK_STEP  # (g(h) - g(-h)) / 2
         finer, settled_f = quick_mp_derivatives(
             evaluate_mp, x0, W[~settled], f0_quick, dps, QUICK_STEP * QUICK_RETRY_FACTOR, size,
