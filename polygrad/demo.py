@@ -249,7 +249,11 @@ class _Demo:
                 "numpy", np_f, x0.astype(np.float32), sc.astype(np.float32), grad=np_grad
             ),
         )
+        self._case1_tensorflow(x0, sc)
+        self._case1_torch(x0, sc)
+        self._case1_jax(x0, sc)
 
+    def _case1_tensorflow(self, x0: np.ndarray, sc: np.ndarray) -> None:
         if _installed("tensorflow"):
 
             def tf_hand() -> Outcome:
@@ -291,6 +295,7 @@ class _Demo:
         else:
             self.skip("case 1 with TensorFlow", f"not installed ({pip_install('tensorflow')})")
 
+    def _case1_torch(self, x0: np.ndarray, sc: np.ndarray) -> None:
         if _installed("torch"):
 
             def torch_case() -> Outcome:
@@ -310,6 +315,7 @@ class _Demo:
         else:
             self.skip("case 1 with PyTorch", f"not installed ({pip_install('torch')})")
 
+    def _case1_jax(self, x0: np.ndarray, sc: np.ndarray) -> None:
         if _installed("jax"):
 
             def jax_case() -> Outcome:
