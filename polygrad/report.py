@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .details import Details
 
@@ -13,6 +13,9 @@ from .details import Details
 from .verdicts import SEVERITY as SEVERITY
 from .verdicts import Entries, Verdict
 from .verdicts import jsonable as _jsonable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .localize import CheckedCall, Localization
 
 __all__ = ["Verdict", "Entries", "Report"]
 
@@ -37,6 +40,11 @@ class Report:
         Everything else behind the verdict: reference method, noise, steps,
         tolerances, projections' detection power, timings, notes (typed; it
         also reads as the mapping of its JSON form, ``details["reference"]["method"]``).
+    checked_call : CheckedCall or None
+        The call the report was made from (kept by :func:`polygrad.check` for
+        :meth:`localize`).
+    localization : Localization or None
+        The result of :meth:`localize`, once run (the text report then shows it first).
     """
 
     verdict: Verdict
@@ -44,6 +52,33 @@ class Report:
     entries: Entries
     quantity: str
     details: Details
+    checked_call: CheckedCall | None = field(default=None, repr=False, compare=False)
+    localization: Localization | None = field(default=None, repr=False, compare=False)
+
+    def localize(self, budget: float = 30.0, max_size: int = 1 << 16) -> Localization:
+        """Name the op, the layer and the source line whose own gradient rule is wrong.
+
+        For a MISMATCH: the checked function runs once more, each node of its program
+        (custom rule regions first, then primitives) is checked alone at the inputs it
+        saw, and the first wrong one is reported (see :mod:`polygrad.localize`). Kept
+        in :attr:`localization`, which ``str(report)`` then shows first.
+
+        Parameters
+        ----------
+        budget : float
+            Seconds the node checks may take; a walk cut short says so in a note.
+        max_size : int
+            Nodes with more input entries than this are not checked (noted).
+
+        Returns
+        -------
+        Localization
+            ``located`` is None, with notes saying why, where nothing was found or run.
+        """
+        from .localize import localize
+
+        self.localization = localize(self, budget, max_size)
+        return self.localization
 
     @property
     def notes(self) -> list[str]:

@@ -58,7 +58,8 @@ from .._random_state import preserving_random_state
 from ..backends.base import Supplied
 from ..errors import GradientCheckError
 from ..policy import DEFAULT_POLICY, Policy
-from ..report import Report
+from ..localize import CheckedCall
+from ..report import Report, Verdict
 from .assess import Assessment
 from .cache import cache_request
 from .explain import explain
@@ -128,6 +129,7 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     surrogate: bool = False,
+    localize: bool = False,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -230,6 +232,11 @@ def check(
         from ``f``'s derivative are INCONCLUSIVE (by design, not judged), the check's
         verdict is then INCONCLUSIVE and ``ok`` is True; a NaN or Inf gradient where
         ``f`` is differentiable is still NONFINITE (not ok). Default False.
+    localize : bool
+        After a MISMATCH, also run :meth:`Report.localize`: the op, the layer and the
+        source line whose own rule is wrong (see :mod:`polygrad.localize`); the text
+        report shows it first. Nothing is run for a check that does not fail. Default
+        False (``report.localize()`` can be called later).
 
     Returns
     -------
@@ -269,7 +276,11 @@ def check(
     plan = make_plan(prep.target, opts, cache_request(f, args, prep, opts))
     ref = compute_reference(prep.target, plan, opts, prep)
     state = judgment(prep, plan, ref, opts)  # assessed, then every pass (pipeline.judgment)
-    return make_report(state.prep, state.plan, state.ref, state.judged, opts, t_start)
+    report = make_report(state.prep, state.plan, state.ref, state.judged, opts, t_start)
+    report.checked_call = CheckedCall(f, args, prep.argnums, prep.backend.name, prep.supplied)
+    if localize and report.verdict is Verdict.MISMATCH:
+        report.localize()
+    return report
 
 
 def make_report(

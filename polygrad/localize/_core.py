@@ -1,0 +1,210 @@
+"""The framework-free part of localization: one node's rule against its own differences.
+
+A *node* is one operation of the captured program (a custom rule region, or a
+primitive) with the values it saw in the forward pass. Its rule is checked alone:
+``k`` random projections ``uᵀ J v`` of the node's Jacobian, the autodiff side from the
+node's own VJP (``<vjp(u), v>``), the reference side from central differences of the
+node's own forward along ``v`` with one Richardson step and an error bar (the change of
+the last extrapolation plus the round-off of the differences). Nothing here imports a
+framework: a node's forward and VJP take and give NumPy float64 arrays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Node", "NodeCheck", "Site", "check_node", "check_nodes"]
+
+PROJECTIONS = 3
+"""Random pairs ``(u, v)`` per node."""
+C_ROUNDOFF = 64.0
+"""Round-off allowed to the node's VJP, in units of its arithmetic's ``eps * scale``."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a node is in the user's program.
+
+    Attributes
+    ----------
+    op : str
+        The operation, e.g. ``"torch.autograd.Function LinearFn"``.
+    kind : str
+        ``"custom rule"`` (a user's rule region) or ``"primitive"`` (the framework's).
+    path : str
+        The module or layer path (``"model.3 (BuggyLinear)"``), or ``""`` when unknown.
+    source : str
+        The Python source line that created the node (``"file.py:12 in forward"``), or ``""``.
+    """
+
+    op: str
+    kind: str
+    path: str = ""
+    source: str = ""
+
+    def where(self) -> str:
+        """``op`` with its path and source line, on one line."""
+        parts = [self.op]
+        if self.path:
+            parts.append(f"in {self.path}")
+        if self.source:
+            parts.append(f"at {self.source}")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operation with the inputs it saw in the forward pass.
+
+    Attributes
+    ----------
+    site : Site
+        Its name and place.
+    inputs : tuple of numpy.ndarray
+        The differentiable inputs it saw (float64 copies, any shapes).
+    forward : callable
+        ``forward(xs) -> numpy.ndarray``: the node alone at ``xs`` (same shapes as
+        ``inputs``), its floating outputs flattened and concatenated, float64.
+    vjp : callable
+        ``vjp(xs, u) -> list of numpy.ndarray``: the framework's rule for the node at
+        ``xs`` applied to the cotangent ``u`` (shape of ``forward``'s output), one array
+        per input (zeros where the rule gives none).
+    arithmetic : str
+        The dtype the node runs in (``"float64"``, or the working dtype where it cannot
+        be promoted).
+    eps : float
+        That dtype's machine epsilon.
+    """
+
+    site: Site
+    inputs: tuple[np.ndarray, ...]
+    forward: Callable[[Sequence[np.ndarray]], np.ndarray]
+    vjp: Callable[[Sequence[np.ndarray], np.ndarray], Sequence[np.ndarray]]
+    arithmetic: str = "float64"
+    eps: float = float(np.finfo(np.float64).eps)
+
+    @property
+    def size(self) -> int:
+        return int(sum(x.size for x in self.inputs))
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One node's rule against its own reference: the worst of its projections.
+
+    Attributes
+    ----------
+    site : Site
+    autodiff, reference : float
+        ``uᵀ J v`` from the node's VJP and from its central differences.
+    error : float
+        ``|autodiff - reference|``.
+    tolerance : float
+        Twice the reference's error bar plus the VJP's round-off allowance.
+    arithmetic : str
+        The dtype the node was evaluated in.
+    """
+
+    site: Site
+    autodiff: float
+    reference: float
+    error: float
+    tolerance: float
+    arithmetic: str
+
+    @property
+    def wrong(self) -> bool:
+        return bool(self.error > self.tolerance)
+
+    @property
+    def relative(self) -> float:
+        """``error / |reference|`` (inf where the reference is 0 and the error not)."""
+        if self.reference == 0.0:
+            return 0.0 if self.error == 0.0 else float("inf")
+        return self.error / abs(self.reference)
+
+
+def _difference(node: Node, v: list[np.ndarray], u: np.ndarray, h: float) -> tuple[float, float]:
+    """Central difference of ``uᵀ f(x + t v)`` at ``t = 0`` with step ``h``; its round-off."""
+    plus = node.forward([x + h * d for x, d in zip(node.inputs, v, strict=True)])
+    minus = node.forward([x - h * d for x, d in zip(node.inputs, v, strict=True)])
+    roundoff = node.eps * float(np.abs(u).dot(np.abs(plus) + np.abs(minus))) / (2 * h)
+    return float(u.dot(plus - minus)) / (2 * h), roundoff
+
+
+def _reference(node: Node, v: list[np.ndarray], u: np.ndarray) -> tuple[float, float]:
+    """``uᵀ J v`` by central differences at ``h, h/2, h/4`` and Richardson extrapolation;
+    the error bar is the last extrapolation's change plus the round-off of the smallest step."""
+    size = max(1.0, max((float(np.max(np.abs(x))) for x in node.inputs if x.size), default=1.0))
+    h = 2.0**-10 * size if node.eps < 1e-10 else 2.0**-5 * size
+    d = [_difference(node, v, u, h / 2**k) for k in range(3)]
+    r1 = (4 * d[1][0] - d[0][0]) / 3
+    r2 = (4 * d[2][0] - d[1][0]) / 3
+    best = (16 * r2 - r1) / 15
+    return best, abs(best - r2) + d[2][1]
+
+
+def check_node(node: Node, rng: np.random.Generator) -> NodeCheck:
+    """The node's VJP against central differences of its forward, along
+    :data:`PROJECTIONS` random pairs ``(u, v)``; the worst pair (largest error over
+    tolerance) is returned."""
+    y = node.forward(list(node.inputs))
+    worst: NodeCheck | None = None
+    for _ in range(PROJECTIONS):
+        v = [rng.standard_normal(x.shape) for x in node.inputs]
+        u = rng.standard_normal(y.shape)
+        grads = node.vjp(list(node.inputs), u)
+        terms = [np.asarray(g, dtype=np.float64) * d for g, d in zip(grads, v, strict=True)]
+        ad = float(sum(np.sum(t) for t in terms))
+        scale = float(sum(np.sum(np.abs(t)) for t in terms))
+        ref, err = _reference(node, v, u)
+        tol = 2 * err + C_ROUNDOFF * node.eps * (scale + abs(ref))
+        one = NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic)
+        if worst is None or _ratio(one) > _ratio(worst):
+            worst = one
+    assert worst is not None
+    return worst
+
+
+def _ratio(c: NodeCheck) -> float:
+    if not np.isfinite(c.error):
+        return float("inf")
+    return c.error / c.tolerance if c.tolerance > 0 else (float("inf") if c.error else 0.0)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """The nodes checked, in order, and what was left out (budget, sizes, failures)."""
+
+    checked: tuple[NodeCheck, ...]
+    notes: tuple[str, ...]
+
+
+def check_nodes(nodes: Sequence[Node], budget: float, max_size: int, seed: int = 0) -> Walk:
+    """Check ``nodes`` in order until one is wrong, ``budget`` seconds have passed, or
+    all are checked; a node with more than ``max_size`` input entries is skipped, and so
+    is one whose evaluation raises (both noted)."""
+    rng = np.random.default_rng(seed)
+    start, done, notes, skipped = time.perf_counter(), [], [], 0
+    for i, node in enumerate(nodes):
+        if time.perf_counter() - start > budget:
+            notes.append(f"cut short: the budget of {budget:g} s ran out after {i} of "
+                         f"{len(nodes)} {node.site.kind} nodes")  # fmt: skip
+            break
+        if node.size > max_size:
+            skipped += 1
+            continue
+        try:
+            done.append(check_node(node, rng))
+        except Exception as exc:  # noqa: BLE001 - this node cannot be run alone: say so
+            notes.append(f"{node.site.where()} not checked: {type(exc).__name__}: {exc}")
+            continue
+        if done[-1].wrong:
+            break
+    if skipped:
+        notes.append(f"{skipped} node(s) with more than {max_size} input entries not checked")
+    return Walk(tuple(done), tuple(notes))

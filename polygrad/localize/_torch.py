@@ -1,0 +1,236 @@
+"""PyTorch: record ``autograd.Function`` calls and top-level torch calls of one forward pass.
+
+The user's function runs once on detached copies of the checked arguments (requiring
+gradients). While it runs, and only then: ``torch.autograd.Function.apply`` is wrapped
+to record each call (its class, arguments, call site), global module hooks keep the
+stack of running ``nn.Module`` objects (their names from the modules reachable from the
+function: itself, its closure, its globals, ``self`` of a method), and a
+``TorchFunctionMode`` records every top-level torch call made with gradients on (the
+primitives). Each record becomes a :class:`~polygrad.localize._core.Node` that re-runs
+that one call on float64 copies of its inputs (the working dtype where the call does not
+run in float64) and gives autograd's VJP of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._core import Node, Site
+from ._names import reachable_roots, source_line
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import CheckedCall, Recording
+    from ..report import Report
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One recorded call: the function, its arguments (tensors cloned), where it ran."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    site: Site
+
+
+def record(call: CheckedCall, report: Report) -> Recording:
+    """Run ``call`` once, recording its custom Functions and primitives as nodes."""
+    import torch
+
+    from . import Recording
+
+    args = [_fresh(torch, a) if i in call.argnums else a for i, a in enumerate(call.args)]
+    custom: list[_Call] = []
+    prims: list[_Call] = []
+    with _recording(torch, _names(torch, call.f), custom, prims):
+        call.f(*args)
+    nodes = [_node(torch, c) for c in custom], [_node(torch, c) for c in prims]
+    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n))
+
+
+def _fresh(torch: Any, a: Any) -> Any:
+    if isinstance(a, torch.Tensor) and a.is_floating_point():
+        return a.detach().clone().requires_grad_()
+    return a
+
+
+def _names(torch: Any, f: Callable[..., Any]) -> dict[int, str]:
+    """``id(module) -> "root.sub.2"`` for every module reachable from ``f``."""
+    out: dict[int, str] = {}
+    for label, obj in reachable_roots(f, lambda o: isinstance(o, torch.nn.Module)):
+        for name, m in obj.named_modules():
+            out.setdefault(id(m), f"{label}.{name}" if name else label)
+    return out
+
+
+@dataclass
+class _State:
+    depth: int = 0
+
+
+@contextlib.contextmanager
+def _recording(
+    torch: Any, names: dict[int, str], custom: list[_Call], prims: list[_Call]
+) -> Iterator[None]:
+    """Wrap ``Function.apply``, hook modules and enter a TorchFunctionMode, for one run."""
+    from torch.nn.modules import module as mod
+
+    stack: list[Any] = []
+    state = _State()
+    fn_cls = torch.autograd.function.Function
+    original = fn_cls.__dict__["apply"]
+
+    def path() -> str:
+        if not stack:
+            return ""
+        m = stack[-1]
+        return f"{names.get(id(m), '?')} ({type(m).__name__})" if id(m) in names else \
+            " > ".join(type(s).__name__ for s in stack)  # fmt: skip
+
+    def apply(cls: Any, *a: Any, **k: Any) -> Any:
+        if state.depth == 0:
+            site = Site(f"torch.autograd.Function {cls.__name__}", "custom rule", path(),
+                        source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)))
+            custom.append(_Call(lambda *x, **y: original.__func__(cls, *x, **y),
+                                _clone(torch, a), dict(k), site))  # fmt: skip
+        state.depth += 1
+        try:
+            return original.__func__(cls, *a, **k)
+        finally:
+            state.depth -= 1
+
+    def enter(m: Any, i: Any) -> None:
+        stack.append(m)
+
+    def leave(m: Any, i: Any, o: Any) -> None:  # returns None: the output is kept
+        if stack:
+            stack.pop()
+
+    pre = mod.register_module_forward_pre_hook(enter)
+    post = mod.register_module_forward_hook(leave)
+    fn_cls.apply = classmethod(apply)
+    try:
+        with _PrimitiveMode(torch, state, prims, path):
+            yield
+    finally:
+        fn_cls.apply = original
+        pre.remove()
+        post.remove()
+
+
+def _skip_dirs(torch: Any) -> tuple[str, ...]:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return (os.path.dirname(os.path.abspath(torch.__file__)), here)
+
+
+def _clone(torch: Any, a: Any) -> Any:
+    if isinstance(a, torch.Tensor):  # requires_grad kept: it marks the node's inputs
+        return a.detach().clone().requires_grad_(a.requires_grad and a.is_floating_point())
+    if isinstance(a, (list, tuple)):
+        return type(a)(_clone(torch, x) for x in a)
+    return a
+
+
+def _PrimitiveMode(torch: Any, state: _State, prims: list[_Call], path: Callable[[], str]) -> Any:
+    """A TorchFunctionMode recording top-level calls on tensors requiring gradients."""
+    from torch.overrides import TorchFunctionMode, resolve_name
+
+    skip = _skip_dirs(torch)
+
+    class Mode(TorchFunctionMode):  # type: ignore[misc]
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            kwargs = kwargs or {}
+            name = resolve_name(func) or getattr(func, "__name__", str(func))
+            keep = state.depth == 0 and torch.is_grad_enabled() and _differentiable(
+                torch, name, args)  # fmt: skip
+            saved = _clone(torch, args) if keep else ()
+            out = func(*args, **kwargs)
+            if keep and isinstance(out, torch.Tensor) and out.grad_fn is not None:
+                site = Site(name, "primitive", path(),
+                            source_line(traceback.extract_stack()[:-1], skip))  # fmt: skip
+                prims.append(_Call(func, saved, dict(kwargs), site))
+            return out
+
+    return Mode()
+
+
+def _differentiable(torch: Any, name: str, args: Sequence[Any]) -> bool:
+    """A call that is not in place and reads a floating tensor requiring gradients."""
+    last = name.rsplit(".", 1)[-1]
+    if (last.endswith("_") and not last.endswith("__")) or last.startswith("__i") or \
+            last in ("__setitem__", "__get__", "__set__"):  # fmt: skip
+        return False
+    return any(a.requires_grad for a in _tensors(torch, args))
+
+
+def _tensors(torch: Any, a: Any) -> list[Any]:
+    if isinstance(a, torch.Tensor):
+        return [a] if a.is_floating_point() else []
+    if isinstance(a, (list, tuple)):
+        return [t for x in a for t in _tensors(torch, x)]
+    return []
+
+
+def _node(torch: Any, c: _Call) -> Node | None:
+    """The call as a node: its floating inputs that required gradients are the inputs."""
+    moving = [t for t in _tensors(torch, c.args) if t.requires_grad]
+    inputs = [t.detach().double().numpy().copy() for t in moving]
+    if not inputs:
+        return None
+    for dtype in (torch.float64, moving[0].dtype):
+        node = _try_node(torch, c, inputs, dtype)
+        if node is not None:
+            return node
+    return None
+
+
+def _try_node(torch: Any, c: _Call, inputs: list[np.ndarray], dtype: Any) -> Node | None:
+    """The node in ``dtype``, or None where the call fails or leaves that dtype."""
+
+    def run(xs: Sequence[np.ndarray]) -> tuple[list[Any], list[Any]]:
+        ts = [torch.tensor(x, dtype=dtype).requires_grad_() for x in xs]
+        it = iter(ts)
+        with torch.enable_grad():
+            out = c.fn(*_substitute(torch, c.args, it, dtype), **c.kwargs)
+        return ts, [o for o in _tensors(torch, out) if o.requires_grad]
+
+    def forward(xs: Sequence[np.ndarray]) -> np.ndarray:
+        _, outs = run(xs)
+        return np.concatenate([o.detach().double().numpy().ravel() for o in outs])
+
+    def vjp(xs: Sequence[np.ndarray], u: np.ndarray) -> list[np.ndarray]:
+        ts, outs = run(xs)
+        us, off = [], 0
+        for o in outs:
+            us.append(torch.tensor(u[off : off + o.numel()], dtype=o.dtype).reshape(o.shape))
+            off += o.numel()
+        gs = torch.autograd.grad(outs, ts, us, allow_unused=True)
+        return [np.zeros(t.shape) if g is None else g.double().numpy() for g, t in zip(gs, ts)]
+
+    try:
+        _, outs = run(inputs)
+    except Exception:  # noqa: BLE001 - this dtype does not run: try the next
+        return None
+    if not outs or any(o.dtype != dtype for o in outs):
+        return None
+    arith = str(dtype).replace("torch.", "")
+    return Node(c.site, tuple(inputs), forward, vjp, arith, float(torch.finfo(dtype).eps))
+
+
+def _substitute(torch: Any, a: Any, it: Iterator[Any], dtype: Any) -> Any:
+    """``a`` with each tensor requiring gradients replaced by the next of ``it``, the other
+    floating tensors (constants of the node) cast to ``dtype``."""
+    if isinstance(a, torch.Tensor):
+        if not a.is_floating_point():
+            return a
+        return next(it) if a.requires_grad else a.to(dtype)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_substitute(torch, x, it, dtype) for x in a)
+    return a
