@@ -865,18 +865,7 @@ class TorchBackend(Backend):
             Unknown ``wrt``, or the check was called inside ``torch.inference_mode()``.
         """
         torch = self.torch
-        if torch.is_inference_mode_enabled():
-            raise ValueError(
-                "check() was called inside torch.inference_mode(), where autograd records "
-                "nothing, so no gradient can be computed; call it outside (torch.no_grad() "
-                "around it is fine: polygrad turns gradients on where it needs them)"
-            )
-        if supplied.given():
-            raise InputTypeError(
-                "torch functions are differentiated by autograd; grad=/jac=/vjp=/jvp= are for "
-                "NumPy functions. To check a hand-written gradient, put it in a "
-                "torch.autograd.Function."
-            )
+        _refuse_misuse(torch, supplied)
         if wrt == "inputs":
             names, primals, raw, build64 = self._inputs(f, args, argnums)
         elif wrt == "parameters":
@@ -896,12 +885,7 @@ class TorchBackend(Backend):
         out_b, narrow = narrowest_computed(torch, work.call, [p.clone() for p in primals])
         _check_module_state(torch, modules, state)
         in_dtype = functools.reduce(torch.promote_types, [p.dtype for p in primals])
-        narrowest_in = narrowest_input_dtype([p.dtype for p in primals], notes)
-        wd = max((narrowest_in, out_a.dtype), key=lambda d: torch.finfo(d).eps)
-        if narrow is not None and torch.finfo(narrow[0]).eps > torch.finfo(wd).eps:
-            name = str(narrow[0]).removeprefix("torch.")
-            notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
-            wd = narrow[0]
+        wd = _working_dtype(torch, primals, out_a, narrow, notes)
         eps = float(torch.finfo(wd).eps)
         self._check_deterministic(out_a, out_b, eps, notes)
 
@@ -917,39 +901,14 @@ class TorchBackend(Backend):
             work.out_paths,
         )
 
-        rng = np.random.default_rng(0)
         wide: _Program | None = work
         if wd != torch.float64:
             draws = in_dtype if in_dtype != torch.float64 else None  # what x.dtype draws in
             wide = self._promoted(build64, batch_size, notes, draws)
-
-        def probe_forward(target: Target) -> None:
-            # deferred until a check asks for forward mode: the first forward-mode pass
-            # through a model costs more than a whole reverse-mode check
-            target.jvp = work.jvp_or_none(rng, "", target)
-            if wide is work:
-                target.jvp64 = target.jvp
-            elif wide is not None:
-                target.jvp64 = wide.jvp_or_none(rng, " in float64", target)
-
-        def build_mp(target: Target) -> None:
-            # deferred: capturing the ATen graph costs more than a float32 check; cached per
-            # function, argument signature and frozen state (see _capture_cache)
-            key = (wrt, tuple(argnums), tuple(names), _signature(primals))
-            state = frozen_state(f, args, argnums if wrt == "inputs" else None)
-            target.evaluate_mp, target.mp_unavailable_reason = CAPTURES.get(
-                "torch.mp", key, state, lambda: self._mp_evaluator(work, primals)
-            )
-
-        def build_rule_mp(target: Target) -> None:
-            # deferred: only a check whose entries are still MISMATCH asks for it (cached as above)
-            key = (wrt, tuple(argnums), tuple(names), _signature(primals))
-            state = frozen_state(f, args, argnums if wrt == "inputs" else None)
-            rule = CAPTURES.get(
-                "torch.rule_mp", key, state, lambda: self._vjp_mp(work, primals, y0.size)
-            )
-            target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
-
+        key = (wrt, tuple(argnums), tuple(names), _signature(primals))
+        checked = argnums if wrt == "inputs" else None
+        deferred = self._deferred(work, wide, primals, x0, y0.size, key,
+                                  lambda: frozen_state(f, args, checked))  # fmt: skip
         return Target(
             x0=x0,
             y0=y0,
@@ -965,10 +924,40 @@ class TorchBackend(Backend):
             output_layout=out_layout,
             backend=self.name,
             notes=notes,
-            deferred={"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp},
+            deferred=deferred,
             custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
+
+    def _deferred(
+        self, work: _Program, wide: _Program | None, primals: list[Any], x0: np.ndarray,
+        m: int, key: tuple[Any, ...], state: Callable[[], Any],
+    ) -> dict[str, Callable[[Target], None]]:  # fmt: skip
+        """The target's parts built only when a check asks for them: forward mode (the
+        first forward-mode pass through a model costs more than a whole reverse-mode
+        check), the ATen graph on mpmath numbers and the rule on them (capturing costs
+        more than a float32 check; cached per function, argument signature and frozen
+        state, see :mod:`polygrad.backends._capture_cache`)."""
+        rng = np.random.default_rng(0)
+
+        def probe_forward(target: Target) -> None:
+            target.jvp = work.jvp_or_none(rng, "", target)
+            if wide is work:
+                target.jvp64 = target.jvp
+            elif wide is not None:
+                target.jvp64 = wide.jvp_or_none(rng, " in float64", target)
+
+        def build_mp(target: Target) -> None:
+            target.evaluate_mp, target.mp_unavailable_reason = CAPTURES.get(
+                "torch.mp", key, state(), lambda: self._mp_evaluator(work, primals)
+            )
+
+        def build_rule_mp(target: Target) -> None:
+            rule = CAPTURES.get("torch.rule_mp", key, state(),
+                                lambda: self._vjp_mp(work, primals, m))  # fmt: skip
+            target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
+
+        return {"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp}
 
     def gradient_function(
         self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
@@ -1230,3 +1219,39 @@ def _holds_custom_functions(torch: Any, call: Callable[..., Any], primals: list[
             return True
         todo.extend(n for n, _ in getattr(node, "next_functions", ()))
     return False
+
+
+def _refuse_misuse(torch: Any, supplied: Supplied) -> None:
+    """Raise where no torch gradient can be checked: inside ``torch.inference_mode()``, or
+    with derivatives supplied (autograd differentiates torch functions).
+
+    Raises
+    ------
+    ValueError, InputTypeError
+    """
+    if torch.is_inference_mode_enabled():
+        raise ValueError(
+            "check() was called inside torch.inference_mode(), where autograd records "
+            "nothing, so no gradient can be computed; call it outside (torch.no_grad() "
+            "around it is fine: polygrad turns gradients on where it needs them)"
+        )
+    if supplied.given():
+        raise InputTypeError(
+            "torch functions are differentiated by autograd; grad=/jac=/vjp=/jvp= are for "
+            "NumPy functions. To check a hand-written gradient, put it in a "
+            "torch.autograd.Function."
+        )
+
+
+def _working_dtype(
+    torch: Any, primals: list[Any], out: Any, narrow: tuple[Any, str] | None, notes: list[str]
+) -> Any:
+    """The working dtype: the narrowest of the inputs' and the output's, or narrower where
+    the function computes in a narrower dtype on the way (said in ``notes``)."""
+    narrowest_in = narrowest_input_dtype([p.dtype for p in primals], notes)
+    wd = max((narrowest_in, out.dtype), key=lambda d: torch.finfo(d).eps)
+    if narrow is not None and torch.finfo(narrow[0]).eps > torch.finfo(wd).eps:
+        name = str(narrow[0]).removeprefix("torch.")
+        notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
+        wd = narrow[0]
+    return wd
