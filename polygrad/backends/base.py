@@ -208,6 +208,16 @@ class Target:
     evaluate_mp : callable or None
         ``(x0: ndarray (n,), dx: ndarray (n,), dps: int) → object ndarray (m,)``
         of mpmath numbers: the function at ``x0 + dx``, or None.
+    evaluate_quad : BatchFn or None
+        ``(B, n) → (B, m)`` on IEEE binary128 arrays (numpy-quaddtype's
+        ``QuadPrecDType``): the function run at quad precision, every row of the batch
+        in one call; or None (see ``quad_unavailable_reason``, and
+        :mod:`polygrad.reference.quad`). Built by the deferred ``"quad"`` work.
+    quad_unavailable_reason : str or None
+        Why a backend that can run a function on quad arrays could not run this one
+        (numpy-quaddtype not installed, an operation without a quad loop, a value
+        returned in another dtype); None where it did, or where the backend has no
+        quad tier at all.
     vjp_mp : callable or None
         ``(U: ndarray (k, m), dps: int) → object ndarray (k, n)`` of mpmath
         numbers: ``U @ J`` as the code's own rule computes it (the framework's
@@ -230,7 +240,8 @@ class Target:
         with a note, if not), run by :meth:`forward_mode`; ``"reverse"`` does the
         same for ``vjp``/``vjp64``, run by :meth:`reverse_mode`; ``"mp"`` sets
         ``evaluate_mp`` (or ``mp_unavailable_reason``), run by :meth:`mp_mode`;
-        ``"rule_mp"`` sets ``vjp_mp``, run by :meth:`rule_mp_mode`.
+        ``"rule_mp"`` sets ``vjp_mp``, run by :meth:`rule_mp_mode`; ``"quad"`` sets
+        ``evaluate_quad`` (or ``quad_unavailable_reason``), run by :meth:`quad_mode`.
         A float32 reverse-mode check then never pays for forward mode's first
         pass or for capturing the mp graph.
     intermediate_kinks : callable or None
@@ -265,6 +276,8 @@ class Target:
     vjp_mp: Callable[[np.ndarray, int], np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
     mp_unavailable_reason: str | None = None
+    evaluate_quad: BatchFn | None = None
+    quad_unavailable_reason: str | None = None
     mode_notes: dict[str, list[str]] = field(default_factory=dict)
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
     intermediate_kinks: Callable[[], bool | None] | None = None
@@ -377,6 +390,13 @@ class Target:
         if build is not None:
             build(self)
         return self.evaluate_mp is not None
+
+    def quad_mode(self) -> bool:
+        """Whether ``evaluate_quad`` is available (building it once if deferred)."""
+        build = self.deferred.pop("quad", None)
+        if build is not None:
+            build(self)
+        return self.evaluate_quad is not None
 
     def rule_mp_mode(self) -> bool:
         """Whether ``vjp_mp`` is available (building it once if deferred)."""

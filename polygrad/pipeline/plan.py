@@ -34,7 +34,7 @@ class Plan:
         The evaluation the reference differentiates (raising points give NaN).
     ref_eps : float
         Its machine epsilon.
-    method : {"mp", "float64", "working"}
+    method : {"quad", "mp", "float64", "working"}
         The reference's source.
     f0 : ndarray, shape (m,)
         ``ref_fn`` at ``x0``.
@@ -165,6 +165,24 @@ def _arithmetic(target: Target, reference: str, notes: list[str]) -> tuple[Any, 
     if target.working_dtype == "float64":
         method = "float64"
     return fn, eps, method
+
+
+def _use_quad(target: Target, opts: Options, small: bool, notes: list[str]) -> bool:
+    """Whether the reference is quad (see :mod:`polygrad.reference.quad`): under
+    ``"auto"`` where mp would be considered (a small float64 check, one process), when
+    the target runs on quad arrays; a note says why where its backend has a quad tier
+    that this function cannot use."""
+    wd64 = target.working_dtype == "float64"
+    if not (opts.reference == "auto" and wd64 and small and opts.executor is None):
+        return False
+    if target.quad_mode():
+        return True
+    if target.quad_unavailable_reason is not None:
+        notes.append(
+            f"the quad-precision reference is unavailable ({target.quad_unavailable_reason})"
+            "; the mpmath reference is used where affordable"
+        )
+    return False
 
 
 def _use_mp(target: Target, opts: Options, small: bool, d: int, notes: list[str]) -> bool:
@@ -331,6 +349,8 @@ def make_plan(target: Target, opts: Options, cache: CacheRequest | None = None) 
     slot, hit = cache.lookup(full, notes) if cache is not None else (None, None)
     if hit is not None:
         method = hit.method
+    elif _use_quad(target, opts, small, notes):
+        method = "quad"
     elif _use_mp(target, opts, small, d, notes):
         method = "mp"
     noise_dir = (rademacher(rng, 1, n) * s[None, :])[0]

@@ -16,6 +16,7 @@ from ..reference import directional_derivatives, estimate_noise, mp_directional_
 from ..reference.differences import DirectionalDerivatives
 from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
 from ..reference.noise import NOISE_DETECTED, output_resolution
+from ..reference.quad import quad_directional_derivatives
 from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
@@ -34,10 +35,11 @@ class Reference:
     ----------
     dd : DirectionalDerivatives
         Central, left and right estimates along every direction, ``(d, m)``.
-    method : {"mp", "float64", "working"}
-        The source actually used (mp falls back to differences when it fails).
+    method : {"quad", "mp", "float64", "working"}
+        The source actually used (quad or mp falls back to differences when it fails).
     vouched : float
-        Relative accuracy the reference vouches for (0 for mp: its error bars).
+        Relative accuracy the reference vouches for (0 for quad and mp: their error
+        bars).
     noise : dict
         ``evaluations``, ``detected`` and ``total`` of the noise estimates.
     seconds : float
@@ -223,6 +225,8 @@ def along(
     opts: Options, info: dict[str, Any], shared: np.ndarray | None,
 ) -> DirectionalDerivatives:  # fmt: skip
     """The reference along the rows of ``W`` (``(k, n)``) by ``method``."""
+    if method == "quad":
+        return _quad_along(fn, target, W, plan, opts, info)
     if method == "mp":
         assert target.evaluate_mp is not None
         levels = opts.policy.mp_levels
@@ -232,6 +236,34 @@ def along(
     return _differences(fn, target, W, plan, method, opts, info, shared)
 
 
+STRONG = ("mp", "quad")
+"""References whose error bars come from high-precision arithmetic: no noise model, no
+resolution read, nothing to tighten; they vouch for their error bars only."""
+
+
+def _quad_along(
+    fn: Callable[..., Any], target: Target, W: np.ndarray, plan: Plan, opts: Options,
+    info: dict[str, Any],
+) -> DirectionalDerivatives:  # fmt: skip
+    """The quad reference along the rows of ``W``; the directions it does not settle
+    (a kink, a jump, a short length scale) go to mp, or to float64 differences where
+    the function does not run on mpmath numbers."""
+    assert target.evaluate_quad is not None
+
+    def rest(Wr: np.ndarray) -> DirectionalDerivatives:
+        info["quad_unsettled"] = info.get("quad_unsettled", 0) + Wr.shape[0]
+        if target.mp_mode():
+            assert target.evaluate_mp is not None
+            return mp_directional_derivatives(target.evaluate_mp, target.x0, Wr, dps=opts.dps,
+                                              levels=opts.policy.mp_levels)  # fmt: skip
+        if "_resolution" not in info:
+            _read_resolution(fn, target, plan, opts, info)
+        method64 = "float64" if target.evaluate64 is not None else "working"
+        return _differences(fn, target, Wr, plan, method64, opts, info, None)
+
+    return quad_directional_derivatives(target.evaluate_quad, target.x0, W, rest)
+
+
 def _directional(
     method: str, fn: Callable[..., Any], target: Target, plan: Plan, opts: Options,
     info: dict[str, Any], prep: Any = None,
@@ -239,9 +271,9 @@ def _directional(
     """The reference along every direction of ``plan`` by ``method`` (on
     ``opts.executor`` in shards when one is given)."""
     shared, probed = None, False
-    if method != "mp" and plan.shared_noise_dirs is not None:
+    if method not in STRONG and plan.shared_noise_dirs is not None:
         shared = _shared_noise(fn, target, plan, opts, info)
-    elif method != "mp":
+    elif method not in STRONG:
         shared = _probed_noise(fn, target, plan, opts, info)
         probed = shared is not None
     if opts.executor is not None:
@@ -254,7 +286,7 @@ def _directional(
                   for W in plan.chunks()])  # fmt: skip
     if probed:
         dd = _own_noise_where_missed(dd, fn, target, plan, method, opts, info)
-    return _tighten(dd, method, fn, target, plan, opts, info) if method != "mp" else dd
+    return _tighten(dd, method, fn, target, plan, opts, info) if method not in STRONG else dd
 
 
 def _missed(dd: DirectionalDerivatives, s: np.ndarray, accuracy: float) -> np.ndarray:
@@ -313,7 +345,7 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
     """
     if plan.cached is not None:
         hit = plan.cached
-        vouched = 0.0 if hit.method == "mp" else plan.accuracy
+        vouched = 0.0 if hit.method in STRONG else plan.accuracy
         return Reference(hit.dd, hit.method, vouched, dict(hit.noise_info), 0.0,
                          list(hit.notes), cached=True)  # fmt: skip
     t0, notes = time.perf_counter(), []
@@ -328,27 +360,39 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
             return out
 
         method = plan.method
-        if method != "mp" or opts.executor is not None:
+        if method not in STRONG or opts.executor is not None:
             _read_resolution(counted, target, plan, opts, info)
         try:
             dd = _directional(method, counted, target, plan, opts, info, prep)
         except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation: fall back
-            if method != "mp":
+            if method not in STRONG:
                 raise
-            notes.append(f"the mp reference failed ({type(exc).__name__}: {exc}); "
+            notes.append(f"the {method} reference failed ({type(exc).__name__}: {exc}); "
                          "float64 differences used")  # fmt: skip
             method = "float64" if target.evaluate64 is not None else "working"
             if "_resolution" not in info:
                 _read_resolution(counted, target, plan, opts, info)
             dd = _directional(method, counted, target, plan, opts, info, prep)
     info.pop("_resolution", None)
+    if info.get("quad_unsettled"):
+        notes.append(_quad_note(info["quad_unsettled"], plan.d, target.mp_mode()))
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
-    vouched = 0.0 if method == "mp" else plan.accuracy
+    vouched = 0.0 if method in STRONG else plan.accuracy
     ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
     if plan.cache_slot is not None:  # a hit has no raised points of its own: store the note
         stored = notes + ([raised_note(plan.raised)] if plan.raised else [])
         plan.cache_slot.store(ref.dd, ref.method, ref.noise, stored, ref.seconds)
     return ref
+
+
+def _quad_note(unsettled: int, d: int, mp: bool) -> str:
+    """What the quad reference left to another arithmetic."""
+    other = "mp" if mp else "float64 differences"
+    return (
+        f"quad-precision differences did not settle {unsettled} of {d} direction(s) (a "
+        f"kink, a jump or a length scale near x shorter than their steps reach); {other} "
+        "estimated those"
+    )
 
 
 def _doubtful_directions(blocks: list[Entries], d: int, kinks: bool = False) -> list[int]:

@@ -1,0 +1,112 @@
+"""A NumPy function on IEEE binary128 arrays: the quad tier of the reference.
+
+NumPy code written with ufuncs, reductions and ``@`` runs unchanged on arrays of
+numpy-quaddtype's ``QuadPrecDType`` (see :mod:`polygrad.reference.quad`), as fast as
+NumPy loops run rather than one mpmath number at a time. Not every function does: an
+operation may have no quad loop (``scipy.special.erf``, ``np.dot``), the code may leave
+quad for Python floats (``math.exp`` of an element) or cast to float64, and some
+array functions accept the dtype but compute nonsense (``np.einsum`` returns zeros in
+numpy-quaddtype 1.0). So the evaluator is accepted only after one run at the point:
+every output leaf must come back in the quad dtype, and its values must agree with the
+float64 evaluation to :data:`QUAD_AGREEMENT`. Rounding to float64 somewhere inside
+``f`` that these probes miss shows as noise in the reference's halving check, which
+then leaves the direction to mp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._pytree import flatten
+from ..reference.quad import quad_dtype, quad_missing_reason
+from ._common import PointFunction
+
+__all__ = ["defer_quad", "quad_evaluator"]
+
+QUAD_AGREEMENT = 1e-6
+"""Largest difference, relative to the largest ``|f(x)|`` in float64, allowed between
+``f(x)`` in quad and in float64 for the quad evaluation to be trusted (far above
+float64's round-off in ordinary code; a function whose float64 values lose more, or a
+quad operation that computes garbage, goes to mp)."""
+
+
+class QuadUnavailable(Exception):
+    """``f`` does not run faithfully on quad arrays (the message says why)."""
+
+
+def _row_values(f: Callable[..., Any], pf: PointFunction, row: np.ndarray, q: Any) -> np.ndarray:
+    """``f`` at one quad point ``row`` ``(n,)``: its output leaves flattened, ``(m,)`` quad."""
+    leaves = [a.reshape(leaf.shape) for a, leaf in zip(pf.layout.split(row), pf.layout.leaves,
+                                                       strict=True)]  # fmt: skip
+    out = f(*pf.args_with(leaves))
+    parts = []
+    for leaf in flatten(out)[0]:
+        dt = getattr(leaf, "dtype", None)
+        if dt != q:
+            got = type(leaf).__name__ if dt is None else str(dt)
+            raise QuadUnavailable(f"it returned {got} for quad input")
+        parts.append(np.asarray(leaf).ravel())
+    return np.concatenate(parts)
+
+
+def quad_evaluator(
+    f: Callable[..., Any], pf: PointFunction, y64: np.ndarray
+) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
+    """``f`` on quad rows (``Target.evaluate_quad``), or None and the reason it is not.
+
+    Parameters
+    ----------
+    f : callable
+        The user's NumPy function.
+    pf : PointFunction
+        ``f`` as a function of its flat checked inputs.
+    y64 : ndarray, shape (m,), float64
+        ``f(x0)`` evaluated in float64 (the check against garbage).
+
+    Returns
+    -------
+    evaluate_quad : callable or None
+        ``(B, n)`` quad -> ``(B, m)`` quad; ``f`` is called once per row.
+    reason : str or None
+        Why ``f`` does not run on quad arrays (where ``evaluate_quad`` is None).
+    """
+    q = quad_dtype()
+    if q is None:
+        return None, quad_missing_reason()
+
+    def evaluate_quad(X: np.ndarray) -> np.ndarray:
+        return np.stack([_row_values(f, pf, row, q) for row in X])
+
+    try:
+        with np.errstate(all="ignore"):
+            y = evaluate_quad(pf.x0.astype(q)[None, :])[0].astype(np.float64)
+    except Exception as exc:  # noqa: BLE001 - any failure means: no quad reference
+        return None, f"{type(exc).__name__}: {exc}"
+    if y.shape != y64.shape:
+        return None, "the output size changed on quad input"
+    with np.errstate(all="ignore"):
+        off = np.max(np.abs(y - y64), initial=0.0)
+        scale = np.max(np.abs(y64), initial=0.0)
+    if not (np.all(np.isfinite(y)) and np.all(np.isfinite(y64)) and off <= QUAD_AGREEMENT * scale):
+        return None, (
+            f"its quad value at x differs from its float64 value by {off:.2g} (largest "
+            f"|f(x)| {scale:.2g}), beyond what float64 round-off explains"
+        )
+    return evaluate_quad, None
+
+
+def defer_quad(target: Any, f: Callable[..., Any], pf: PointFunction) -> None:
+    """Leave the quad evaluator of ``target`` to be built when a check asks for it
+    (:meth:`~polygrad.backends.base.Target.quad_mode`)."""
+
+    def build(t: Any) -> None:
+        if t.evaluate64 is None:
+            t.quad_unavailable_reason = "the function has no float64 evaluation to check it by"
+            return
+        y64 = t.evaluate64(t.x0[None, :])[0]
+        t.evaluate_quad, t.quad_unavailable_reason = quad_evaluator(f, pf, y64)
+
+    target.deferred["quad"] = build
