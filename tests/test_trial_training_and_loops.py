@@ -109,3 +109,93 @@ def test_an_input_changed_in_place_is_still_refused():
     with pytest.raises(pg.InputMutationError, match="modified its input in place"):
         pg.check(lambda x: x.mul_(2).sum(), x)
     assert torch.equal(x, torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64))
+
+
+# ------------------------------------------------------- a loop that need not stop (JAX)
+
+_IMPLICIT_LAYER = """
+import time
+from functools import partial
+import numpy as np, jax, jax.numpy as jnp
+import polygrad as pg
+
+def fwd_solver(f, z_init):
+    def cond_fun(carry):
+        z_prev, z = carry
+        return jnp.linalg.norm(z_prev - z) > 1e-5
+    def body_fun(carry):
+        _, z = carry
+        return z, f(z)
+    return jax.lax.while_loop(cond_fun, body_fun, (z_init, f(z_init)))[1]
+
+@partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def layer(solver, f, params, x):
+    return solver(lambda z: f(params, x, z), z_init=jnp.zeros_like(x))
+
+def layer_fwd(solver, f, params, x):
+    z = layer(solver, f, params, x)
+    return z, (params, x, z)
+
+def layer_bwd(solver, f, res, zbar):  # implicit function theorem
+    params, x, z = res
+    _, vjp_a = jax.vjp(lambda p, x: f(p, x, z), params, x)
+    _, vjp_z = jax.vjp(lambda z: f(params, x, z), z)
+    return vjp_a(solver(lambda u: vjp_z(u)[0] + zbar, z_init=jnp.zeros_like(z)))
+
+layer.defvjp(layer_fwd, layer_bwd)
+f = lambda W, x, z: jnp.tanh(W @ z + x)
+rng = np.random.default_rng(0)
+W = jnp.asarray(2.0 * rng.standard_normal((3, 3)) / np.sqrt(3), jnp.float32)
+x = jnp.asarray(rng.standard_normal(3), jnp.float32)
+jax.block_until_ready(layer(fwd_solver, f, W, x))  # the loop stops at the point
+t = time.perf_counter()
+report = pg.check(lambda W: layer(fwd_solver, f, W, x).sum(), W)
+assert isinstance(report.verdict, pg.Verdict)
+print("VERDICT", report.verdict.name, round(time.perf_counter() - t, 1))
+"""
+
+
+def test_an_implicit_layer_whose_loop_need_not_stop_gets_a_verdict_in_time():
+    """The tutorial's fixed-point layer (3x3 weights scaled so that the iteration
+    converges at the point, in about 50 trips, but not at every point a check evaluates):
+    a verdict within the budget, where the unbounded loop ran past 120 s. In a
+    subprocess, so that a hang is a failure and not a stuck test run."""
+    pytest.importorskip("jax")
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    try:
+        run = subprocess.run([sys.executable, "-c", _IMPLICIT_LAYER], capture_output=True,
+                             text=True, env=env, timeout=90)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail("the check of the implicit layer did not finish within 90 s")
+    assert run.returncode == 0 and "VERDICT" in run.stdout, run.stderr[-3000:]
+
+
+def test_a_bounded_loop_that_never_stops_gives_nan_and_counts_the_cut():
+    """The mechanism alone: z <- z + x until z >= 10 takes ceil(10 / x) trips for x > 0
+    and never stops for x <= 0. Bounded and batched, the row that cannot stop is NaN and
+    counted; the others keep their exact values."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from polygrad.mpexec.jaxpr_loops import LoopBound, bounded, has_while, loop_trips
+
+    def g(x):
+        z = jax.lax.while_loop(lambda z: z < 10.0, lambda z: z + x, jnp.zeros_like(x))
+        return [jnp.sin(x) + z]
+
+    closed = jax.make_jaxpr(g)(jnp.float32(1.0))
+    assert has_while(closed) and not has_while(jax.make_jaxpr(jnp.sin)(1.0))
+    assert loop_trips(closed, [jnp.float32(4.0)]) == 3
+    bound = LoopBound(100)
+    x = jnp.asarray([1.0, -1.0, 4.0], jnp.float32)
+    (out,) = jax.jit(jax.vmap(bounded(closed, bound)))(x)
+    jax.effects_barrier()
+    out = np.asarray(out)
+    assert np.isnan(out[1]) and bound.cut == 1 and bound.most == 10
+    np.testing.assert_array_equal(
+        out[[0, 2]], np.sin(np.float32([1.0, 4.0])) + np.float32([10.0, 12.0])
+    )

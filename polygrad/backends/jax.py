@@ -647,6 +647,9 @@ class _Derivatives:
 
         with self.ctx():
             shared = compiled_for(self.g, self.primals, self.dtypes[0], self._context)
+        loops = _bounded_loops(self.g, self.primals, self.ctx)
+        if loops is not None:  # evaluations far from the point may never leave a loop
+            return loops, jax.jit(self._vjp_batch), jax.jit(self._jvp_batch)
         if shared is not None:
             return shared
         return jax.jit(jax.vmap(self.g)), jax.jit(self._vjp_batch), jax.jit(self._jvp_batch)
@@ -686,10 +689,17 @@ class _Derivatives:
 
     # -- batched (vmap) and single-row versions -------------------------------------
     def _evaluate(self, X: np.ndarray) -> np.ndarray:
-        return _rows(self._eval_jit(*self.flat.to_leaves(X, self.dtypes)), X.shape[0])
+        out = _rows(self._eval_jit(*self.flat.to_leaves(X, self.dtypes)), X.shape[0])
+        if isinstance(self._eval_jit, _BoundedEvaluation):
+            self._eval_jit.report(self._batching[1], self._batching[2])
+        return out
 
     def _evaluate_row(self, x: np.ndarray) -> np.ndarray:
         leaves = [a[0] for a in self.flat.to_leaves(x[None], self.dtypes)]
+        if isinstance(self._eval_jit, _BoundedEvaluation):
+            out = _rows([o[None] for o in self._eval_jit.row(*leaves)], 1)[0]
+            self._eval_jit.report(self._batching[1], self._batching[2])
+            return out
         return _rows([o[None] for o in self.g(*leaves)], 1)[0]
 
     def _vjp(self, U: np.ndarray) -> np.ndarray:
@@ -712,6 +722,75 @@ class _Derivatives:
         tangents = tuple(t[0] for t in self.flat.to_leaves(v[None], self.dtypes))
         out = jax.jvp(self._float_g, tuple(self.primals), tangents)[1]
         return _rows([o[None] for o in out], 1)[0]
+
+
+LOOP_TRIPS_FACTOR = 16
+"""A ``while`` loop is cut short after this many times the trips it takes at the point..."""
+LOOP_TRIPS_MIN = 1000
+"""...and never before this many."""
+
+
+class _BoundedEvaluation:
+    """The batched evaluation of a function whose ``while`` loops are bounded
+    (:mod:`polygrad.mpexec.jaxpr_loops`): a loop still running after
+    ``LOOP_TRIPS_FACTOR`` times its trips at the point (at least ``LOOP_TRIPS_MIN``)
+    stops, and the point's value is NaN, with a note."""
+
+    def __init__(self, closed: Any, bound: Any, base: int) -> None:
+        import jax
+
+        from ..mpexec.jaxpr_loops import bounded
+
+        self.bound, self.base, self.noted = bound, base, 0
+        self.row = bounded(closed, bound)
+        self.batch = jax.jit(jax.vmap(self.row))
+
+    def __call__(self, *leaves: Any) -> Any:
+        return self.batch(*leaves)
+
+    def report(self, notes: list[str], label: str) -> None:
+        """Note (once, updated) how many evaluations had a loop cut short."""
+        import jax
+
+        jax.effects_barrier()  # the loops' counts reach the host through callbacks
+        if self.bound.cut == self.noted:
+            return
+        old = [n for n in notes if n.startswith(_CUT_NOTE_START) and f"({label})" in n]
+        for n in old:
+            notes.remove(n)
+        self.noted = self.bound.cut
+        notes.append(
+            f"{_CUT_NOTE_START}{self.bound.cap} trips ({LOOP_TRIPS_FACTOR} x the {self.base} "
+            f"it takes at the point, at least {LOOP_TRIPS_MIN}) in {self.bound.cut} "
+            f"evaluation(s) of f ({label}) away from the point: its stopping test was not "
+            "met there (a fixed-point or Newton iteration that does not converge, a "
+            "tolerance below round-off); those evaluations were taken as not finite (NaN) "
+            "instead of running on"
+        )
+
+
+_CUT_NOTE_START = "a while_loop of f was stopped after "
+
+
+def _bounded_loops(
+    g: Callable[..., list[Any]], primals: list[Any], ctx: Callable[[], Any]
+) -> _BoundedEvaluation | None:
+    """The bounded evaluation of ``g`` where its jaxpr holds a ``while`` loop, else None
+    (also where ``g`` cannot be traced: its plain evaluation then decides)."""
+    import jax
+
+    from ..mpexec.jaxpr_loops import LoopBound, has_while, loop_trips
+
+    try:
+        with ctx():
+            closed = jax.make_jaxpr(lambda *a: list(g(*a)))(*primals)
+            if not has_while(closed):
+                return None
+            base = loop_trips(closed, primals)
+    except Exception:  # noqa: BLE001 - not traceable here: evaluated as before
+        return None
+    bound = LoopBound(max(LOOP_TRIPS_MIN, LOOP_TRIPS_FACTOR * base))
+    return _BoundedEvaluation(closed, bound, base)
 
 
 class JaxBackend(Backend):
