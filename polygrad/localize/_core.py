@@ -201,7 +201,8 @@ def check_nodes(nodes: Sequence[Node], budget: float, max_size: int, seed: int =
         try:
             done.append(check_node(node, rng))
         except Exception as exc:  # noqa: BLE001 - this node cannot be run alone: say so
-            notes.append(f"{node.site.where()} not checked: {type(exc).__name__}: {exc}")
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            notes.append(f"{node.site.where()} not checked: {type(exc).__name__}: {first}")
             continue
         if done[-1].wrong:
             break
