@@ -123,10 +123,12 @@ def _reference_noise(report: Report) -> str:
     arith, eps = str(d.working_dtype), d.eps
     if ref.method == "mp":
         arith, eps = f"mpmath at {ref.dps} digits", 10.0 ** -float(ref.dps or 15)
+    elif ref.method == "quad":
+        arith, eps = "quad precision (IEEE binary128)", 2.0**-112
     elif ref.method == "float64":
         arith, eps = "float64", float(np.finfo(np.float64).eps)
     along = ref.noise_measured_along
-    shared = along not in ("", "each direction") and ref.method != "mp"
+    shared = along not in ("", "each direction") and ref.method not in ("mp", "quad")
     where = f"; measured along {along}" if shared else ""
     return (
         f"  noise of f in {arith} (the reference's arithmetic, which limits its error bar): "
@@ -196,6 +198,7 @@ def _setup_lines(report: Report) -> list[str]:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     how = {
         "mp": f"mpmath at {ref.dps} digits",
+        "quad": "quad-precision (IEEE binary128) central differences",
         "float64": "float64 central differences",
         "working": f"{d.working_dtype} central differences (no float64 evaluation used)",
     }.get(ref.method, str(ref.method))
@@ -379,7 +382,7 @@ def _row_scale_only(report: Report) -> str | None:
     from .verdicts import SEVERITY, Verdict
 
     e = report.entries
-    if report.details.reference.method == "mp":
+    if report.details.reference.method in ("mp", "quad"):
         return None
     judged = e.status == SEVERITY[Verdict.PASS]
     with np.errstate(invalid="ignore"):

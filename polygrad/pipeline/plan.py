@@ -180,7 +180,7 @@ def _use_quad(target: Target, opts: Options, small: bool, notes: list[str]) -> b
     if target.quad_unavailable_reason is not None:
         notes.append(
             f"the quad-precision reference is unavailable ({target.quad_unavailable_reason})"
-            "; the mpmath reference is used where affordable"
+            "; the next in line (mp, or float64 differences) is used"
         )
     return False
 
