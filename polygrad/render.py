@@ -179,7 +179,10 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     str
     """
     color = use_color() if color is None else bool(color)
-    lines = [_headline(report, color), *_setup_lines(report)]
+    lines = [_headline(report, color)]
+    if report.localization is not None:  # the located node first, when localization ran
+        lines += report.localization.lines()
+    lines += _setup_lines(report)
     lines += _worst_lines(report, max_rows, color)
     if "NONSMOOTH" in report.counts():
         lines.append(_kinks(report))

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
     from ..report import Report
 
-__all__ = ["CheckedCall", "Localization", "NodeCheck", "Site", "localize"]
+__all__ = ["CheckedCall", "Localization", "NodeCheck", "Site", "locate", "localize"]
 
 _RECORDERS = {"torch": "_torch", "jax": "_jax", "tensorflow": "_tf", "numpy": "_numpy"}
 
@@ -132,7 +132,6 @@ def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> L
         was not kept (a report not made by :func:`polygrad.check`), when the program
         cannot be recorded, or when no checked node is wrong.
     """
-    start = time.perf_counter()
     call = getattr(report, "checked_call", None)
     if str(report.verdict) != "MISMATCH":
         return Localization(None, notes=(f"not run: the check's verdict is {report.verdict}, "
@@ -141,6 +140,28 @@ def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> L
     if call is None:
         return Localization(None, notes=("not run: the report does not hold the checked "
                                          "call (made by polygrad.check only)",))  # fmt: skip
+    return locate(call, report, budget, max_size)
+
+
+def locate(call: CheckedCall, report: Report, budget: float = 30.0,
+           max_size: int = 1 << 16) -> Localization:  # fmt: skip
+    """The walk of :func:`localize` on ``call``, whatever the report's verdict.
+
+    Parameters
+    ----------
+    call : CheckedCall
+        The function, its arguments and its framework.
+    report : Report
+        The report of ``call`` (read for a NumPy function, whose supplied rule is judged
+        by the report's own entries).
+    budget, max_size
+        As in :func:`localize`.
+
+    Returns
+    -------
+    Localization
+    """
+    start = time.perf_counter()
     rec = _record(call, report)
     if rec.located is not None:
         return Localization(rec.located, (rec.located,), rec.notes, time.perf_counter() - start)

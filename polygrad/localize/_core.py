@@ -107,6 +107,8 @@ class NodeCheck:
         Twice the reference's error bar plus the VJP's round-off allowance.
     arithmetic : str
         The dtype the node was evaluated in.
+    compared : str
+        What the two values are.
     """
 
     site: Site
@@ -115,6 +117,7 @@ class NodeCheck:
     error: float
     tolerance: float
     arithmetic: str
+    compared: str = "uᵀJv from its VJP against central differences of the node alone"
 
     @property
     def wrong(self) -> bool:

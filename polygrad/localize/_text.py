@@ -18,8 +18,8 @@ def node_lines(c: NodeCheck) -> list[str]:
         lines.append(f"  line:   {c.site.source}")
     times = c.error / c.tolerance if c.tolerance > 0 else float("inf")
     lines.append(
-        f"  its rule: uᵀJv = {c.autodiff:.10g} against central differences of the node "
-        f"alone {c.reference:.10g} ({c.arithmetic}); |diff| {c.error:.2e} = {times:.3g} x "
+        f"  its rule: {c.compared}: {c.autodiff:.10g} against {c.reference:.10g} "
+        f"({c.arithmetic}); |diff| {c.error:.2e} = {times:.3g} x "
         f"its tolerance {c.tolerance:.2e} (relative {c.relative:.2e})"
     )
     return lines
