@@ -108,7 +108,7 @@ def tests_tensorflow(session: nox.Session) -> None:
 @nox.session(name="tests-all")
 def tests_all(session: nox.Session) -> None:
     """Everything (the docs build and examples too); all four frameworks are required."""
-    session.install("-e", ".[all,jax-models,test,docs]", *CONSTRAINTS)
+    session.install("-e", ".[all,jax-models,test,docs,quad]", *CONSTRAINTS)
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 
