@@ -333,11 +333,11 @@ def _merge(
         return out
 
     def est(a: Estimate, b: Estimate) -> Estimate:
-        return Estimate(
-            *(put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64))
-              for f in ("value", "error", "step", "noise")),
-            method=a.method, evaluations=a.evaluations + b.evaluations,
-        )  # fmt: skip
+        value, error, step, noise = (
+            put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64))
+            for f in ("value", "error", "step", "noise")
+        )
+        return Estimate(value, error, step, noise, a.method, a.evaluations + b.evaluations)
 
     return DirectionalDerivatives(
         est(dd.central, sub.central), est(dd.right, sub.right), est(dd.left, sub.left),
