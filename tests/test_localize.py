@@ -1,0 +1,262 @@
+"""Localization: after a MISMATCH, the op, the layer and the line whose own rule is wrong."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import polygrad as pg
+from polygrad.localize import CheckedCall, locate
+
+
+def _line_of(fn, text):
+    """The line number of the first source line of ``fn`` containing ``text``."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+# ---------------------------------------------------------------- PyTorch
+
+
+def _torch_model(bug):
+    torch = pytest.importorskip("torch")
+
+    class LinearFn(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, b):
+            ctx.save_for_backward(x, w)
+            return x @ w.T + b
+
+        @staticmethod
+        def backward(ctx, g):
+            x, w = ctx.saved_tensors
+            gx = g @ (w.T if bug == "transposed" else w)
+            return gx * (1 + 1e-3 if bug == "scaled" else 1.0), g.T @ x, g.sum(0)
+
+    class MyLinear(torch.nn.Linear):
+        def forward(self, x):
+            return LinearFn.apply(x, self.weight, self.bias)
+
+    torch.manual_seed(0)
+    L, T = torch.nn.Linear, torch.nn.Tanh
+    model = torch.nn.Sequential(L(4, 8), T(), L(8, 8), T(), MyLinear(8, 8), T(),
+                                L(8, 8), T(), L(8, 8), T(), L(8, 1))  # fmt: skip
+    return model, MyLinear.forward
+
+
+@pytest.mark.parametrize("bug", ["scaled", "transposed"])
+def test_torch_function_in_mlp_is_located(bug):
+    torch = pytest.importorskip("torch")
+    model, forward = _torch_model(bug)
+    x = torch.randn(3, 4, dtype=torch.float32)
+    report = pg.check(lambda x: model(x).sum(), x, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    c = report.localization.located
+    assert c is not None and c.wrong and c.site.kind == "custom rule"
+    assert c.site.op == "torch.autograd.Function LinearFn"
+    assert c.site.path == "model.4 (MyLinear)"
+    assert f"test_localize.py:{_line_of(forward, 'LinearFn.apply')} in forward" in c.site.source
+    assert c.arithmetic == "float64"
+    assert c.error > 1e3 * c.tolerance  # a 1e-3 bug against float64 differences
+    # the node is named first in the text report, after the headline
+    assert str(report).splitlines()[1].startswith("Localized: the first node")
+
+
+def test_torch_correct_mlp_flags_no_node():
+    torch = pytest.importorskip("torch")
+    model, _ = _torch_model(None)
+    x = torch.randn(3, 4, dtype=torch.float32)
+    f = lambda x: model(x).sum()  # noqa: E731
+    report = pg.check(f, x, localize=True)
+    assert report.ok and report.localization is None  # nothing runs for a passing check
+    loc = locate(CheckedCall(f, (x,), (0,), "torch"), report)
+    assert loc.located is None
+    kinds = [c.site.kind for c in loc.checked]
+    assert kinds.count("custom rule") == 1 and kinds.count("primitive") >= 11
+    assert not any(c.wrong for c in loc.checked)
+
+
+# ---------------------------------------------------------------- JAX (Flax)
+
+
+def _flax_model(scale):
+    jax = pytest.importorskip("jax")
+    nn = pytest.importorskip("flax.linen")
+    jnp = jax.numpy
+
+    @jax.custom_vjp
+    def matmul(x, w):
+        return x @ w
+
+    def fwd(x, w):
+        return x @ w, (x, w)
+
+    def bwd(res, g):
+        x, w = res
+        return (g @ w.T * scale, x.T @ g)
+
+    matmul.defvjp(fwd, bwd)
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            w = self.param("w", nn.initializers.normal(1.0), (x.shape[-1], 4))
+            return jnp.tanh(matmul(x, w))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = jnp.tanh(nn.Dense(4)(x))
+            return nn.Dense(1)(Block()(x)).sum()
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 3)), jnp.float32)
+    m = Net()
+    params = m.init(jax.random.key(0), x)
+    return (lambda x: m.apply(params, x)), x, Block.__call__
+
+
+def test_jax_custom_vjp_in_flax_is_located():
+    f, x, block_call = _flax_model(1 + 1e-3)
+    report = pg.check(f, x, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    c = report.localization.located
+    assert c is not None and c.site.kind == "custom rule"
+    assert c.site.op == "custom_vjp_call of _flax_model.<locals>.matmul"
+    assert c.site.path == "Net/Block_0"
+    line = _line_of(block_call, "matmul(x, w)")
+    assert f"test_localize.py:{line} in _flax_model.<locals>.Block.__call__" in c.site.source
+    assert c.arithmetic == "float64" and c.error > 1e3 * c.tolerance
+
+
+def test_jax_correct_flax_flags_no_node():
+    f, x, _ = _flax_model(1.0)
+    report = pg.check(f, x)
+    assert report.ok
+    loc = locate(CheckedCall(f, (x,), (0,), "jax"), report)
+    assert loc.located is None and len(loc.checked) >= 10
+    assert loc.checked[0].site.kind == "custom rule"
+    assert not any(c.wrong for c in loc.checked)
+
+
+# ---------------------------------------------------------------- TensorFlow (Keras)
+
+
+def _keras_model(scale):
+    tf = pytest.importorskip("tensorflow")
+    keras = pytest.importorskip("keras")
+
+    @tf.custom_gradient
+    def dense_op(x, w):
+        def grad(g):
+            return tf.matmul(g, w, transpose_b=True) * scale, tf.matmul(x, g, transpose_a=True)
+
+        return tf.matmul(x, w), grad
+
+    class MyDense(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(shape=(shape[-1], 4), initializer="random_normal")
+
+        def call(self, x):
+            return tf.tanh(dense_op(x, tf.convert_to_tensor(self.w)))
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4, activation="tanh"),
+                              MyDense(name="my_dense"), keras.layers.Dense(1)])  # fmt: skip
+    x = tf.constant(np.random.default_rng(0).standard_normal((2, 3)), tf.float32)
+    return (lambda x: tf.reduce_sum(model(x))), x, MyDense.call
+
+
+def test_tf_custom_gradient_in_keras_layer_is_located():
+    f, x, call = _keras_model(1 + 1e-3)
+    report = pg.check(f, x, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    c = report.localization.located
+    assert c is not None and c.site.op == "tf.custom_gradient dense_op"
+    assert c.site.path.split("/")[-1] == "my_dense"
+    assert f"test_localize.py:{_line_of(call, 'dense_op(x')} in call" in c.site.source
+    assert c.arithmetic == "float64" and c.error > 1e3 * c.tolerance
+
+
+def test_tf_correct_keras_flags_no_node():
+    f, x, _ = _keras_model(1.0)
+    report = pg.check(f, x)
+    assert report.ok
+    loc = locate(CheckedCall(f, (x,), (0,), "tensorflow"), report)
+    assert loc.located is None and len(loc.checked) == 1
+    assert not loc.checked[0].wrong
+
+
+# ---------------------------------------------------------------- NumPy
+
+
+def _numpy_layer(scale):
+    W = np.random.default_rng(0).standard_normal((3, 4))
+
+    def layer(x):
+        return np.tanh(x @ W)
+
+    def layer_vjp(g, x):
+        return (g * (1 - np.tanh(x @ W) ** 2)) @ W.T * scale
+
+    return layer, layer_vjp, np.random.default_rng(1).standard_normal((2, 3))
+
+
+def test_numpy_supplied_rule_is_the_node():
+    layer, layer_vjp, x = _numpy_layer(1 + 1e-3)
+    report = pg.check(layer, x, vjp=layer_vjp, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    c = report.localization.located
+    assert c is not None and c.site.op == "the supplied vjp= rule"
+    assert f"test_localize.py:{_line_of(layer_vjp, 'def layer_vjp')}" in c.site.source
+    assert c.relative == pytest.approx(1e-3, rel=1e-6)  # the planted factor, closed form
+
+
+def test_numpy_correct_rule_flags_nothing():
+    layer, layer_vjp, x = _numpy_layer(1.0)
+    report = pg.check(layer, x, vjp=layer_vjp)
+    assert report.ok
+    loc = locate(CheckedCall(layer, (x,), (0,), "numpy", report.checked_call.supplied), report)
+    assert loc.located is None
+
+
+# ---------------------------------------------------------------- limits and notes
+
+
+def test_localize_is_a_note_when_it_cannot_run():
+    layer, layer_vjp, x = _numpy_layer(1.0)
+    report = pg.check(layer, x, vjp=layer_vjp)
+    loc = report.localize()
+    assert loc.located is None and "not run" in loc.notes[0] and "PASS" in loc.notes[0]
+    report.verdict = pg.Verdict.MISMATCH
+    report.checked_call = None
+    assert "does not hold the checked call" in report.localize().notes[0]
+    report.checked_call = CheckedCall(layer, (x,), (0,), "elsewhere")
+    assert "cannot be captured" in report.localize().notes[0]
+
+
+def test_a_recording_that_fails_is_a_note():
+    torch = pytest.importorskip("torch")
+    x = torch.ones(3)
+    report = pg.check(lambda x: (x * x).sum(), x)
+
+    def broken(x):
+        raise RuntimeError("boom")
+
+    loc = locate(CheckedCall(broken, (x,), (0,), "torch"), report)
+    assert loc.located is None and "unavailable: RuntimeError: boom" in loc.notes[0]
+
+
+def test_budget_cuts_the_walk_short_with_a_note():
+    torch = pytest.importorskip("torch")
+    model, _ = _torch_model(None)
+    x = torch.randn(3, 4)
+    f = lambda x: model(x).sum()  # noqa: E731
+    report = pg.check(f, x)
+    loc = locate(CheckedCall(f, (x,), (0,), "torch"), report, budget=0.0)
+    assert loc.checked == () and any("cut short" in n for n in loc.notes)
+    loc = locate(CheckedCall(f, (x,), (0,), "torch"), report, max_size=10)
+    assert any("more than 10 input entries not checked" in n for n in loc.notes)
+    assert all(c.site.op == "torch.Tensor.sum" or c.site.path.startswith("model.1")
+               or "tanh" in c.site.op for c in loc.checked)  # fmt: skip
