@@ -375,7 +375,8 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
             dd = _directional(method, counted, target, plan, opts, info, prep)
     info.pop("_resolution", None)
     if info.get("quad_unsettled"):
-        notes.append(_quad_note(info["quad_unsettled"], plan.d, target.mp_mode()))
+        why = None if target.mp_mode() else target.mp_unavailable_reason
+        notes.append(_quad_note(info["quad_unsettled"], plan.d, why))
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if method in STRONG else plan.accuracy
     ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
@@ -385,9 +386,9 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
     return ref
 
 
-def _quad_note(unsettled: int, d: int, mp: bool) -> str:
-    """What the quad reference left to another arithmetic."""
-    other = "mp" if mp else "float64 differences"
+def _quad_note(unsettled: int, d: int, mp_missing: str | None) -> str:
+    """What the quad reference left to another arithmetic (``mp_missing``: why not mp)."""
+    other = "mp" if mp_missing is None else f"float64 differences (no mp: {mp_missing})"
     return (
         f"quad-precision differences did not settle {unsettled} of {d} direction(s) (a "
         f"kink, a jump or a length scale near x shorter than their steps reach); {other} "
