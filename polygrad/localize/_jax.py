@@ -25,8 +25,8 @@ from ._core import Node, Site
 from ._names import format_place
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import CheckedCall, Recording
     from ..report import Report
+    from . import CheckedCall, Recording
 
 _CUSTOM = {"custom_vjp_call", "custom_vjp_call_jaxpr", "custom_jvp_call"}
 _ENTERED = {"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat"}
@@ -171,7 +171,9 @@ def _node(e: _Eqn) -> Node | None:
     return None
 
 
-def _try_node(e: _Eqn, moving: list[int], inputs: tuple[np.ndarray, ...], wide: bool) -> Node | None:
+def _try_node(
+    e: _Eqn, moving: list[int], inputs: tuple[np.ndarray, ...], wide: bool
+) -> Node | None:
     """The node with every floating value in float64 (``wide``, under ``jax.enable_x64``)
     or in the working dtype; None where the equation fails or leaves that dtype."""
     import contextlib

@@ -26,7 +26,9 @@ def reachable_roots(f: Any, wanted: Callable[[Any], bool]) -> list[tuple[str, An
     add("self", getattr(f, "__self__", None))
     code = getattr(f, "__code__", None)
     if code is not None:
-        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+        for name, cell in zip(
+            code.co_freevars, getattr(f, "__closure__", None) or (), strict=False
+        ):
             try:
                 add(name, cell.cell_contents)
             except ValueError:  # an empty cell

@@ -16,8 +16,8 @@ from ._core import NodeCheck, Site
 from ._names import callable_place
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import CheckedCall, Recording
     from ..report import Report
+    from . import CheckedCall, Recording
 
 
 def record(call: CheckedCall, report: Report) -> Recording:

@@ -26,8 +26,8 @@ from ._core import Node, Site
 from ._names import source_line
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import CheckedCall, Recording
     from ..report import Report
+    from . import CheckedCall, Recording
 
 
 @dataclass(frozen=True)

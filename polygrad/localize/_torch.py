@@ -26,8 +26,8 @@ from ._core import Node, Site
 from ._names import reachable_roots, source_line
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import CheckedCall, Recording
     from ..report import Report
+    from . import CheckedCall, Recording
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,12 @@ def _recording(
 
     def apply(cls: Any, *a: Any, **k: Any) -> Any:
         if state.depth == 0:
-            site = Site(f"torch.autograd.Function {cls.__name__}", "custom rule", path(),
-                        source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)))
+            site = Site(
+                f"torch.autograd.Function {cls.__name__}",
+                "custom rule",
+                path(),
+                source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
+            )
             custom.append(_Call(lambda *x, **y: original.__func__(cls, *x, **y),
                                 _clone(torch, a), dict(k), site))  # fmt: skip
         state.depth += 1
@@ -212,7 +216,10 @@ def _try_node(torch: Any, c: _Call, inputs: list[np.ndarray], dtype: Any) -> Nod
             us.append(torch.tensor(u[off : off + o.numel()], dtype=o.dtype).reshape(o.shape))
             off += o.numel()
         gs = torch.autograd.grad(outs, ts, us, allow_unused=True)
-        return [np.zeros(t.shape) if g is None else g.double().numpy() for g, t in zip(gs, ts)]
+        return [
+            np.zeros(t.shape) if g is None else g.double().numpy()
+            for g, t in zip(gs, ts, strict=True)
+        ]
 
     try:
         _, outs = run(inputs)
