@@ -124,7 +124,8 @@ def _try_node(tf: Any, c: _Call, moving: list[int], inputs: tuple[np.ndarray, ..
             size = int(np.prod(y.shape))
             us.append(tf.constant(u[off : off + size].reshape(y.shape), y.dtype))
             off += size
-        extra = {"variables": []} if "variables" in inspect.signature(grad_fn).parameters else {}
+        wants = "variables" in inspect.signature(grad_fn).parameters
+        extra: dict[str, Any] = {"variables": []} if wants else {}
         out = grad_fn(*us, **extra)
         grads = out[0] if extra else out
         grads = list(grads) if isinstance(grads, (list, tuple)) else [grads]
