@@ -19,7 +19,7 @@ import numpy as np
 
 from ..backends.base import Backend, Supplied, Target, describe_exception, numpy_dtype
 from ..backends.mpmath import mp_to_float
-from ..dither import MOVED_DTYPES, dithered_args, move_sizes, spread
+from ..dither import GROWTH, MOVED_DTYPES, dithered_args, move_sizes, spread
 from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
@@ -611,7 +611,9 @@ def _rule64_allowance(b: Entries, others: list[Entries], factor: float, cap: flo
         return np.where(spread(even) > cap, 0.0, allowance)
 
 
-def _unexplained(al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool) -> np.ndarray:
+def _unexplained(
+    al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool, reach: float = np.inf
+) -> np.ndarray:
     """The failing entries of a block that the moves so far have not explained.
 
     Not moved at all, or, in a float64 working dtype, still beyond their tolerance
@@ -623,12 +625,25 @@ def _unexplained(al: np.ndarray, b: Entries, failing: np.ndarray, wd64: bool) ->
     rule decides that, and a working value that a few ulps do not explain stays
     UNSTABLE: larger moves would excuse a rule's cancellation of its own making
     (``sin x / x^2 - 2 (1 - cos x) / x^3`` at ``x ~ 1e-2``), which UNSTABLE names.
+
+    ``reach`` bounds what the larger moves still to come can add: the even part of a
+    pair of opposite moves (the round-off and the derivative's curvature; its linear
+    change cancels) grows at most like the square of the move, ``GROWTH^2`` per size.
+    An entry that moved (allowance above 0) and fails by more than ``reach`` times its
+    allowance is beyond what any larger move can explain: it is decided, and the moves
+    stop growing for it (a wrong rule is decided at the first size, not the last). So
+    is an entry that fails by more than float32's resolution of its values: the moves
+    stay far below it (:data:`polygrad.dither.LARGEST_MOVE`), so that no error at that
+    level is excused as a float64 rule's round-off.
     """
     if not wd64:
         return failing & np.isnan(al)
     with np.errstate(invalid="ignore"):
-        beyond = np.abs(b.autodiff - b.reference) > b.tolerance + np.nan_to_num(al)
-    return failing & (np.isnan(al) | beyond)
+        gap = np.abs(b.autodiff - b.reference) - b.tolerance
+        beyond = gap > np.nan_to_num(al)
+        decided = (al > 0) & (gap > reach * al)
+        decided |= gap > FLOAT32_LEVEL * (np.abs(b.reference) + np.abs(b.autodiff))
+    return failing & (np.isnan(al) | beyond) & ~decided
 
 
 def autodiff_roundoff(
@@ -673,7 +688,8 @@ def autodiff_roundoff(
     # (bfloat16 moves of 1.6e-2 carry the derivative's curvature with them)
     cap = policy.c_ad * RULE_RESOLUTION * f_size
     rng = np.random.default_rng([seed, 3])
-    for ulps in move_sizes(dtype, policy.dither_ulps):
+    sizes = move_sizes(dtype, policy.dither_ulps)
+    for k, ulps in enumerate(sizes):
         moved = dithered_args(be, args, argnums, rng, ulps, paired=True, copies=policy.dithers)
         if moved is None:
             return None
@@ -690,7 +706,8 @@ def autodiff_roundoff(
             if not wd64 and rule64[j] is None:  # the float64 rule's, at the smallest moves
                 rule64[j] = _rule64_allowance(b, moves, policy.dither_allowance, cap)
         allow = grown
-        if not any(np.any(_unexplained(al, b, fl, wd64))
+        reach = float(GROWTH) ** (2 * (len(sizes) - 1 - k))  # what the larger moves can add
+        if not any(np.any(_unexplained(al, b, fl, wd64, reach))
                    for al, b, fl in zip(allow, blocks, failing, strict=True)):  # fmt: skip
             break
     out = []
@@ -699,6 +716,10 @@ def autodiff_roundoff(
         out.append((al, al) if wd64 else (al, np.zeros_like(al) if al64 is None else al64))
     return out
 
+
+FLOAT32_LEVEL = 2.0**-24
+"""A float64 entry failing by more than this share of its values is beyond what moving
+its inputs (by at most 2^-33 of themselves) can explain as round-off."""
 
 AT_THE_POINT_ONLY = 0.01
 """An entry's difference from the reference must shrink below this share of itself at

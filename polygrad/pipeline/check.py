@@ -57,8 +57,8 @@ from typing import Any, TypeVar
 from .._random_state import preserving_random_state
 from ..backends.base import Supplied
 from ..errors import GradientCheckError
-from ..policy import DEFAULT_POLICY, Policy
 from ..localize import CheckedCall
+from ..policy import DEFAULT_POLICY, Policy
 from ..report import Report, Verdict
 from .assess import Assessment
 from .cache import cache_request

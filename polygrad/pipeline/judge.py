@@ -531,7 +531,7 @@ def findings(inp: JudgeInput) -> _Evidence:
             # sum's round-off), so nothing is excused
             bad_64 = bad_w & ~cleared
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
-        unresolved = _unresolved(own_tolerance, scale, asked, p)
+        unresolved = _unresolved(own_tolerance, resolvable, asked, p)
         fd = Findings(
             nonsmooth=nonsmooth,
             ad_finite=ad_finite,
@@ -553,8 +553,9 @@ def _unresolved(
     deciding: np.ndarray, scale: np.ndarray, asked: np.ndarray, policy: Policy
 ) -> np.ndarray:
     """Where the rule's own tolerance (the one that decides MISMATCH, before the round-off
-    a right rule inherits from intermediates of the size of ``f``) is of the size of the
-    entry itself.
+    a right rule inherits from intermediates of the size of ``f``) is of the size of
+    what the entry is resolved to: its scale, or, for an entry far below ``f`` per input
+    scale, the float64 round-off of ``f``-sized terms (``scale`` here).
 
     Wider than ``policy.widest_tolerance`` times the entry's scale (64 bfloat16
     epsilons are half of it), the comparison would pass a rule wrong by a share of
