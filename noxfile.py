@@ -11,6 +11,7 @@ pytest plugin runs that framework only, and tests marked
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -109,6 +110,9 @@ def tests_tensorflow(session: nox.Session) -> None:
 def tests_all(session: nox.Session) -> None:
     """Everything (the docs build and examples too); all four frameworks are required."""
     session.install("-e", ".[all,jax-models,test,docs,quad]", *CONSTRAINTS)
+    # the verdict fuzzer runs at its full budget in each single-framework session; here
+    # a small one, a smoke test of every framework at once
+    session.env["POLYGRAD_FUZZ_EXAMPLES"] = os.environ.get("POLYGRAD_FUZZ_EXAMPLES", "50")
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 
