@@ -646,7 +646,11 @@ def _prepared(impl: _Impl, ref_prep: Prepared) -> Prepared:
 
 
 def _report(
-    impl: _Impl, state: CheckState, ref_report: Report, ref_name: str, nonsmooth: str,
+    impl: _Impl,
+    state: CheckState,
+    ref_report: Report,
+    ref_name: str,
+    nonsmooth: str,
     surrogate: bool = False,
 ) -> Report:
     """One implementation's judged state as a :class:`Report` beside the reference's."""
