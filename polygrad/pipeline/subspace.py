@@ -229,7 +229,7 @@ def _gather(target: Target, st: Setting, sub: Subspace, md: str, opts: Options) 
         jumps=np.ravel(dd.jump_left | dd.jump_right), scale=np.ravel(scale),
         fscale=np.where(np.isfinite(np.ravel(fscale)), np.ravel(fscale), 0.0),
         eps_w=target.eps, ref_eps=st.ref_eps, vouched=st.vouched,
-        allowance_w=None, allowance_64=None, policy=opts.policy, **flat,
+        allowance_w=None, allowance_64=None, policy=opts.policy, expected=opts.expected, **flat,
     )  # fmt: skip
 
 
