@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks latency [--quick] [--out-json PATH] [--out-md PATH]
+                                 [--jobs JOB,JOB...] [--shared]
 
 Rows (one smooth function per row, written the way users write it: a closure over
 float32 weights; see :func:`_problem`):
@@ -28,10 +29,20 @@ float32 weights; see :func:`_problem`):
   and against its floor, the float64 model evaluations of two central differences per
   pixel evaluated in the model's own batches (:func:`_cnn_row`).
 
+* scalar losses (n = 10, every framework, float32 and float64): a small MLP's
+  log-softmax loss and a linear model's mean squared error, each against the
+  framework's checker (``loss:`` jobs, :mod:`benchmarks.latency_shapes`).
+* failing twins: polygrad's check of a function with a right custom rule against the
+  same check with the rule planted ``x (1 + 1e-3)``: the MLP loss and a 20x20 clamp
+  (``twin:`` jobs; a table of their own, "cost of a failing check").
+
 Each framework runs in its own worker process, so that no framework's threads or
 caches slow another's. The table goes to stdout, into ``benchmarks/results/latency.json``,
 and into the block between the ``latency`` markers of ``docs/benchmarks.md``.
-``--quick`` runs the n = 10 NumPy and PyTorch rows only (the smoke test).
+``--quick`` runs the n = 10 NumPy and PyTorch rows only (the smoke test), with
+:data:`QUICK_REPEATS` warm calls; ``--jobs`` reruns the named jobs (see :func:`jobs`)
+and keeps the other rows; ``--shared`` says in the tables' notes that the machine was
+shared while measuring.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import copy
 import functools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,7 +68,8 @@ HERE = Path(__file__).resolve().parent
 OUT_JSON = HERE / "results" / "latency.json"
 OUT_MD = HERE.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- latency:begin -->", "<!-- latency:end -->"
-WARM_REPEATS = 9
+WARM_REPEATS = int(os.environ.get("LATENCY_WARM_REPEATS", "9"))
+"""Warm calls per tool (``--quick`` sets ``LATENCY_WARM_REPEATS`` lower for its workers)."""
 FRAMEWORKS = ("numpy", "torch", "jax", "tensorflow")
 
 
@@ -542,6 +555,12 @@ def _worker(job: str) -> None:
     if kind == "small":
         framework, dtype = arg.split(",")
         rows = [{"n": 10, "framework": framework, "dtype": dtype, **ROWS[framework](10, dtype)}]
+    elif kind in ("loss", "twin"):
+        from . import latency_shapes
+
+        framework, dtype = arg.split(",")
+        make = latency_shapes.loss_rows if kind == "loss" else latency_shapes.twin_rows
+        rows = make(framework, dtype)
     elif kind == "cnn":
         rows = [_cnn_row(arg)]
     elif kind == "full":
@@ -562,8 +581,10 @@ def _worker(job: str) -> None:
     print(json.dumps(rows))
 
 
-def _run(job: str, timeout: float = 1800.0) -> list[dict[str, Any]]:
+def _run(job: str, timeout: float = 1800.0, repeats: int | None = None) -> list[dict[str, Any]]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if repeats is not None:
+        env["LATENCY_WARM_REPEATS"] = str(repeats)
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.latency", "--worker", job],
         capture_output=True,
@@ -582,7 +603,20 @@ def jobs(quick: bool) -> list[str]:
     frameworks = ("numpy", "torch") if quick else FRAMEWORKS
     small = [f"small:{fw},{dt}" for fw in frameworks for dt in ("float32", "float64")]
     large = ["full:10000", "projections:1000000", "cnn:tensorflow", "cnn:torch"]
-    return small if quick else [*small, *large, f"suite:{SUITE_SIZE}"]
+    shapes = [job.replace("small:", kind + ":") for kind in ("loss", "twin") for job in small]
+    return small if quick else [*small, *large, f"suite:{SUITE_SIZE}", *shapes]
+
+
+def split_jobs(text: str) -> list[str]:
+    """``--jobs`` text as jobs: split at the commas that start a new ``kind:`` (a job's
+    own argument may hold commas: ``small:torch,float32,loss:jax,float64``)."""
+    return [j for j in re.split(r",(?=[a-z]+:)", text) if j]
+
+
+TWIN_REPEATS = 3
+"""Warm calls per check in the ``twin:`` jobs (a failing 20x20 check takes seconds)."""
+QUICK_REPEATS = 2
+"""Warm calls per tool in ``--quick`` runs (the smoke tests)."""
 
 
 def _ratio(row: dict[str, Any], key: str) -> str:
@@ -593,6 +627,23 @@ def _ratio(row: dict[str, Any], key: str) -> str:
 
 def _ms(v: float | None) -> str:
     return "" if v is None else (f"{v * 1e3:.1f} ms" if v < 1 else f"{v:.2f} s")
+
+
+def shape_label(row: dict[str, Any]) -> str:
+    """What a row checks, in a user's terms (the rows stored before labels are told by
+    their job, strategy and size)."""
+    if "shape" in row:
+        return str(row["shape"])
+    job = str(row.get("job", ""))
+    if job.startswith("suite:"):
+        return "suite of elementwise sums"
+    if job.startswith("cnn:"):
+        return "CNN input gradient (cross-entropy loss)"
+    if row.get("strategy") == "full":
+        return "scalar sum over a large input"
+    if row.get("strategy") == "projections":
+        return "elementwise sum over a large input"
+    return "elementwise sum: Σ w·sin(x)·exp(x/3)"
 
 
 def render(rows: list[dict[str, Any]]) -> str:
@@ -606,8 +657,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         if "error" in r:
             out.append(f"| {r['job']} | error: {r['error']} | | | | | | | |")
             continue
-        what = f"{r['framework']}, n = {r['n']:g}, {r['dtype']}"
-        if "strategy" in r:
+        what = f"{shape_label(r)}; {r['framework']}, n = {r['n']:g}, {r['dtype']}"
+        if "strategy" in r and r["strategy"] != r.get("shape"):
             what += f", {r['strategy']}"
         if "function" in r:
             what += f", {r['function']}"
@@ -630,16 +681,65 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_markdown(table: str, path: Path, meta: str) -> None:
-    """Replace the latency block of ``path`` (or append one) with ``table``."""
+def render_errors(rows: list[dict[str, Any]]) -> str:
+    """The checks that raised instead of giving a verdict (no timing row), as a list."""
+    if not rows:
+        return ""
+    lines = [f"- {shape_label(r)}; {r['framework']}, n = {r['n']}, {r['dtype']}: polygrad "
+             f"raised `{r['error']}`" for r in rows]  # fmt: skip
+    return (
+        "\nChecks that raised an error instead of giving a verdict:\n\n" + "\n".join(lines) + "\n"
+    )
+
+
+def _fail_pass(row: dict[str, Any], call: str) -> str:
+    return f"{row[f'fail_{call}'] / row[f'pass_{call}']:.1f}x"
+
+
+def render_failing(rows: list[dict[str, Any]]) -> str:
+    """The Markdown table of the failing twins: polygrad's check with the right rule and
+    with the rule planted x (1 + 1e-3)."""
+    out = [
+        "| check | rule | right rule, warm | planted, warm | fail/pass warm | right rule, first "
+        "| planted, first | fail/pass first | verdicts (right / planted) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "problem" not in r:  # the job's process failed
+            out.append(f"| {r['job']} | | error: {r['error']} | | | | | | |")
+            continue
+        what = f"{r['problem']}; {r['framework']}, {r['dtype']}"
+        if "error" in r:
+            out.append(f"| {what} | {r['rule']} | error: {r['error']} | | | | | | |")
+            continue
+        out.append(
+            f"| {what} | {r['rule']} | {_ms(r['pass_warm'])} | {_ms(r['fail_warm'])} "
+            f"| {_fail_pass(r, 'warm')} | {_ms(r['pass_first'])} | {_ms(r['fail_first'])} "
+            f"| {_fail_pass(r, 'first')} | {r['pass_verdict']} / {r['fail_verdict']} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def write_markdown(
+    table: str,
+    path: Path,
+    meta: str,
+    markers: tuple[str, str] = (BEGIN, END),
+    heading: str = "## Time to verdict against the frameworks' checkers",
+) -> None:
+    """Replace the block between ``markers`` in ``path`` with ``table``; where it has none,
+    put one (under ``heading``) after the latency block, or at the end of the page."""
+    begin, end = markers
     text = path.read_text() if path.exists() else ""
-    block = f"{BEGIN}\n{meta}\n\n{table}{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
+    block = f"{begin}\n{meta}\n\n{table}{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    elif begin != BEGIN and END in text:
+        head, rest = text.split(END, 1)
+        text = head + END + f"\n\n{heading}\n\n{block}" + rest
     else:
-        text = text.rstrip() + "\n\n## Time to verdict against the frameworks' checkers\n\n"
-        text += block + "\n"
+        text = text.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
     path.write_text(text)
 
 
@@ -654,12 +754,79 @@ def _row_job(row: dict[str, Any]) -> str:
     return row.get("job", "")
 
 
-def _kept_rows(path: Path, rerun: list[str]) -> list[dict[str, Any]]:
-    """The rows of the last run at ``path`` that ``rerun`` does not replace."""
+def _kept_rows(path: Path, rerun: list[str], key: str = "rows") -> list[dict[str, Any]]:
+    """The rows (under ``key``) of the last run at ``path`` that ``rerun`` does not replace."""
     if not path.exists():
         return []
-    old = json.loads(path.read_text()).get("rows", [])
+    old = json.loads(path.read_text()).get(key, [])
     return [r for r in old if _row_job(r) not in rerun]
+
+
+FAIL_BEGIN, FAIL_END = "<!-- latency-failing:begin -->", "<!-- latency-failing:end -->"
+SHARED_NOTE = (
+    "; the machine was shared with other work while these rows were measured, so their "
+    "absolute times are inflated: read the ratios, whose two sides were alternated call "
+    "by call"
+)
+
+
+def _measured(md: Path, begin: str, rerun: list[str] | None, today: str) -> str:
+    """``Measured <date>`` for a block: the date of the rows kept from the block's last
+    run, and today's for the ``rerun`` jobs when the two differ (None: all rows new)."""
+    text = md.read_text() if md.exists() else ""
+    old = re.search(re.escape(begin) + r"\s*Measured (\d{4}-\d\d-\d\d)", text)
+    if not rerun or old is None or old.group(1) == today:
+        return f"Measured {today}"
+    kinds = {j.split(":")[0] for j in rerun}
+    which = JOB_KINDS[kinds.pop()] if len(kinds) == 1 and kinds <= set(JOB_KINDS) else None
+    return f"Measured {old.group(1)} ({which or 'the rows of ' + ', '.join(rerun)}: {today})"
+
+
+JOB_KINDS = {"loss": "the scalar-loss rows", "twin": "the failing twins"}
+
+
+def _latency_meta(measured: str, shared: bool) -> str:
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return (
+        f"{measured} on {os.cpu_count()} CPU cores by "
+        "`python -m benchmarks latency`; warm = median of 9 calls, each alternated with "
+        "one of the tool's (a drift of the machine's speed moves both alike), first = "
+        "first call on a new function object"
+        + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
+        + (SHARED_NOTE if shared else "")
+        + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
+        "small input has paid the one-time imports). The CNN rows: the tool is one call; "
+        "polygrad's first is the first check, its warm the median of 3 more checks of "
+        "the same code (a new lambda each, its capture reused)."
+    )
+
+
+def _failing_meta(measured: str, shared: bool) -> str:
+    return (
+        f"{measured} on {os.cpu_count()} CPU cores by `python -m benchmarks latency` (the "
+        "`twin:` jobs): polygrad's check of a function whose custom rule is right, and of "
+        "its twin, the same function with the rule multiplied by 1 + 1e-3 (MISMATCH); "
+        f"warm = median of {TWIN_REPEATS} calls, the right and the planted check "
+        "alternated call by call, first = first call on new function objects"
+        + (SHARED_NOTE if shared else "")
+        + "."
+    )
+
+
+def _run_jobs(selected: list[str], quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for job in selected:
+        if job.startswith("suite:"):
+            rows.append(_suite_row(int(job.split(":")[1])))
+        else:
+            twin = job.startswith("twin:")
+            rows.extend(
+                _run(job, repeats=QUICK_REPEATS if quick else TWIN_REPEATS if twin else None)
+            )
+        done = rows[-1:]
+        table = render_failing if job.startswith("twin:") else render
+        print(table(done).splitlines()[-1], file=sys.stderr, flush=True)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -670,39 +837,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-md", type=Path, default=OUT_MD)
     parser.add_argument(
         "--jobs",
-        help="comma-separated jobs to run again (e.g. full:10000,projections:1000000); "
+        help="comma-separated jobs to run again (e.g. full:10000,loss:jax,float32); "
         "the other rows are kept from --out-json",
+    )
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        help="say in the tables' notes that the machine was shared while measuring",
     )
     args = parser.parse_args(argv)
     if args.worker:
         _worker(args.worker)
         return 0
-    selected = args.jobs.split(",") if args.jobs else jobs(args.quick)
-    rows = _kept_rows(args.out_json, selected) if args.jobs else []
-    for job in selected:
-        if job.startswith("suite:"):
-            rows.append(_suite_row(int(job.split(":")[1])))
-        else:
-            rows.extend(_run(job))
-        print(render(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
-    table = render(rows)
-    print(table)
+    selected = split_jobs(args.jobs) if args.jobs else jobs(args.quick)
+    new = _run_jobs(selected, args.quick)
+    failing = [r for r in new if _row_job(r).startswith("twin:")]
+    errors = [r for r in new if "shape" in r and "error" in r]  # a check raised
+    rows = [r for r in new if r not in failing and r not in errors]
+    if args.jobs:
+        rows = _kept_rows(args.out_json, selected) + rows
+        failing = _kept_rows(args.out_json, selected, "failing") + failing
+        errors = _kept_rows(args.out_json, selected, "errors") + errors
+    table = render(rows) + render_errors(errors)
+    failing_table = render_failing(failing)
+    print(table + "\n" + failing_table)
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    args.out_json.write_text(json.dumps({"quick": args.quick, "rows": rows}, indent=1) + "\n")
+    payload = {"quick": args.quick, "rows": rows, "failing": failing, "errors": errors}
+    args.out_json.write_text(json.dumps(payload, indent=1) + "\n")
     if not args.quick:
-        threads = os.environ.get("OMP_NUM_THREADS")
-        meta = (
-            f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPU cores by "
-            "`python -m benchmarks latency`; warm = median of 9 calls, each alternated with "
-            "one of the tool's (a drift of the machine's speed moves both alike), first = "
-            "first call on a new function object"
-            + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
-            + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
-            "small input has paid the one-time imports). The CNN rows: the tool is one call; "
-            "polygrad's first is the first check, its warm the median of 3 more checks of "
-            "the same code (a new lambda each, its capture reused)."
-        )
-        write_markdown(table, args.out_md, meta)
+        today = time.strftime("%Y-%m-%d")
+        twin = [j for j in selected if j.startswith("twin:")]
+        other = [j for j in selected if not j.startswith("twin:")]
+        if other:
+            measured = _measured(args.out_md, BEGIN, other if args.jobs else None, today)
+            write_markdown(table, args.out_md, _latency_meta(measured, args.shared))
+        if twin:
+            measured = _measured(args.out_md, FAIL_BEGIN, twin if args.jobs else None, today)
+            write_markdown(failing_table, args.out_md, _failing_meta(measured, args.shared),
+                           (FAIL_BEGIN, FAIL_END), "### Cost of a failing check")  # fmt: skip
     return 0
 
 
