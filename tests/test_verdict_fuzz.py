@@ -2,22 +2,35 @@
 
 Two properties, per framework (programs from :mod:`polygrad.testing.programs`):
 
-* a correct gradient (the framework's autodiff; NumPy's hand-written VJP) is
-  never MISMATCH or UNSTABLE;
-* a gradient scaled by ``1 + rel`` through the framework's custom-gradient
-  mechanism (``rel`` = 1e-3 in float32, 1e-7 in float64) is MISMATCH.
+* a correct gradient (the framework's autodiff; NumPy's hand-written VJP) is PASS and
+  ok: NONSMOOTH only where a piecewise operator sees its tie (``has_kink``), INCONCLUSIVE
+  only where an output's float64 derivatives lie below what a float64 difference
+  resolves (``below_differences``, the report saying why); and every stated tolerance is
+  within a fixed multiple of eps times the entry's scale, computed here from the float64
+  Jacobian and f (``bound``, ``bound64``): a loosened tolerance turns it red;
+* a gradient scaled by ``1 + PLANTED[dtype]`` through the framework's custom-gradient
+  mechanism (16 working-dtype bounds, at most 30%) is MISMATCH wherever it moves an
+  entry beyond twice the bound of the float64 evaluation of the rule, which every
+  framework's check has.
 
-CI runs a fixed budget per framework and property (``CI_EXAMPLES``: 25 programs,
-fewer for JAX, whose checks of fresh programs compile), randomized. A longer
-run outside CI: ``POLYGRAD_FUZZ_EXAMPLES=2000``; with ``POLYGRAD_FUZZ_LOG=file``
-every checked program is appended to ``file`` (framework, property, verdict,
-program), so a run's count and its verdicts can be read afterwards. A survey
-(``POLYGRAD_FUZZ_SURVEY=1``, with the log) records failures and exceptions in
-the log instead of stopping at the first one, to count every kind of failure
-in one run; it asserts nothing, so it is never how CI runs.
+CI budget (``CI_EXAMPLES``, randomized): about 1,000 programs per framework for NumPy
+and PyTorch, and for TensorFlow and JAX as many as fit in about 3 minutes each: a known
+limit of CI time, not 1,000. Measured here (2 shared cores, busy; one framework at a
+time) at that budget: NumPy 600 + 400 programs in {NUMPY}, PyTorch 600 + 400 in {TORCH},
+TensorFlow {TFN} in {TF}, JAX {JAXN} in {JAX}; cost of a fresh program about 0.03 s
+(NumPy), 0.06 s (PyTorch), 0.3 s (TensorFlow), 0.85 s (JAX, tracing and compiling). The
+``tests-all`` nox session runs 50 per property (the single-framework sessions run the
+full budget). A longer run outside CI: ``POLYGRAD_FUZZ_EXAMPLES=2000``; with
+``POLYGRAD_FUZZ_LOG=file`` every checked program is appended to ``file`` (framework,
+property, verdict, program), so a run's count and its verdicts can be read afterwards. A
+survey (``POLYGRAD_FUZZ_SURVEY=1``, with the log) records failures and exceptions in
+the log instead of stopping at the first one, to count every kind of failure in one
+run; it asserts nothing, so it is never how CI runs.
 
-Minimal programs the fuzzer found are kept below as regression tests; those
-that are polygrad bugs not yet fixed are strict expected failures naming it.
+Minimal programs the fuzzer found are kept below as regression tests, each asserting
+its exact verdict; those that are polygrad limits not yet fixed are strict expected
+failures naming the mechanism, and the generated property excludes exactly their family
+by a tested predicate.
 """
 
 from __future__ import annotations
@@ -50,14 +63,12 @@ FUZZ = settings(
     derandomize=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-# CI budget, per framework: (correct, planted) programs, randomized, 1,000 in all per
-# framework. Measured cost of one check of a fresh program on 2 cores: NumPy 0.03 s,
-# PyTorch 0.06 s, TensorFlow 0.3 s, JAX 0.85 s (tracing and compiling).
+# CI budget, per framework: (correct, planted) programs; see the module docstring.
 CI_EXAMPLES = {
     "numpy": (600, 400),
     "torch": (600, 400),
-    "jax": (600, 400),
-    "tensorflow": (600, 400),
+    "jax": (120, 90),
+    "tensorflow": (360, 240),
 }
 
 
@@ -306,10 +317,13 @@ def has_kink(program: Program) -> bool:
 
 
 def assert_correct(program: Program, framework: str) -> None:
-    """The minimal programs found: neither MISMATCH nor UNSTABLE."""
+    """The minimal programs found: their exact verdict, PASS and ok (NONSMOOTH and ok
+    where a piecewise operator sees its tie)."""
     report = _run(check_correct, program, framework, "correct")
-    failed = (pg.Verdict.MISMATCH, pg.Verdict.UNSTABLE)
-    assert SURVEY or report is None or report.verdict not in failed, f"{program!r}\n{report}"
+    if SURVEY or report is None:
+        return
+    expected = pg.Verdict.NONSMOOTH if has_kink(program) else pg.Verdict.PASS
+    assert report.verdict == expected and report.ok, f"{program!r}\n{report}"
 
 
 def underflows(program: Program, framework: str) -> bool:
@@ -844,6 +858,24 @@ WHERE_AT_THRESHOLD_LN = Program(
     (4,), "float64", (1.0, -15.356342177970214, -1.0, 1.0),
 )  # fmt: skip
 
+UNRESOLVED_TINY = (
+    "polygrad limit (widest_tolerance at entries far below their row): where entries are "
+    "1e-17 to 1e-44 (a bfloat16 tanh saturated at -16, the exactly-0 Jacobian of a mean of "
+    "a layer norm) the measured moves and the round-off inherited from f's size make the "
+    "deciding tolerance 1e15 to 1e44 times the entry: INCONCLUSIVE, not PASS"
+)
+UNRESOLVED_JUMP = (
+    "polygrad limit (widest_tolerance after a jump): where's threshold at an input makes "
+    "the moves a few ulps away jump, and twice the largest move (17) is 0.69 of the "
+    "entry: INCONCLUSIVE, not PASS"
+)
+TIES_TAKEN_FOR_A_KINK = (
+    "polygrad limit: layer norms of exp at exactly tied inputs (no piecewise operator) "
+    "give rule values at the point that differ from those a few ulps away beyond the "
+    "tolerance, read as an intermediate at its kink: NONSMOOTH, not PASS"
+)
+
+
 FOUND = [
     _found("numpy", EXP3_TANH_MIDTOOTH),
     _found("torch", LSE_OF_LOG_SOFTMAX_BF16),
@@ -853,8 +885,8 @@ FOUND = [
     _found("jax", SUM_OF_LAYER_NORM_BF16),
     _found("numpy", SIN_SIN_MATMUL_F64),
     _found("torch", LN_SIN_SIN_SQUARE_BF16),
-    _found("jax", TANH_MATMUL_BF16),
-    _found("numpy", LN_NEAR_TIES_F64),
+    _found("jax", TANH_MATMUL_BF16, UNRESOLVED_TINY),
+    _found("numpy", LN_NEAR_TIES_F64, TIES_TAKEN_FOR_A_KINK),
     _found("numpy", LAYER_NORM_OF_ONE_COPY, ZERO_BY_CANCELLATION),
     *[_found(fw, LOG_SOFTMAX_DOMINANT) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("jax", EXP_TANH_SATURATED),
@@ -865,7 +897,10 @@ FOUND = [
     _found("tensorflow", TANH_EXP_MAX_BF16),  # bfloat16 inputs are moved by their ulps
     _found("jax", LOG_SOFTMAX_LN_ERF_BF16, BF16_TINY_ENTRIES),
     # the float64 rule's round-off at an exact zero, shown by its paired moves
-    *[_found(fw, MEAN_OF_LAYER_NORM) for fw in ("numpy", "torch", "jax", "tensorflow")],
+    *[
+        _found(fw, MEAN_OF_LAYER_NORM, UNRESOLVED_TINY)
+        for fw in ("numpy", "torch", "jax", "tensorflow")
+    ],
     *[_found(fw, LAYER_NORM_OF_COPIES) for fw in ("torch", "jax")],
     _found("jax", LAYER_NORM_NEAR_TIES),
     *[_found(fw, LOG_EXP_SMALL) for fw in ("numpy", "torch", "jax", "tensorflow")],
@@ -885,7 +920,10 @@ FOUND = [
     _found("numpy", TIED_CLIP),
     _found("numpy", LOG1P_TINY),
     _found("numpy", SOFTPLUS_OF_LAYER_NORM),
-    *[_found(fw, WHERE_AT_THRESHOLD_LN) for fw in ("numpy", "torch", "jax", "tensorflow")],
+    *[
+        _found(fw, WHERE_AT_THRESHOLD_LN, UNRESOLVED_JUMP)
+        for fw in ("numpy", "torch", "jax", "tensorflow")
+    ],
     *[_found(fw, SIN_OF_SQUARED_SOFTPLUS) for fw in ("numpy", "torch", "jax", "tensorflow")],
     *[_found(fw, EXP3_TANH_SATURATED_F64) for fw in ("numpy", "torch", "jax", "tensorflow")],
     *[_found(fw, LOG_ERF_PROD_STAIRCASE) for fw in ("numpy", "torch", "jax", "tensorflow")],
@@ -913,7 +951,7 @@ FOUND = [
 
 @pytest.mark.parametrize(("framework", "program"), FOUND)
 def test_found_by_the_fuzzer(framework: str, program: Program) -> None:
-    """Each minimal program the fuzzer found: its correct gradient is not MISMATCH/UNSTABLE."""
+    """Each minimal program the fuzzer found: its correct gradient's exact verdict."""
     assert_correct(program, framework)
 
 
