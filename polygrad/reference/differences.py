@@ -517,51 +517,13 @@ def directional_derivatives(
             sol = _solve(Y, f0, steps, sigma, eps)
     kinked = np.zeros(d, dtype=bool)
     for _ in range(max_refinements):
-        # The ladder moves where the best estimate sits at its edge: downwards where it
-        # is still limited by truncation at the finest step (a length scale shorter
-        # than |x|), upwards where it is limited by noise (a length scale longer than
-        # |x|, e.g. x near 0 for a function of scale 1).
-        c = sol.c
-        finest = sol.finest[:, None]
-        truncated = c.truncation > 3.0 * c.noise
-        down = np.any((sol.step_c <= finest) & truncated, axis=1)
-        size = _size(c, norms)
-        with np.errstate(invalid="ignore"):
-            miss = c.error > target_relative_error * size
-            # the best estimate of the finest steps alone is still limited by truncation
-            # and short of the target: the estimate chosen above them is unconfirmed (a
-            # length scale far shorter than |x| aliases the large steps, or f is exactly
-            # 0 on both sides of them, and their tableau looks converged)
-            fine = sol.fine
-            unconfirmed = (fine.truncation > 3.0 * fine.noise) & (
-                fine.error > target_relative_error * size
-            )
-        down |= np.any(unconfirmed, axis=1)
-        # no finite estimate at any step (f is not finite on one side of each): smaller
-        # steps may stay inside the domain (a matrix a step away from indefinite)
-        down |= ~np.any(np.isfinite(np.asarray(c.value, dtype=np.float64)), axis=1)
-        # left and right derivatives that disagree: a kink within the finest step, or
-        # one that the finer steps of a longer ladder resolve (then they agree again)
-        # (for a smooth function central, left and right estimates share one limit)
-        split_any, resolved = _kinks(sol, resolution)
-        down |= split_any & ~resolved
-        # a kink pinned at x whose central estimate meets the target needs no finer steps
-        down &= ~(resolved & ~np.any(miss, axis=1))
-        down &= (sol.finest > h_floor) & ~settled
-        # a direction whose one-sided derivatives disagreed has a kink above its finest
-        # steps: longer steps would cross it again, so its ladder never moves up
-        kinked |= split_any
-        up = ~down & ~kinked & ~settled
-        # an entry constant on its finest steps whose larger ones change: f has a step
-        # between them, and larger steps only cross more of its steps
-        with np.errstate(invalid="ignore"):
-            tail = constant_tail(Y, f0)
-        up &= ~np.any((tail >= 2) & (tail < steps.size), axis=1)
+        k_up, k_dn, kinked = _refinement_moves(
+            sol, Y, f0, steps, norms, target_relative_error, resolution, h_floor,
+            settled, kinked, refine_levels,
+        )  # fmt: skip
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
-        k_up = np.where(up, _levels_up(sol, size, target_relative_error, refine_levels), 0)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)
         raised += k_up
-        k_dn = np.where(down, refine_levels, 0)
         if not np.any(k_up) and not np.any(k_dn):
             break
         Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
@@ -582,6 +544,58 @@ def directional_derivatives(
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _refinement_moves(
+    sol: _Solution, Y: np.ndarray, f0: np.ndarray, steps: np.ndarray, norms: np.ndarray,
+    accuracy: float, resolution: float, h_floor: float, settled: np.ndarray,
+    kinked: np.ndarray, refine_levels: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Levels each direction's ladder moves up and down in one refinement, and the
+    directions known to have a kink.
+
+    The ladder moves where the best estimate sits at its edge: downwards where it is
+    still limited by truncation at the finest step (a length scale shorter than
+    ``|x|``), upwards where it is limited by noise (a length scale longer than ``|x|``,
+    e.g. ``x`` near 0 for a function of scale 1). ``settled`` directions (on their
+    first steps) move neither way; a direction whose one-sided derivatives disagreed
+    (``kinked``, now or before) has a kink above its finest steps: longer steps would
+    cross it again, so its ladder never moves up.
+    """
+    c = sol.c
+    finest = sol.finest[:, None]
+    truncated = c.truncation > 3.0 * c.noise
+    down = np.any((sol.step_c <= finest) & truncated, axis=1)
+    size = _size(c, norms)
+    with np.errstate(invalid="ignore"):
+        miss = c.error > accuracy * size
+        # the best estimate of the finest steps alone is still limited by truncation
+        # and short of the target: the estimate chosen above them is unconfirmed (a
+        # length scale far shorter than |x| aliases the large steps, or f is exactly
+        # 0 on both sides of them, and their tableau looks converged)
+        fine = sol.fine
+        unconfirmed = (fine.truncation > 3.0 * fine.noise) & (fine.error > accuracy * size)
+    down |= np.any(unconfirmed, axis=1)
+    # no finite estimate at any step (f is not finite on one side of each): smaller
+    # steps may stay inside the domain (a matrix a step away from indefinite)
+    down |= ~np.any(np.isfinite(np.asarray(c.value, dtype=np.float64)), axis=1)
+    # left and right derivatives that disagree: a kink within the finest step, or
+    # one that the finer steps of a longer ladder resolve (then they agree again)
+    # (for a smooth function central, left and right estimates share one limit)
+    split_any, resolved = _kinks(sol, resolution)
+    down |= split_any & ~resolved
+    # a kink pinned at x whose central estimate meets the target needs no finer steps
+    down &= ~(resolved & ~np.any(miss, axis=1))
+    down &= (sol.finest > h_floor) & ~settled
+    kinked = kinked | split_any
+    up = ~down & ~kinked & ~settled
+    # an entry constant on its finest steps whose larger ones change: f has a step
+    # between them, and larger steps only cross more of its steps
+    with np.errstate(invalid="ignore"):
+        tail = constant_tail(Y, f0)
+    up &= ~np.any((tail >= 2) & (tail < steps.size), axis=1)
+    k_up = np.where(up, _levels_up(sol, size, accuracy, refine_levels), 0)
+    return k_up, np.where(down, refine_levels, 0), kinked
 
 
 def _first_moves(
