@@ -558,9 +558,9 @@ def _worker(job: str) -> None:
     elif kind in ("loss", "twin"):
         from . import latency_shapes
 
-        framework, dtype = arg.split(",")
+        framework, dtype, *only = arg.split(",")  # only: the shapes or problems to run
         make = latency_shapes.loss_rows if kind == "loss" else latency_shapes.twin_rows
-        rows = make(framework, dtype)
+        rows = [{**r, "job": job} for r in make(framework, dtype, *only)]
     elif kind == "cnn":
         rows = [_cnn_row(arg)]
     elif kind == "full":

@@ -268,14 +268,12 @@ TOOL_NAMES = {
 }
 
 
-def loss_rows(
-    framework: str, dtype: str, shapes: tuple[str, ...] = tuple(SHAPES)
-) -> list[dict[str, Any]]:
-    """The scalar-loss rows of ``framework`` in ``dtype``: polygrad against the checker."""
-
+def loss_rows(framework: str, dtype: str, *shapes: str) -> list[dict[str, Any]]:
+    """The scalar-loss rows of ``framework`` in ``dtype`` (``shapes``: keys of
+    :data:`SHAPES`, all by default): polygrad against the checker."""
     makers = LOSSES[framework](dtype)
     job = f"loss:{framework},{dtype}"
-    return [_loss_row(job, framework, dtype, key, makers[key]) for key in shapes]
+    return [_loss_row(job, framework, dtype, key, makers[key]) for key in shapes or SHAPES]
 
 
 def _loss_row(
@@ -424,15 +422,14 @@ def twins(framework: str, dtype: str, scale: float) -> dict[str, Thunk]:
     return _framework_twins(framework, dtype, scale)
 
 
-def twin_rows(
-    framework: str, dtype: str, problems: tuple[str, ...] = tuple(TWINS)
-) -> list[dict[str, Any]]:
-    """For each problem: polygrad's first and warm times with the right rule and with the
-    planted one, warm calls alternated (:func:`benchmarks.latency._interleaved_warm`)."""
+def twin_rows(framework: str, dtype: str, *problems: str) -> list[dict[str, Any]]:
+    """For each problem (keys of :data:`TWINS`, all by default): polygrad's first and warm
+    times with the right rule and with the planted one, warm calls alternated
+    (:func:`benchmarks.latency._interleaved_warm`)."""
     from .latency import _interleaved_warm, _timed
 
     rows = []
-    for key in problems:
+    for key in problems or TWINS:
         row = {"job": f"twin:{framework},{dtype}", "framework": framework, "dtype": dtype,
                "problem": TWINS[key], "rule": _rule(framework, key)}  # fmt: skip
         make_pass = lambda k=key: twins(framework, dtype, 1.0)[k]  # noqa: E731

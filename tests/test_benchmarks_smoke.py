@@ -113,3 +113,37 @@ def test_cnn_floors_time_the_float64_models_without_changing_them() -> None:
     assert len(after) == len(before)
     pairs = zip(after, before, strict=True)
     assert all(a.dtype == np.float32 and np.array_equal(a, b) for a, b in pairs)
+
+
+def test_latency_shapes_quick(tmp_path: Path) -> None:
+    """One scalar-loss row and one failing-twin row of the latency benchmark, in quick mode:
+    the MLP log-softmax loss passes beside ``check_grad``; the MLP with a right
+    ``torch.autograd.Function`` rule passes and its twin, the rule planted x(1 + 1e-3),
+    is a MISMATCH, both timed."""
+    out = tmp_path / "latency.json"
+    jobs = "loss:numpy,float32,mlp,twin:torch,float64,mlp"
+    cmd = [sys.executable, "-m", "benchmarks", "latency", "--quick", "--jobs", jobs]
+    proc = subprocess.run(cmd + ["--out-json", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    payload = json.loads(out.read_text())
+    assert payload["errors"] == []
+    (loss,) = payload["rows"]
+    assert loss["shape"] == "scalar loss: MLP log-softmax", loss
+    assert (loss["framework"], loss["dtype"], loss["n"]) == ("numpy", "float32", 10)
+    assert loss["verdict"] == "PASS" and loss["tool"] == "scipy check_grad", loss
+    assert loss["tool_warm"] > 0 and loss["polygrad_warm"] > 0
+    (twin,) = payload["failing"]
+    assert twin["rule"] == "torch.autograd.Function" and twin["problem"].startswith("MLP"), twin
+    assert (twin["pass_verdict"], twin["fail_verdict"]) == ("PASS", "MISMATCH"), twin
+    assert min(twin[f"{v}_{c}"] for v in ("pass", "fail") for c in ("warm", "first")) > 0
+    assert "scalar loss: MLP log-softmax; numpy, n = 10, float32" in proc.stdout
+    assert "| PASS / MISMATCH |" in proc.stdout
+
+
+def test_latency_jobs_split_only_at_a_new_job_kind() -> None:
+    """``--jobs`` text: a job's own argument keeps its commas."""
+    from benchmarks.latency import split_jobs
+
+    text = "small:torch,float32,loss:jax,float64,mlp,full:10000"
+    assert split_jobs(text) == ["small:torch,float32", "loss:jax,float64,mlp", "full:10000"]
