@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import mpmath
 import numpy as np
@@ -155,6 +156,9 @@ def _dot_grad(x: np.ndarray) -> np.ndarray:
          lambda x: W8.sum(axis=0) * (1.0 - np.tanh(x) ** 2), "np.einsum"),
         (lambda x: np.sum(np.array([np.exp(float(v)) for v in x])), np.exp,
          "returned float64 for quad input"),
+        # quad in, quad out, float64 accuracy inside: math.erf of each element
+        (lambda x: np.sum(np.vectorize(math.erf, otypes=[x.dtype])(x)),
+         lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x), "do not follow a move"),
     ],
 )  # fmt: skip
 def test_function_off_quad_falls_back_with_a_note(f, grad, why: str) -> None:

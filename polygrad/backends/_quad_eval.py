@@ -139,5 +139,57 @@ def defer_quad(target: Any, f: Callable[..., Any], pf: PointFunction) -> None:
             return
         y64 = t.evaluate64(t.x0[None, :])[0]
         t.evaluate_quad, t.quad_unavailable_reason = quad_evaluator(f, pf, y64)
+        if t.evaluate_quad is not None and not follows_fine_moves(t.evaluate_quad,
+                                                                  t.evaluate64, t.x0):  # fmt: skip
+            t.evaluate_quad, t.quad_unavailable_reason = None, ROUNDED_REASON
 
     target.deferred["quad"] = build
+
+
+ROUNDED_REASON = (
+    "its quad values do not follow a move of the input far below float64's resolution "
+    "(f rounds to machine precision on the way: math.* of an element, np.vectorize, a "
+    "float64 cast or constant)"
+)
+
+FINE_MOVE = 2.0**-80
+"""Relative size of the move that only a faithful quad evaluation of ``f`` follows."""
+
+COARSE_MOVE = 2.0**-20
+"""Relative size of the float64 move that measures each output's change along the same
+direction (far above float64's round-off, far below the function's length scale)."""
+
+FOLLOW_AGREEMENT = 1e-3
+"""How closely the quad change over the fine move must match the float64 change over the
+coarse one, scaled (both measure the same first-order change)."""
+
+
+def follows_fine_moves(
+    evaluate_quad: Callable[[np.ndarray], np.ndarray],
+    evaluate64: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+) -> bool:
+    """Whether ``f`` on quad arrays changes, under a move of :data:`FINE_MOVE` of its
+    inputs, as its float64 values change under :data:`COARSE_MOVE` along the same
+    direction (scaled by the ratio of the moves), at every output that float64 sees move.
+
+    A function that rounds to float64 on the way (``math.erf`` of each element through
+    ``np.vectorize``, a float64 constant or cast) still returns quad arrays with the
+    right value at ``x``, but its values stay on float64's grid: a move far below
+    float64's resolution changes them by 0 (or by a whole float64 ulp), and its quad
+    differences are float64 differences whose error bars say otherwise.
+    """
+    from ..reference.steps import pow2_scales
+
+    q = quad_dtype()
+    signs = np.where(np.arange(x0.size) % 2 == 0, 1.0, -1.0)
+    w = signs * pow2_scales(x0)
+    with np.errstate(all="ignore"):
+        coarse = evaluate64(np.stack([x0, x0 + COARSE_MOVE * w]))
+        change64 = (coarse[1] - coarse[0]) * (FINE_MOVE / COARSE_MOVE)
+        xq = x0.astype(q)
+        fine = evaluate_quad(np.stack([xq, xq + (FINE_MOVE * w).astype(q)]))
+        change_q = (fine[1] - fine[0]).astype(np.float64)
+        seen = np.abs(coarse[1] - coarse[0]) > 1e6 * np.spacing(np.abs(coarse[0]))
+        off = np.abs(change_q - change64) > FOLLOW_AGREEMENT * np.abs(change64)
+    return not np.any(seen & off)
