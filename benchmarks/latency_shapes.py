@@ -51,7 +51,7 @@ def _rule(framework: str, key: str) -> str:
 
 def _rng_arrays(seed: int, dtype: str, *shapes: tuple[int, ...]) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.normal(0.0, 1.0, s).astype(dtype) / np.sqrt(s[-1]) for s in shapes]
+    return [(rng.normal(0.0, 1.0, s) / np.sqrt(s[-1])).astype(dtype) for s in shapes]
 
 
 def mlp_weights(dtype: str) -> list[np.ndarray]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -174,6 +175,23 @@ def jacobian64(program: Program) -> np.ndarray:
     y = np.asarray(build(program, "numpy")(x))
     rows = [vjp(e.reshape(y.shape), x).ravel() for e in np.eye(max(y.size, 1))]
     return np.asarray(rows)
+
+
+def rule64_roundoff(program: Program, moves: int = 4) -> np.ndarray:
+    """Per entry (input-major, as ``Report.entries``), the largest change of the float64
+    closed-form rule at inputs moved by up to 2 float64 ulps: the rule's own round-off
+    (ill-conditioned rules, such as one through ``sin`` of a large argument, move by far
+    more than their dtype's epsilon), measured without polygrad."""
+    x = program.x().astype(np.float64)
+    J0 = jacobian64(program)
+    rng = np.random.default_rng(0)
+    worst = np.zeros_like(J0)
+    for _ in range(moves):
+        moved = x + rng.integers(-2, 3, size=x.shape) * np.spacing(x)
+        Jm = jacobian64(replace(program, point=tuple(moved.ravel())))
+        with np.errstate(invalid="ignore"):
+            worst = np.fmax(worst, np.abs(Jm - J0))
+    return worst.T.ravel()
 
 
 def _per_input(program: Program) -> np.ndarray:
@@ -316,11 +334,36 @@ def has_kink(program: Program) -> bool:
     return found
 
 
+def _ops(node: Node) -> set[str]:
+    return {node.op}.union(*(_ops(a) for a in node.args))
+
+
+def float64_reference_only(report: pg.Report, program: Program, framework: str) -> bool:
+    """Whether the report is INCONCLUSIVE because its only reference is float64 differences
+    and it says so: NumPy's ``erf`` is ``math.erf`` entry by entry, which runs neither on
+    mpmath numbers nor faithfully on quad arrays, and a float64 difference need not
+    resolve a derivative of ``erf`` near its saturation (``erf(5.96)`` is 1 in float64)."""
+    undecided = report.verdict == pg.Verdict.INCONCLUSIVE
+    float64 = report.details.reference.method == "float64"
+    text = str(report)
+    said = any(
+        why in text
+        for why in (
+            "no reference accurate enough could be obtained",
+            "a wrong rule cannot be told from round-off",
+        )
+    )
+    return framework == "numpy" and "erf" in _ops(program.root) and undecided and float64 and said
+
+
 def assert_correct(program: Program, framework: str) -> None:
     """The minimal programs found: their exact verdict, PASS and ok (NONSMOOTH and ok
-    where a piecewise operator sees its tie)."""
+    where a piecewise operator sees its tie; INCONCLUSIVE only for the stated reason of
+    :func:`float64_reference_only`)."""
     report = _run(check_correct, program, framework, "correct")
     if SURVEY or report is None:
+        return
+    if float64_reference_only(report, program, framework):
         return
     expected = pg.Verdict.NONSMOOTH if has_kink(program) else pg.Verdict.PASS
     assert report.verdict == expected and report.ok, f"{program!r}\n{report}"
@@ -353,12 +396,14 @@ def assert_correct_passes(program: Program, framework: str) -> None:
     report = _run(check_correct, program, framework, "correct")
     if SURVEY or report is None:
         return
+    if report.verdict == pg.Verdict.INCONCLUSIVE:  # undecided: no tolerance to bound
+        known = undecided_beyond_differences(report, program)
+        known = known or float64_reference_only(report, program, framework)
+        assert known, f"{program!r}\n{report}"
+        return
     kink = has_kink(program)  # (a difference across a kink has no error bar to bound)
     if not kink and not underflows(program, framework):  # a known limit: UNDERFLOW_SCALE
         assert_tolerance_bounded(report, program, framework)
-    if report.verdict == pg.Verdict.INCONCLUSIVE:
-        assert undecided_beyond_differences(report, program), f"{program!r}\n{report}"
-        return
     allowed = {pg.Verdict.PASS} | ({pg.Verdict.NONSMOOTH} if kink else set())
     assert report.verdict in allowed and report.ok, f"{program!r}\n{report}"
 
@@ -373,6 +418,9 @@ def assert_planted_caught(program: Program, framework: str) -> None:
     """
     J, scale = entry_scales(program)
     beyond = np.abs(PLANTED[program.dtype] * J) > 2 * bound64(program.dtype) * scale
+    # a plant within the round-off of the float64 rule itself (measured here, from the
+    # closed-form rule at inputs moved by a few ulps: exp(sin(e^8)) rounds e^8 to 3e-13)
+    beyond &= np.abs(PLANTED[program.dtype] * J) > 8 * rule64_roundoff(program)
     assume(beyond.any() and not has_kink(program))  # a plant within round-off, or a kink
     report = _run(check_planted, program, framework, "planted")
     if SURVEY or report is None:
@@ -1032,3 +1080,14 @@ def test_programs_respect_their_domain(program: Program) -> None:
     assert np.all(np.isfinite(y)) and np.all(np.abs(y) <= limit), str(program)
     assert program.x().shape == program.shape
     assert np.array_equal(_round(program.x(), program.dtype), program.x())  # exact in dtype
+
+
+@pytest.mark.polygrad_backends("numpy")
+def test_float64_reference_only_is_a_stated_reason() -> None:
+    """ERF_OF_MEAN in NumPy (math.erf at 5.96, which is 1 in float64): INCONCLUSIVE on
+    float64 differences alone, saying why; the predicate holds for NumPy's erf only."""
+    report = check_correct(ERF_OF_MEAN, "numpy")
+    assert report.verdict == pg.Verdict.INCONCLUSIVE
+    assert report.details.reference.method == "float64"
+    assert float64_reference_only(report, ERF_OF_MEAN, "numpy")
+    assert not float64_reference_only(report, ERF_OF_MEAN, "torch")

@@ -913,18 +913,7 @@ class JaxBackend(Backend):
             a pytree, such as an index buffer, are held fixed, with a note.)
         """
 
-        if wrt != "inputs":
-            raise ValueError(
-                "wrt='parameters' is for models that hold their parameters (PyTorch, Keras); "
-                "in JAX the parameters are arguments: pass them (a pytree of arrays, or the "
-                "module itself, e.g. an equinox or flax nnx module) as an argument of f and "
-                "select it with argnums, e.g. check(loss, model, x, argnums=0)"
-            )
-        if supplied.given():
-            raise ValueError(
-                f"JAX differentiates f itself; {', '.join(supplied.given())}= is only for NumPy "
-                "functions. Wrap a hand-written rule in jax.custom_vjp/custom_jvp to check it."
-            )
+        _refuse_misuse(wrt, supplied)
         flat = _FlatFunction(f, args, argnums)
         if not flat.leaves:
             raise InputTypeError(
@@ -935,13 +924,7 @@ class JaxBackend(Backend):
         notes: list[str] = []
         wd = np.dtype(narrowest_input_dtype(flat.dtypes, notes))
         if flat.fixed_names:
-            shown = ", ".join(flat.fixed_names[:5])
-            more = f" and {len(flat.fixed_names) - 5} more" if len(flat.fixed_names) > 5 else ""
-            notes.append(
-                "leaves of the checked arguments that are no floating arrays (functions, "
-                "objects, integer or boolean arrays inside a pytree) are held fixed, as "
-                f"eqx.partition(tree, eqx.is_inexact_array) does: {shown}{more}"
-            )
+            notes.append(_held_fixed_note(flat.fixed_names))
         # a closed-over NNX or Keras variable that f writes is put back, with an error
         with guarded(state_cells((f, *args))):
             narrow = CAPTURES.get(
@@ -1367,4 +1350,37 @@ def _check_gradient_flows(
         f"{change:.3g} for a 1% move); autodiff would read this as a zero gradient. Cause: "
         "jax.lax.stop_gradient of the output, or a computation outside JAX (pure_callback, "
         "NumPy) on the way. Compute the output with jax.numpy operations on the inputs."
+    )
+
+
+def _refuse_misuse(wrt: str, supplied: Supplied) -> None:
+    """Raise for options that do not apply to JAX: ``wrt="parameters"`` (the parameters
+    are arguments in JAX) and supplied derivatives (JAX differentiates ``f``).
+
+    Raises
+    ------
+    ValueError
+    """
+    if wrt != "inputs":
+        raise ValueError(
+            "wrt='parameters' is for models that hold their parameters (PyTorch, Keras); "
+            "in JAX the parameters are arguments: pass them (a pytree of arrays, or the "
+            "module itself, e.g. an equinox or flax nnx module) as an argument of f and "
+            "select it with argnums, e.g. check(loss, model, x, argnums=0)"
+        )
+    if supplied.given():
+        raise ValueError(
+            f"JAX differentiates f itself; {', '.join(supplied.given())}= is only for NumPy "
+            "functions. Wrap a hand-written rule in jax.custom_vjp/custom_jvp to check it."
+        )
+
+
+def _held_fixed_note(names: list[str]) -> str:
+    """The note naming the leaves of the checked arguments that are held fixed."""
+    shown = ", ".join(names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return (
+        "leaves of the checked arguments that are no floating arrays (functions, "
+        "objects, integer or boolean arrays inside a pytree) are held fixed, as "
+        f"eqx.partition(tree, eqx.is_inexact_array) does: {shown}{more}"
     )

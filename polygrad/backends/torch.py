@@ -187,6 +187,11 @@ def _to_float64_numpy(torch: Any, t: Any) -> np.ndarray:
 @functools.lru_cache(maxsize=1)
 def _module_classes(torch: Any) -> tuple[type, type]:
     """Two small ``nn.Module`` classes, defined once torch is imported."""
+    return _holder_class(torch), _gradient_class(torch)
+
+
+def _holder_class(torch: Any) -> type:
+    """``Holder``: an ``nn.Module`` calling ``fn(*args)`` that registers the checked modules."""
 
     class Holder(torch.nn.Module):
         """Calls ``fn(*args)``; registers the modules whose parameters are checked."""
@@ -200,6 +205,12 @@ def _module_classes(torch: Any) -> tuple[type, type]:
 
         def forward(self) -> Any:
             return self._fn(*self._args)
+
+    return Holder
+
+
+def _gradient_class(torch: Any) -> type:
+    """``Gradient``: an ``nn.Module`` returning the gradient of ``f`` (see its docstring)."""
 
     class Gradient(torch.nn.Module):
         """The gradient (or VJP with a fixed cotangent) of ``f`` w.r.t. ``args[argnums]``.
@@ -266,7 +277,7 @@ def _module_classes(torch: Any) -> tuple[type, type]:
             ]
             return unflatten(td, grads)
 
-    return Holder, Gradient
+    return Gradient
 
 
 def _modules_of(torch: Any, f: Any, args: tuple[Any, ...]) -> list[Any]:

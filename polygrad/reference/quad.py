@@ -34,6 +34,7 @@ import numpy as np
 
 from .differences import DirectionalDerivatives, _size_of_values
 from .richardson import Estimate
+from .steps import F64_EPS
 
 __all__ = [
     "QUAD_STEP",
@@ -65,6 +66,11 @@ halving check (two independent draws of it) and is counted there."""
 QUAD_TARGET = 1e-18
 """Relative accuracy (of an entry's size) within which a quad direction is settled:
 far below float64's resolution (2.2e-16), far above quad's round-off."""
+
+QUAD_F64_SHARE = 1e-3
+"""Share of float64's round-off of values of ``f``'s size (``eps64 |f|`` per unit move)
+within which a quad direction is settled as well: what the verdict needs of an entry
+far smaller than that (its tolerance holds ``c_ad`` times it)."""
 
 QUAD_VERSION = "1.0.0"
 """The numpy-quaddtype release the quad reference was validated with (its constraint)."""
@@ -252,8 +258,11 @@ def quick_quad_derivatives(
         ro = QUAD_NOISE_ULPS * QUAD_UNIT * mag / h  # sigma / h
         size = _size_of_values(central, np.sqrt(np.einsum("ij,ij->i", W, W)))
         judged = np.where(size > 0, size, mag)  # all derivatives 0: against the values
-        ok = (halving <= QUAD_TARGET * judged) & (7 * ro <= QUAD_TARGET * judged)
-        ok &= gap <= QUAD_TARGET * judged
+        # or far below the round-off a float64 rule inherits from values of f's size,
+        # which the verdict allows any entry (an entry far below f per unit move, as a
+        # sum of a softmax's outputs, is resolved to that and no further)
+        enough = np.maximum(QUAD_TARGET * judged, QUAD_F64_SHARE * F64_EPS * mag)
+        ok = (halving <= enough) & (7 * ro <= enough) & (gap <= enough)
         ok &= np.isfinite(mag) & np.isfinite(central) & np.isfinite(halving)
     settled = np.all(ok, axis=1) & q.exact
 
