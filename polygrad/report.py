@@ -55,6 +55,13 @@ class Report:
     checked_call: CheckedCall | None = field(default=None, repr=False, compare=False)
     localization: Localization | None = field(default=None, repr=False, compare=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the checked call: the user's function and arguments need not
+        pickle (a lambda, a model on a device), and a copy has nothing to localize."""
+        state = dict(self.__dict__)
+        state["checked_call"] = None
+        return state
+
     def localize(self, budget: float = 30.0, max_size: int = 1 << 16) -> Localization:
         """Name the op, the layer and the source line whose own gradient rule is wrong.
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 
 def digit_8x8() -> tuple[np.ndarray, int]:
@@ -132,3 +133,14 @@ def cyclic_garbage_after(run: Callable[[], Any]) -> list[object]:
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
+
+
+@pytest.fixture
+def without_quad(monkeypatch):
+    """numpy-quaddtype out of the way: the reference tiers where it is not installed (mp,
+    then float64 differences), as on a platform without its wheel or with numpy < 2.4."""
+    from polygrad.backends import _quad_eval
+    from polygrad.reference import quad
+
+    monkeypatch.setattr(quad, "quad_dtype", lambda: None)
+    monkeypatch.setattr(_quad_eval, "quad_dtype", lambda: None)

@@ -33,7 +33,7 @@ def test_pipeline_stages_are_plain_modules():
     assert importlib.import_module("polygrad.pipeline.check").check is pg.check
 
 
-def test_a_policy_changes_one_call_only():
+def test_a_policy_changes_one_call_only(without_quad):
     from polygrad.policy import DEFAULT_POLICY, Policy
 
     f, g = (lambda x: np.sum(np.exp(x))), np.exp

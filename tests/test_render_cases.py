@@ -236,7 +236,7 @@ def test_noise_at_a_kink_is_said_to_be_the_kink_not_cancellation():
     assert "f has a kink here" in noise[0] and "cancel" not in noise[0]
 
 
-def test_mp_noise_far_below_one_unit_of_its_digits_is_said_relative_to_f():
+def test_mp_noise_far_below_one_unit_of_its_digits_is_said_relative_to_f(without_quad):
     """An mp reference evaluates f at more digits than its nominal 50: its noise, 1e-75 of
     |f|, is said as a fraction of |f| below its last digit, not as 1e-25 of an ulp."""
     x = np.linspace(0.1, 1.0, 5)

@@ -67,7 +67,7 @@ def test_mp_evaluator_matches_mpmath_along_a_step() -> None:
         assert abs(y[0] - want) < mpmath.mpf(10) ** -45
 
 
-def test_a_float64_numpy_check_after_another_point_is_right() -> None:
+def test_a_float64_numpy_check_after_another_point_is_right(without_quad: None) -> None:
     """The mp reference of one check does not leak into the next (the last point is kept)."""
     w = np.array([0.5, 1.5, 1.0])
 
@@ -102,7 +102,9 @@ def _counting_resolution(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def test_an_mp_reference_reads_no_value_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_mp_reference_reads_no_value_grid(
+    monkeypatch: pytest.MonkeyPatch, without_quad: None
+) -> None:
     """The grid of f's values feeds the noise model of finite differences only."""
     calls = _counting_resolution(monkeypatch)
     x = np.array([0.3, -1.2, 2.0])
@@ -118,7 +120,7 @@ def test_an_mp_reference_reads_no_value_grid(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_an_mp_reference_that_fails_falls_back_with_the_value_grid(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, without_quad: None
 ) -> None:
     calls = _counting_resolution(monkeypatch)
     x = np.array([0.3, -1.2, 2.0])
