@@ -537,7 +537,7 @@ def render(payload: dict[str, Any], closing_note: str | None = None) -> str:
     else:
         parts.append("Nowhere on this zoo.")
     if closing_note:
-        parts += ["", "## Closing note", "", closing_note.strip()]
+        parts += ["", "## Summary", "", closing_note.strip()]
     return "\n".join(parts) + "\n"
 
 
