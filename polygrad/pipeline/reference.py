@@ -14,6 +14,7 @@ from ..backends.base import Target, describe_exception
 from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
 from ..reference.differences import DirectionalDerivatives
+from ..reference.differences import merge_rows as merge_directions
 from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
 from ..reference.noise import NOISE_DETECTED, output_resolution
 from ..reference.quad import quad_directional_derivatives
@@ -461,30 +462,6 @@ def _mp_skipped_note(seconds: float, directions: int, bound: str = "") -> str:
         f"entries in doubt were not re-examined with mp: it would take {bound}about "
         f"{seconds:.0f} s along their {directions} direction(s), beyond "
         "policy.mp_auto_seconds (pass reference='mp')"
-    )
-
-
-def merge_directions(
-    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
-) -> DirectionalDerivatives:
-    """``dd`` (``(d, m)`` arrays) with its ``rows`` replaced by ``sub``'s (``(len(rows), m)``)."""
-
-    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = np.array(a, dtype=np.result_type(a, b), copy=True)
-        out[rows] = b
-        return out
-
-    def est(a: Any, b: Any) -> Any:
-        fields = ("value", "error", "step", "noise")
-        new = {f: put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64)) for f in fields}
-        return replace(a, evaluations=a.evaluations + b.evaluations, **new)
-
-    return DirectionalDerivatives(
-        est(dd.central, sub.central),
-        est(dd.right, sub.right),
-        est(dd.left, sub.left),
-        put(dd.jump_right, sub.jump_right),
-        put(dd.jump_left, sub.jump_left),
     )
 
 

@@ -24,7 +24,13 @@ import numpy as np
 
 from .richardson import Estimate, TableauResult, _to_float, neville, step_ladder
 
-__all__ = ["DirectionalDerivatives", "directional_derivatives", "evaluate_ladder", "rows_per_batch"]
+__all__ = [
+    "DirectionalDerivatives",
+    "directional_derivatives",
+    "evaluate_ladder",
+    "merge_rows",
+    "rows_per_batch",
+]
 
 BATCH_BYTES = 1 << 25
 """Largest block of points (float64) built at once: a batch of rows of a large input is
@@ -867,3 +873,30 @@ def _with_jumps(e: Estimate, jump: np.ndarray, sign: np.ndarray) -> Estimate:
         value = np.where(jump, sign * np.inf, e.value)
     error = np.where(jump, np.inf, e.error)
     return Estimate(value, error, e.step, e.noise, e.method, e.evaluations)
+
+
+def merge_rows(
+    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
+) -> DirectionalDerivatives:
+    """``dd`` (``(d, m)`` arrays) with its ``rows`` replaced by ``sub``'s (``(len(rows), m)``)."""
+
+    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.array(a, dtype=np.result_type(a, b), copy=True)
+        out[rows] = b
+        return out
+
+    def est(a: Estimate, b: Estimate) -> Estimate:
+        value, error, step, noise = (
+            put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64))
+            for f in ("value", "error", "step", "noise")
+        )
+        return replace(a, value=value, error=error, step=step, noise=noise,
+                       evaluations=a.evaluations + b.evaluations)  # fmt: skip
+
+    return DirectionalDerivatives(
+        est(dd.central, sub.central),
+        est(dd.right, sub.right),
+        est(dd.left, sub.left),
+        put(dd.jump_right, sub.jump_right),
+        put(dd.jump_left, sub.jump_left),
+    )

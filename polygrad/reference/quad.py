@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .differences import DirectionalDerivatives, _size_of_values
+from .differences import DirectionalDerivatives, _size_of_values, merge_rows
 from .richardson import Estimate
 from .steps import F64_EPS
 
@@ -328,27 +328,4 @@ def quad_directional_derivatives(
     if fallback is None or np.all(settled):
         return quick
     rest = fallback(W[~settled])
-    return _merge(quick, rest, np.flatnonzero(~settled))
-
-
-def _merge(
-    dd: DirectionalDerivatives, sub: DirectionalDerivatives, rows: np.ndarray
-) -> DirectionalDerivatives:
-    """``dd`` with its ``rows`` replaced by ``sub``'s (float64 fields only)."""
-
-    def put(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        out = np.array(a, dtype=np.result_type(a, b), copy=True)
-        out[rows] = b
-        return out
-
-    def est(a: Estimate, b: Estimate) -> Estimate:
-        value, error, step, noise = (
-            put(getattr(a, f), np.asarray(getattr(b, f), dtype=np.float64))
-            for f in ("value", "error", "step", "noise")
-        )
-        return Estimate(value, error, step, noise, a.method, a.evaluations + b.evaluations)
-
-    return DirectionalDerivatives(
-        est(dd.central, sub.central), est(dd.right, sub.right), est(dd.left, sub.left),
-        put(dd.jump_right, sub.jump_right), put(dd.jump_left, sub.jump_left),
-    )  # fmt: skip
+    return merge_rows(quick, rest, np.flatnonzero(~settled))
