@@ -137,12 +137,14 @@ SURVEY = os.environ.get("POLYGRAD_FUZZ_SURVEY") == "1"
 EXACT_CORRECT = ("numpy",)
 """Frameworks whose correct programs must get their exact verdict in CI (PASS and ok,
 NONSMOOTH or INCONCLUSIVE only for a stated reason) with every tolerance within its
-bound. In PyTorch, JAX and TensorFlow the exact property still finds programs outside
-the stated reasons (sums and products of layer norms at ties, a framework rule's own
-round-off at a saturated log-softmax entry that the closed form does not have): there
-CI asserts no false alarm (never MISMATCH, UNSTABLE or NONFINITE on a correct rule),
-and ``POLYGRAD_FUZZ_STRICT=1`` runs the exact property. Planted errors are held to
-the exact property in every framework."""
+bound: NumPy, whose functions get the quad-precision reference (numpy-quaddtype, which
+every session that runs this module installs; the minimal-versions session, whose numpy
+is too old for it, does not run it). In PyTorch, JAX and TensorFlow the exact property
+still finds programs outside the stated reasons (sums and products of layer norms at
+ties, a framework rule's own round-off at a saturated log-softmax entry that the closed
+form does not have): there CI asserts no false alarm (never MISMATCH, UNSTABLE or
+NONFINITE on a correct rule), and ``POLYGRAD_FUZZ_STRICT=1`` runs the exact property.
+Planted errors are held to the exact property in every framework."""
 
 STRICT = os.environ.get("POLYGRAD_FUZZ_STRICT") == "1"
 
