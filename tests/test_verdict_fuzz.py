@@ -476,6 +476,10 @@ def assert_correct_passes(program: Program, framework: str) -> None:
         degenerate = layer_norm_of_ties(program) and report.verdict == pg.Verdict.NONFINITE
         assert degenerate or report.verdict not in wrong, f"{program!r}\n{report}"
         return
+    # a known limit, a strict expected failure among the found programs (LAYER_NORM_OF_ONE
+    # _COPY, ZERO_BY_CANCELLATION): a layer norm of equal entries is exactly 0, and its
+    # rule's round-off there, 1/sqrt(eps) times larger, can read as a wrong rule
+    assume(not (layer_norm_of_ties(program) and report.verdict == pg.Verdict.MISMATCH))
     if report.verdict == pg.Verdict.INCONCLUSIVE:  # undecided: no tolerance to bound
         known = undecided_beyond_differences(report, program)
         known = known or float64_reference_only(report, program, framework)
