@@ -152,7 +152,7 @@ ROUNDED_REASON = (
     "float64 cast or constant)"
 )
 
-FINE_MOVE = 2.0**-80
+FINE_MOVE = 2.0**-64
 """Relative size of the move that only a faithful quad evaluation of ``f`` follows."""
 
 COARSE_MOVES = (2.0**-20, 2.0**-12)
