@@ -14,10 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Node", "NodeCheck", "Site", "check_node", "check_nodes"]
+__all__ = ["Node", "NodeCheck", "RecordedCall", "Site", "check_node", "check_nodes"]
 
 PROJECTIONS = 3
 """Random pairs ``(u, v)`` per node."""
@@ -54,6 +55,17 @@ class Site:
         if self.source:
             parts.append(f"at {self.source}")
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call recorded in the forward pass: the function, its arguments (tensors
+    copied), where it ran."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    site: Site
 
 
 @dataclass(frozen=True)

@@ -17,25 +17,16 @@ import inspect
 import os
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Node, Site
+from ._core import Node, RecordedCall, Site
 from ._names import source_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
     from . import CheckedCall, Recording
-
-
-@dataclass(frozen=True)
-class _Call:
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    site: Site
 
 
 def record(call: CheckedCall, report: Report) -> Recording:
@@ -44,7 +35,7 @@ def record(call: CheckedCall, report: Report) -> Recording:
 
     from . import Recording
 
-    calls: list[_Call] = []
+    calls: list[RecordedCall] = []
     with _recording(tf, calls):
         call.f(*call.args)
     nodes = [_node(tf, c) for c in calls]
@@ -53,7 +44,7 @@ def record(call: CheckedCall, report: Report) -> Recording:
 
 
 @contextlib.contextmanager
-def _recording(tf: Any, calls: list[_Call]) -> Iterator[None]:
+def _recording(tf: Any, calls: list[RecordedCall]) -> Iterator[None]:
     from tensorflow.python.ops import custom_gradient as cg
 
     original = cg._eager_mode_decorator
@@ -66,7 +57,7 @@ def _recording(tf: Any, calls: list[_Call]) -> Iterator[None]:
         site = Site(f"tf.custom_gradient {getattr(f, '__name__', '?')}", "custom rule",
                     tf.get_current_name_scope(),
                     source_line(traceback.extract_stack()[:-1], skip + keras))  # fmt: skip
-        calls.append(_Call(f, tuple(args), dict(kwargs), site))
+        calls.append(RecordedCall(f, tuple(args), dict(kwargs), site))
         return original(f, args, kwargs)
 
     eager = tf.config.functions_run_eagerly()
@@ -90,7 +81,7 @@ def _floating(tf: Any, v: Any) -> bool:
     return isinstance(v, (tf.Tensor, tf.Variable)) and v.dtype.is_floating
 
 
-def _node(tf: Any, c: _Call) -> Node | None:
+def _node(tf: Any, c: RecordedCall) -> Node | None:
     moving = [i for i, a in enumerate(c.args) if _floating(tf, a)]
     if not moving:
         return None
@@ -102,7 +93,7 @@ def _node(tf: Any, c: _Call) -> Node | None:
     return None
 
 
-def _try_node(tf: Any, c: _Call, moving: list[int], inputs: tuple[np.ndarray, ...],
+def _try_node(tf: Any, c: RecordedCall, moving: list[int], inputs: tuple[np.ndarray, ...],
               dtype: Any) -> Node | None:  # fmt: skip
     """The node in ``dtype``: the forward is ``f``'s result, the VJP its gradient function."""
 

@@ -22,22 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Node, Site
+from ._core import Node, RecordedCall, Site
 from ._names import reachable_roots, source_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
     from . import CheckedCall, Recording
-
-
-@dataclass(frozen=True)
-class _Call:
-    """One recorded call: the function, its arguments (tensors cloned), where it ran."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    site: Site
 
 
 def record(call: CheckedCall, report: Report) -> Recording:
@@ -47,8 +37,8 @@ def record(call: CheckedCall, report: Report) -> Recording:
     from . import Recording
 
     args = [_fresh(torch, a) if i in call.argnums else a for i, a in enumerate(call.args)]
-    custom: list[_Call] = []
-    prims: list[_Call] = []
+    custom: list[RecordedCall] = []
+    prims: list[RecordedCall] = []
     with _recording(torch, _names(torch, call.f), custom, prims):
         call.f(*args)
     nodes = [_node(torch, c) for c in custom], [_node(torch, c) for c in prims]
@@ -77,7 +67,7 @@ class _State:
 
 @contextlib.contextmanager
 def _recording(
-    torch: Any, names: dict[int, str], custom: list[_Call], prims: list[_Call]
+    torch: Any, names: dict[int, str], custom: list[RecordedCall], prims: list[RecordedCall]
 ) -> Iterator[None]:
     """Wrap ``Function.apply``, hook modules and enter a TorchFunctionMode, for one run."""
     from torch.nn.modules import module as mod
@@ -102,7 +92,7 @@ def _recording(
                 path(),
                 source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
             )
-            custom.append(_Call(lambda *x, **y: original.__func__(cls, *x, **y),
+            custom.append(RecordedCall(lambda *x, **y: original.__func__(cls, *x, **y),
                                 _clone(torch, a), dict(k), site))  # fmt: skip
         state.depth += 1
         try:
@@ -142,7 +132,9 @@ def _clone(torch: Any, a: Any) -> Any:
     return a
 
 
-def _PrimitiveMode(torch: Any, state: _State, prims: list[_Call], path: Callable[[], str]) -> Any:
+def _PrimitiveMode(
+    torch: Any, state: _State, prims: list[RecordedCall], path: Callable[[], str]
+) -> Any:
     """A TorchFunctionMode recording top-level calls on tensors requiring gradients."""
     from torch.overrides import TorchFunctionMode, resolve_name
 
@@ -159,7 +151,7 @@ def _PrimitiveMode(torch: Any, state: _State, prims: list[_Call], path: Callable
             if keep and isinstance(out, torch.Tensor) and out.grad_fn is not None:
                 site = Site(name, "primitive", path(),
                             source_line(traceback.extract_stack()[:-1], skip))  # fmt: skip
-                prims.append(_Call(func, saved, dict(kwargs), site))
+                prims.append(RecordedCall(func, saved, dict(kwargs), site))
             return out
 
     return Mode()
@@ -182,7 +174,7 @@ def _tensors(torch: Any, a: Any) -> list[Any]:
     return []
 
 
-def _node(torch: Any, c: _Call) -> Node | None:
+def _node(torch: Any, c: RecordedCall) -> Node | None:
     """The call as a node: its floating inputs that required gradients are the inputs."""
     moving = [t for t in _tensors(torch, c.args) if t.requires_grad]
     inputs = [t.detach().double().numpy().copy() for t in moving]
@@ -195,7 +187,7 @@ def _node(torch: Any, c: _Call) -> Node | None:
     return None
 
 
-def _try_node(torch: Any, c: _Call, inputs: list[np.ndarray], dtype: Any) -> Node | None:
+def _try_node(torch: Any, c: RecordedCall, inputs: list[np.ndarray], dtype: Any) -> Node | None:
     """The node in ``dtype``, or None where the call fails or leaves that dtype."""
 
     def run(xs: Sequence[np.ndarray]) -> tuple[list[Any], list[Any]]:
