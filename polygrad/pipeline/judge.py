@@ -504,6 +504,9 @@ def findings(inp: JudgeInput) -> _Evidence:
         # (and, in a narrow dtype, the digits f itself lost: see _Rule.hidden)
         inherited = np.maximum(inp.fscale - scale, 0.0)
         exact = rule.exact(ref, ref_err)
+        # a float64 evaluation of the rule (float64 code's own, or a narrow check's)
+        # is allowed its own measured round-off only where the rule is exact
+        rounded64 = np.where(exact, rule.rounded(), 0.0)
         # float64 code inherits f's own lost digits only where its rule is exact
         if inp.eps_w <= F64_EPS:  # its own measured round-off too (see _Rule.rounded)
             hidden = np.where(exact, np.maximum(rule.hidden(), rule.rounded()), 0.0)
@@ -516,7 +519,7 @@ def findings(inp: JudgeInput) -> _Evidence:
         value64 = inp.ad64 if inp.have64 else inp.ad
         cleared = exact & (np.abs(value64 - ref) <= tol_f)
         if inp.have64:  # (float64 code evaluates its own rule in float64)
-            own = hidden if inp.eps_w <= F64_EPS else 0.0
+            own = hidden if inp.eps_w <= F64_EPS else rounded64
             tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64() + own
             bad_64 = (
                 ~(np.abs(inp.ad64 - ref) <= tol_64)
