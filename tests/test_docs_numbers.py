@@ -1,11 +1,27 @@
-"""Numbers in the docs agree with the benchmark results they come from.
+"""Numbers in the docs agree with the results they come from.
 
-The benchmark page's latency table and the ratios, counts and times its prose
-states are read back and compared with ``benchmarks/results/latency.json`` and
-``zoo.json``. A number is taken to agree when it equals the result to the digits
-it shows (half a unit of its last digit). :func:`contradictions` is a pure
-function of the pages and the results, so a wrong number planted in a copy of a
-page shows that each check can fail.
+Every page (``docs/*.md`` and ``README.md``; not ``docs/changelog.md``, whose numbers
+are dated records of runs whose results files were replaced or never kept) is held to
+three checks, each a pure function of the pages and the results, so that a wrong number
+planted in a copy of a page shows that each can fail:
+
+* :func:`generated_contradictions`: the blocks of ``benchmarks.md`` that the benchmarks
+  write (the zoo's tables, the latency tables, the corpus block) are what their
+  renderers make of ``benchmarks/results/`` now. The zoo block ends with a hand-written
+  closing note, whose numbers the claims below check.
+* :func:`contradictions`: the latency table cell by cell, and every claim of
+  :data:`CLAIMS`: a sentence whose numbers must show values computed from a results
+  file (or, for a constant of the code, from the code). A number agrees when it equals
+  the value to the digits it shows (half a unit of its last digit). A claim whose
+  sentence is gone from its page is reported too, so a rewrite cannot drop a check.
+* :func:`unsourced`: every number in a sentence about speed (a ratio ``2.4x``,
+  "faster", "slower", "ratio", a time in ``ms``, ``s``, ``µs`` or minutes) or about
+  correctness counts (``118 of 120``), on every page, is one of the numbers of a claim,
+  or of a kind that is no measurement (:data:`NOT_MEASURED`: a problem size
+  ``n = 1e4``, a date, a version, a planted factor ``1 + 1e-3``...). Code blocks,
+  inline code and ``<!-- value: ... -->`` markers (filled from the results at build
+  time by ``docs/hooks.py``) are not prose, and numbers joined to a word (``float64``,
+  ``case-2``, ``28×28``, ``20x20``) are names, not measurements.
 """
 
 from __future__ import annotations
@@ -21,15 +37,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 LATENCY_BLOCK = re.compile(r"<!-- latency:begin -->(.*?)<!-- latency:end -->", re.DOTALL)
-NUMBER = r"([\d.,]+)"
+NUMBER = r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)"
+HISTORY = ("changelog.md",)
+"""Pages of dated records, not held to the results files of today."""
 
 
 def load_results() -> dict[str, Any]:
-    return {name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ("latency", "zoo")}
+    from benchmarks.corpus.table import read_rows
+
+    out: dict[str, Any] = {
+        name: json.loads((RESULTS / f"{name}.json").read_text()) for name in ("latency", "zoo")
+    }
+    out["corpus"] = read_rows(RESULTS / "corpus.jsonl")
+    out["corpus_meta"] = json.loads((RESULTS / "corpus.meta.json").read_text())
+    return out
 
 
 def load_pages() -> dict[str, str]:
-    return {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+    pages = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+    pages["README.md"] = (ROOT / "README.md").read_text()
+    return pages
 
 
 def _agrees(shown: str, value: float) -> bool:
@@ -39,11 +66,53 @@ def _agrees(shown: str, value: float) -> bool:
     return abs(float(text) - value) <= 0.5 * 10.0**-decimals + 1e-9 * abs(value)
 
 
-def _seconds(cell: str) -> float | None:
-    m = re.fullmatch(r"\s*([\d.]+) (ms|s)\s*", cell)
-    if m is None:
-        return None
-    return float(m.group(1)) * (1e-3 if m.group(2) == "ms" else 1.0)
+# ---- the blocks the benchmarks write ----------------------------------------------------
+
+
+def generated_blocks(page: str) -> list[tuple[int, int]]:
+    """Spans of ``benchmarks.md`` written by the benchmarks (the zoo's tables up to its
+    closing note, the latency blocks, the corpus block): checked by re-rendering them."""
+    spans = [(0, page.index("\n## Summary\n") if "\n## Summary\n" in page else 0)]
+    for name in ("latency", "latency-failing", "corpus"):
+        m = re.search(rf"<!-- {name}:begin -->.*?<!-- {name}:end -->", page, re.DOTALL)
+        if m is not None:
+            spans.append(m.span())
+    return spans
+
+
+def generated_contradictions(page: str, results: dict[str, Any]) -> list[str]:
+    """Each block the benchmarks write into ``benchmarks.md``, against what their renderers
+    make of the results files now (a changed cell is a number no results file holds)."""
+    from benchmarks import latency, tables
+    from benchmarks.corpus import table as corpus
+
+    note = tables.read_note(ROOT / "benchmarks" / "closing_note.md")
+    blocks = {
+        "zoo.json (and the closing note)": (
+            page.split(tables.ZOO_END, 1)[0],
+            tables.render(results["zoo"], note),
+        ),
+        "corpus.jsonl": (
+            page.split(corpus.BEGIN, 1)[-1].split(corpus.END, 1)[0],
+            corpus.render(results["corpus"], results["corpus_meta"]),
+        ),
+    }
+    for name, table in (
+        ("latency", latency.render(results["latency"]["rows"])),
+        ("latency-failing", latency.render_failing(results["latency"]["failing"])),
+    ):
+        block = re.search(rf"<!-- {name}:begin -->(.*?)<!-- {name}:end -->", page, re.DOTALL)
+        shown = block.group(1) if block else ""
+        # the block's first line, the date of its run, is kept from the page by the benchmark
+        blocks[f"latency.json ({name})"] = ("\n".join(shown.strip().splitlines()[2:]), table)
+    out = []
+    for source, (shown, rendered) in blocks.items():
+        want = rendered.strip().splitlines()
+        lines = shown.strip().splitlines()
+        wrong = [ln for ln in lines if ln not in want] or [ln for ln in want if ln not in lines]
+        if wrong:
+            out.append(f"benchmarks.md: a block written from {source} differs: {wrong[0]!r}")
+    return out
 
 
 # ---- the latency table ------------------------------------------------------------------
@@ -82,12 +151,12 @@ def latency_table_contradictions(page: str, rows: list[dict[str, Any]]) -> list[
     return out
 
 
-# ---- ratios, counts and times stated in prose -------------------------------------------
+# ---- values of the results files that the prose states ----------------------------------
 
 
-def _cnn(results: dict[str, Any], framework: str, tool: str) -> float:
+def _cnn(results: dict[str, Any], framework: str, tool: str, key: str = "seconds") -> float:
     rows = results["zoo"]["cnn"][framework]["rows"]
-    return next(float(r["seconds"]) for r in rows if r["tool"].startswith(tool))
+    return next(float(r[key]) for r in rows if r["tool"].startswith(tool))
 
 
 def _latency(results: dict[str, Any], **match: Any) -> dict[str, Any]:
@@ -103,6 +172,32 @@ def _zoo_correct(results: dict[str, Any]) -> tuple[int, int]:
     return sum(r["verdict"] == "pass" for r in ours), len(cases)
 
 
+def _zoo(results: dict[str, Any], **match: Any) -> list[dict[str, Any]]:
+    return [r for r in results["zoo"]["results"] if all(r[k] == v for k, v in match.items())]
+
+
+def _cost(results: dict[str, Any], what: str, tool: str, key: str) -> list[float]:
+    """``key`` of the zoo's cost-table rows of ``tool`` on the case ``what`` (float64)."""
+    rows = _zoo(results, what=what, tool=tool, dtype="float64")
+    return [float(r[key]) for r in rows]
+
+
+def _span(values: list[float]) -> list[float]:
+    return [min(values), max(values)]
+
+
+def _mib(nbytes: float) -> float:
+    return nbytes / 2**20
+
+
+def _corpus_caught(results: dict[str, Any], framework: str, dtype: str) -> float:
+    """Percentage of the planted bugs polygrad caught in the corpus, as its table shows it."""
+    from benchmarks.corpus.table import summary
+
+    s = summary(results["corpus"])[(framework, dtype)]
+    return 100.0 * s["caught"] / s["planted"]
+
+
 def _tf(r: dict[str, Any], call: str) -> float:
     return r[f"tool_{call}"] / r[f"polygrad_{call}"]
 
@@ -111,34 +206,83 @@ def _pt(r: dict[str, Any], call: str) -> float:
     return r[f"polygrad_{call}"] / r[f"tool_{call}"]
 
 
+def _large(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The n = 1e4 rows of ``latency.json``."""
+    return [r for r in results["latency"]["rows"] if r["n"] == 10_000]
+
+
+def _code(module: str, name: str) -> Any:
+    """A constant of the code, for the numbers the prose states that are settings."""
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 Claim = tuple[str, str, Callable[[dict[str, Any]], list[float]]]
+
+
+def pattern(template: str) -> str:
+    """A claim's regular expression: ``template`` as literal text, where ``{}`` is a
+    number, ``...`` any text, and any run of spaces any whitespace (line breaks included)."""
+    parts = re.split(r"(\{\}|\.\.\.|\s+)", template)
+    out = []
+    for part in parts:
+        if part == "{}":
+            out.append(NUMBER)
+        elif part == "...":
+            out.append(r".*?")
+        elif part and part.isspace():
+            out.append(r"\s+")
+        else:
+            out.append(re.escape(part))
+    return "".join(out)
+
+
 CLAIMS: list[Claim] = [
+    # -- benchmarks.md: the zoo (zoo.json) --
     (
         "benchmarks.md",
-        r"polygrad is \*\*" + NUMBER + r"x\*\* faster",
-        lambda R: [
-            _cnn(R, "tensorflow", "tf.test") / _cnn(R, "tensorflow", "polygrad"),
-        ],
-    ),
-    (
-        "benchmarks.md",
-        r"\*Every correct gradient passes\*: " + NUMBER + " of the " + NUMBER + " correct zoo",
-        lambda R: list(map(float, _zoo_correct(R))),
-    ),
-    (
-        "benchmarks.md",
-        r"2\.4 s in TensorFlow against\s+16\.7 s for `compute_gradient` \(" + NUMBER + "x faster",
+        "polygrad is **{}x** faster",
         lambda R: [_cnn(R, "tensorflow", "tf.test") / _cnn(R, "tensorflow", "polygrad")],
     ),
     (
         "benchmarks.md",
-        NUMBER
-        + r" s in PyTorch against "
-        + NUMBER
-        + r" s for\s+`gradcheck` on a float64 copy \("
-        + NUMBER
-        + "x slower",
+        "*Every correct gradient passes*: {} of the {} correct zoo cases, in four dtypes and "
+        "four frameworks (and the {} correct gradients of the cost rows)",
         lambda R: [
+            *map(float, _zoo_correct(R)),
+            len({r["case"] for r in _zoo(R, family="cost", truth="correct", tool="polygrad")}),
+        ],
+    ),
+    (
+        "benchmarks.md",
+        "it reports all {} kinks, jumps and ties as NONSMOOTH",
+        lambda R: [len(_zoo(R, truth="kink", tool="polygrad", verdict="kink"))],
+    ),
+    (
+        "benchmarks.md",
+        "at n = 10 a check took {} to {} s; a full float64 check at n = 1e4 passes in all four "
+        "frameworks ({} to {} s); the projection check at n = 1e6 took {} s (PyTorch, {} MiB "
+        "peak) and {} s (JAX, {} MiB)",
+        lambda R: [
+            *_span(_cost(R, "softmax-xent-10", "polygrad", "seconds")),
+            *_span(_cost(R, "log1p-square-sum-n10000", "polygrad", "seconds")),
+            *(
+                v
+                for fw in ("torch", "jax")
+                for r in _zoo(R, family="cost", tool="polygrad", framework=fw)
+                for v in (r["seconds"], _mib(r["peak_memory"]))
+            ),
+        ],
+    ),
+    (
+        "benchmarks.md",
+        "{} s in TensorFlow against {} s for `compute_gradient` ({}x faster), and {} s in "
+        "PyTorch against {} s for `gradcheck` on a float64 copy ({}x slower",
+        lambda R: [
+            _cnn(R, "tensorflow", "polygrad"),
+            _cnn(R, "tensorflow", "tf.test"),
+            _cnn(R, "tensorflow", "tf.test") / _cnn(R, "tensorflow", "polygrad"),
             _cnn(R, "torch", "polygrad"),
             _cnn(R, "torch", "torch.autograd.gradcheck float64"),
             _cnn(R, "torch", "polygrad") / _cnn(R, "torch", "torch.autograd.gradcheck float64"),
@@ -146,14 +290,8 @@ CLAIMS: list[Claim] = [
     ),
     (
         "benchmarks.md",
-        NUMBER
-        + r"x faster\s+than `compute_gradient` warm and "
-        + NUMBER
-        + r"x on the first call; "
-        + NUMBER
-        + r"x slower than `gradcheck`\s+warm and "
-        + NUMBER
-        + "x on the first call",
+        "{}x faster than `compute_gradient` warm and {}x on the first call; {}x slower than "
+        "`gradcheck` warm and {}x on the first call",
         lambda R: [
             _tf(_latency(R, job="cnn:tensorflow"), "warm"),
             _tf(_latency(R, job="cnn:tensorflow"), "first"),
@@ -163,20 +301,30 @@ CLAIMS: list[Claim] = [
     ),
     (
         "benchmarks.md",
-        r"\*Keras\*: " + NUMBER + r" s warm .*? " + NUMBER + r" s on the first call of a new\s+"
-        r"function .*?`tf.test.compute_gradient`'s "
-        + NUMBER
-        + r" s: "
-        + NUMBER
-        + r"x faster warm\s+\(ratio "
-        + NUMBER
-        + r"\), "
-        + NUMBER
-        + r"x faster on the first call"
-        r" \(ratio " + NUMBER + r"\)",
+        "the fewest that give an error bar and show a kink, are {} float64 model evaluations",
+        lambda R: [_latency(R, job="cnn:tensorflow")["floor_evaluations"]],
+    ),
+    # -- benchmarks.md: the latency section (latency.json; calls from zoo.json) --
+    (
+        "benchmarks.md",
+        "`gradcheck` makes {} calls of the function and `scipy.optimize.check_grad` {} (the "
+        "zoo's cost table at n = 10)",
+        lambda R: [
+            *_cost(R, "softmax-xent-10", "torch.gradcheck", "evaluations"),
+            *_cost(R, "softmax-xent-10", "scipy.check_grad", "evaluations"),
+        ],
+    ),
+    (
+        "benchmarks.md",
+        "*Keras*: {} s warm ({}x the floor's {} s), {} s on the first call of a new function "
+        "({}x), against `tf.test.compute_gradient`'s {} s: {}x faster warm (ratio {}), {}x "
+        "faster on the first call (ratio {})",
         lambda R: [
             (r := _latency(R, job="cnn:tensorflow"))["polygrad_warm"],
+            r["polygrad_warm"] / r["floor_seconds"],
+            r["floor_seconds"],
             r["polygrad_first"],
+            r["polygrad_first"] / r["floor_seconds"],
             r["tool_warm"],
             _tf(r, "warm"),
             _pt(r, "warm"),
@@ -186,40 +334,44 @@ CLAIMS: list[Claim] = [
     ),
     (
         "benchmarks.md",
-        r"\*PyTorch\*: " + NUMBER + r" s warm .*? " + NUMBER + r" s first .*?against\s+"
-        r"`gradcheck`'s " + NUMBER + " s",
+        "*PyTorch*: {} s warm ({}x the floor's {} s), {} s first ({}x), against `gradcheck`'s {} s",
         lambda R: [
             (r := _latency(R, job="cnn:torch"))["polygrad_warm"],
+            r["polygrad_warm"] / r["floor_seconds"],
+            r["floor_seconds"],
             r["polygrad_first"],
+            r["polygrad_first"] / r["floor_seconds"],
             r["tool_warm"],
         ],
     ),
     (
         "benchmarks.md",
-        r"\*n = 1e4\*: " + NUMBER + "x and " + NUMBER + "x `gradcheck`",
-        lambda R: [_pt(r, "warm") for r in R["latency"]["rows"] if r["n"] == 10000],
-    ),
-    (
-        "benchmarks.md",
-        r"\*n = 1e6\*: " + NUMBER + r"x one forward\+backward, \+" + NUMBER + " MB peak",
+        "*Evaluations*: {} (Keras) and {} (PyTorch) against the floor's {}",
         lambda R: [
-            _pt(r := _latency(R, n=1000000), "warm"),
-            r["extra_peak_mb"],
+            _latency(R, job="cnn:tensorflow")["evaluations"],
+            _latency(R, job="cnn:torch")["evaluations"],
+            _latency(R, job="cnn:torch")["floor_evaluations"],
         ],
     ),
     (
         "benchmarks.md",
-        r"takes "
-        + NUMBER
-        + r" s against the checkers'\s+"
-        + NUMBER
-        + r" s \("
-        + NUMBER
-        + r"x\), the first run "
-        + NUMBER
-        + r" s \("
-        + NUMBER
-        + r"x\)",
+        "*n = 1e4*: {}x and {}x `gradcheck`; the references take {} and {} evaluations per "
+        "input, against `gradcheck`'s {}",
+        lambda R: [
+            *(_pt(r, "warm") for r in _large(R)),
+            *(r["evaluations_per_input"] for r in _large(R)),
+            _cost(R, "log1p-square-sum-n10000", "torch.gradcheck", "evaluations")[0] / 1e4,
+        ],
+    ),
+    (
+        "benchmarks.md",
+        "*n = 1e6*: {}x one forward+backward, +{} MB peak",
+        lambda R: [_pt(r := _latency(R, n=1000000), "warm"), r["extra_peak_mb"]],
+    ),
+    (
+        "benchmarks.md",
+        "the rerun from the reference cache takes {} s against the checkers' {} s ({}x), the "
+        "first run {} s ({}x)",
         lambda R: [
             (r := _latency(R, job="suite:200"))["polygrad_warm"],
             r["tool_warm"],
@@ -228,18 +380,73 @@ CLAIMS: list[Claim] = [
             _pt(r, "first"),
         ],
     ),
+    # -- benchmarks.md: the real-code corpus (corpus.jsonl, corpus.meta.json) --
+    (
+        "benchmarks.md",
+        "It covers {} cases ({} catalog entries) of the {} planned, {} skips (each with its "
+        "reason) and {} timeouts",
+        lambda R: [
+            len(cases := [r for r in R["corpus"] if r["status"] == "case"]),
+            len({(r["source"], r["entry"]) for r in cases}),
+            R["corpus_meta"]["planned"],
+            sum(r["status"] == "skipped" for r in R["corpus"]),
+            sum(r["status"] == "timeout" for r in R["corpus"]),
+        ],
+    ),
+    (
+        "benchmarks.md",
+        "fall short in TensorFlow** ({}% and {}% caught)",
+        lambda R: [_corpus_caught(R, "tensorflow", d) for d in ("bfloat16", "float16")],
+    ),
+    # -- other pages --
+    (
+        "comparison.md",
+        "`tf.test.compute_gradient` makes {} slow eager calls",
+        lambda R: [_cnn(R, "tensorflow", "tf.test", "evaluations")],
+    ),
+    (
+        "README.md",
+        "`python -m benchmarks` (about {} minutes; results in `docs/benchmarks.md`)",
+        lambda R: [R["zoo"]["meta"]["total_seconds"] / 60],
+    ),
+    # -- constants of the code that the prose states (settings, not measurements) --
+    (
+        "error-model.md",
+        "(ratio above {} per halving)",
+        lambda R: [_code("polygrad.reference.differences", "JUMP_RATIO")],
+    ),
+    (
+        "error-model.md",
+        "mp (when that takes under {} s, `Policy.mp_auto_seconds`",
+        lambda R: [_code("polygrad.policy", "Policy")().mp_auto_seconds],
+    ),
+    (
+        "error-model.md",
+        "at least {} µs per input and evaluation",
+        lambda R: [1e6 * _code("polygrad.reference.mp", "MP_SECONDS_PER_INPUT")],
+    ),
 ]
-"""(page, pattern whose groups are numbers, the values they must show, in order)."""
+"""(page, :func:`pattern` template whose ``{}`` are numbers, the values they must show)."""
+
+
+def _claims(pages: dict[str, str]) -> list[tuple[str, str, re.Match[str] | None, Claim]]:
+    """Each claim with its page and the match of its sentence (None where it is gone)."""
+    out = []
+    for claim in CLAIMS:
+        page, template, _ = claim
+        out.append((page, template, re.search(pattern(template), pages[page], re.DOTALL), claim))
+    return out
 
 
 def contradictions(pages: dict[str, str], results: dict[str, Any]) -> list[str]:
     """Every number of the latency table and of :data:`CLAIMS` that the results contradict,
-    and every claim whose sentence is gone from its page (so a rewrite cannot drop a check)."""
+    every claim whose sentence is gone from its page, and every block the benchmarks write
+    that their results no longer give."""
     out = latency_table_contradictions(pages["benchmarks.md"], results["latency"]["rows"])
-    for page, pattern, expected in CLAIMS:
-        m = re.search(pattern, pages[page], re.DOTALL)
+    out += generated_contradictions(pages["benchmarks.md"], results)
+    for page, template, m, (_, _, expected) in _claims(pages):
         if m is None:
-            out.append(f"{page}: no sentence matches {pattern!r}")
+            out.append(f"{page}: no sentence matches {template!r}")
             continue
         for shown, value in zip(m.groups(), expected(results), strict=True):
             if not _agrees(shown, value):
@@ -247,8 +454,122 @@ def contradictions(pages: dict[str, str], results: dict[str, Any]) -> list[str]:
     return out
 
 
+# ---- numbers in sentences about speed or correctness counts -----------------------------
+
+SPEED = re.compile(
+    r"\d\s?x(?![\w×])|\bfaster\b|\bslower\b|\bratio\b|times as long|\bper check\b"
+    r"|\d\s?(?:ms|s|µs|min|minutes|seconds|hours)\b(?!-)",
+    re.IGNORECASE,
+)
+"""A sentence about speed: a ratio, a comparison of speed, a time."""
+
+COUNT = re.compile(r"(?<![\w.,^/-])\d[\d,]*\s+of\s+(?:the\s+)?\d[\d,]*(?![\w.^])")
+"""A sentence about correctness counts: ``118 of the 120``."""
+
+MEASURE = re.compile(
+    r"(?<![\w.^/×-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[+-]?\d+)?"
+    r"(?![A-Za-wyz_\d^×]|x\w|-[A-Za-z]|\.\d)"
+)
+"""A number standing alone (not part of a name such as ``float64``, ``case-2``, ``2^-13``,
+``20x20``): a ratio ``2.4`` of ``2.4x``, a time, a count."""
+
+NOT_MEASURED: list[tuple[str, str]] = [
+    (r"\bn\s*[=≥≤<>]\s*[\d.,e+]+", "a problem size (how many inputs), a setting"),
+    (r"\b\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2})?", "a date"),
+    (r"\b\d+ (?:CPU )?(?:cores?|CPUs)\b", "the machine's size"),
+    (r"\b1 \+ 1e-\d+", "a planted factor, a setting of the benchmark"),
+    (
+        r"(?i:\b(?:python|numpy|torch|jax|jaxlib|tensorflow|keras|scipy|mpmath|polygrad)"
+        r"\s+\d+(?:\.\d+)+)",
+        "a version",
+    ),
+    (r"\b\d+(?:\.\d+){2,}\b", "a version"),
+    (r"\bcase \d\b", "the name of a user's case"),
+]
+"""Numbers that are no measurements, by the form of their context, with the reason."""
+
+SENTENCE = re.compile(r"(?<=[.;:!?])\s+(?=[A-Z*(_\[])|\n\s*\n|\n(?=\s*(?:[-*] |\d+\. |\|))")
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with every span turned into spaces (line breaks kept), so offsets hold."""
+    chars = list(text)
+    for a, b in spans:
+        for i in range(a, b):
+            if chars[i] != "\n":
+                chars[i] = " "
+    return "".join(chars)
+
+
+def prose(name: str, text: str) -> str:
+    """The prose of a page: code blocks, inline code, HTML comments (the build-time
+    ``<!-- value: ... -->`` markers) and, on the benchmark page, the blocks the
+    benchmarks write are blanked; offsets are those of ``text``."""
+    spans = generated_blocks(text) if name == "benchmarks.md" else []
+    spans += [m.span() for m in re.finditer(r"^```.*?^```[ \t]*$", text, re.MULTILINE | re.DOTALL)]
+    spans += [m.span() for m in re.finditer(r"<!--.*?-->", text, re.DOTALL)]
+    text = _blank(text, spans)
+    return _blank(text, [m.span() for m in re.finditer(r"`[^`\n]*`", text)])
+
+
+def measured_numbers(name: str, text: str) -> list[tuple[int, str, str]]:
+    """``(offset, number, sentence)`` of every number in a sentence about speed or
+    correctness counts in the prose of a page, except those of :data:`NOT_MEASURED`."""
+    text = prose(name, text)
+    exempt = [m.span() for rx, _ in NOT_MEASURED for m in re.finditer(rx, text)]
+    out = []
+    start = 0
+    for boundary in [*SENTENCE.finditer(text), None]:
+        end = boundary.start() if boundary else len(text)
+        sentence = text[start:end]
+        if SPEED.search(sentence) or COUNT.search(sentence):
+            for m in MEASURE.finditer(sentence):
+                at = start + m.start()
+                if not any(a <= at < b for a, b in exempt):
+                    out.append((at, m.group(0), " ".join(sentence.split())))
+        start = boundary.end() if boundary else end
+    return out
+
+
+def unsourced(pages: dict[str, str]) -> list[str]:
+    """Every number in a sentence about speed or correctness counts that no claim holds."""
+    held: dict[str, list[tuple[int, int]]] = {}
+    for page, _, m, _ in _claims(pages):
+        if m is not None:
+            held.setdefault(page, []).extend(m.span(i) for i in range(1, len(m.groups()) + 1))
+    out = []
+    for name, text in pages.items():
+        if name in HISTORY:
+            continue
+        for at, number, sentence in measured_numbers(name, text):
+            if not any(a <= at < b for a, b in held.get(name, [])):
+                out.append(f"{name}: {number} has no results file: {sentence[:160]!r}")
+    return out
+
+
+# ---- tests ------------------------------------------------------------------------------
+
+
 def test_benchmark_numbers_in_the_docs_agree_with_the_results():
     assert contradictions(load_pages(), load_results()) == []
+
+
+def test_every_number_about_speed_or_counts_has_a_results_file():
+    assert unsourced(load_pages()) == []
+
+
+def test_the_checker_sees_the_numbers_it_checks():
+    """Not trivially passing: the pages state numbers about speed and counts, every claim
+    holds some of them, and each kind of :data:`NOT_MEASURED` exempts something."""
+    pages = load_pages()
+    found = {name: measured_numbers(name, text) for name, text in pages.items()}
+    assert len(found["benchmarks.md"]) >= 45, found["benchmarks.md"]
+    assert found["comparison.md"] and found["README.md"] and found["error-model.md"]
+    for page, template, m, _ in _claims(pages):
+        assert m is not None, (page, template)
+    text = "\n".join(prose(n, t) for n, t in pages.items() if n not in HISTORY)
+    for rx, why in NOT_MEASURED:
+        assert re.search(rx, text), f"no use left for the exemption of {why!r}: {rx}"
 
 
 @pytest.mark.parametrize(
@@ -263,6 +584,9 @@ def test_benchmark_numbers_in_the_docs_agree_with_the_results():
             "6.9x faster\n  than `compute_gradient` warm",
         ),
         ("153x one forward+backward", "214x one forward+backward"),
+        ("1.92 s warm (1.2x the floor's", "1.52 s warm (1.2x the floor's"),
+        ("(63% and 65%", "(73% and 65%"),
+        ("| 4/4 | 3/4 | 3/4 |", "| 4/4 | 4/4 | 3/4 |"),  # a cell of a zoo table
     ],
 )
 def test_a_planted_wrong_number_is_found(right, wrong):
@@ -270,8 +594,57 @@ def test_a_planted_wrong_number_is_found(right, wrong):
     assert right in pages["benchmarks.md"], right
     pages["benchmarks.md"] = pages["benchmarks.md"].replace(right, wrong, 1)
     found = contradictions(pages, load_results())
-    planted = wrong.strip("| *\n").split()[0].rstrip("x")
+    planted = wrong.strip("| *\n(").split()[0].rstrip("x%")
     assert found and all(planted in f for f in found), found
+
+
+@pytest.mark.parametrize(
+    ("page", "right", "wrong", "number"),
+    [
+        ("comparison.md", "makes 1,570 slow", "makes 1,750 slow", "1,750"),
+        ("README.md", "(about 7 minutes;", "(about 3 minutes;", "3"),
+        ("error-model.md", "(ratio above 0.65 per", "(ratio above 0.75 per", "0.75"),
+    ],
+)
+def test_a_planted_wrong_number_on_another_page_is_found(page, right, wrong, number):
+    pages = load_pages()
+    assert right in pages[page], right
+    pages[page] = pages[page].replace(right, wrong, 1)
+    found = contradictions(pages, load_results())
+    assert len(found) == 1 and found[0].startswith(f"{page}: {number!r} in "), found
+
+
+@pytest.mark.parametrize(
+    ("page", "after", "planted", "numbers"),
+    [
+        ("getting-started.md", "## The idea in one call\n", "A check takes 13 ms.\n\n", ["13"]),
+        ("index.md", "## Where to go next\n", "It is 2.4x faster than gradcheck.\n\n", ["2.4"]),
+        ("why-fd-fails.md", "## Kinks\n", "It passes 118 of 120 cases.\n\n", ["118", "120"]),
+        ("cache.md", "## The reference cache\n", "A hit takes 0.2 s per check.\n\n", ["0.2"]),
+        ("README.md", "## Install\n", "- Installs in 45 seconds on n = 10 inputs.\n\n", ["45"]),
+        ("benchmarks.md", "**How to read the table.**", "A rerun is 1.7x faster. ", ["1.7"]),
+        ("api.md", "\n\n", "The check is 3x slower there.\n\n", ["3"]),
+        ("localize.md", "\n\n", "It localizes 9 of 10 planted bugs.\n\n", ["9", "10"]),
+    ],
+)
+def test_a_planted_number_without_a_results_file_is_found(page, after, planted, numbers):
+    pages = load_pages()
+    assert after in pages[page], after
+    assert unsourced(pages) == []
+    pages[page] = pages[page].replace(after, after + planted, 1)
+    found = unsourced(pages)
+    assert [f.split(": ")[1].split()[0] for f in found] == numbers, found
+    assert all(f.startswith(f"{page}: ") for f in found), found
+
+
+def test_numbers_that_are_no_measurements_are_not_asked_for_a_source():
+    text = (
+        "At n = 1e4 on 2 CPU cores (2026-12-03, torch 2.13.0), a 1 + 1e-3 plant in case 2 "
+        "on float64 inputs of 28×28 took 3.5 s."
+    )
+    assert [n for _, n, _ in measured_numbers("x.md", text)] == ["3.5"]
+    assert [n for _, n, _ in measured_numbers("x.md", "A 2,000-program run of 20x20.")] == []
+    assert [n for _, n, _ in measured_numbers("x.md", "It found 7 of 40 `W`.")] == ["7", "40"]
 
 
 def test_comparison_page_states_latency_ratios_through_build_time_values():
@@ -281,5 +654,5 @@ def test_comparison_page_states_latency_ratios_through_build_time_values():
     assert "orders of magnitude" not in page
     for name in ("latency.framework_warm", "latency.cnn_tf_warm", "cnn.tf_ratio"):
         assert f"<!-- value: {name} -->" in page
-    prose = re.sub(r"```.*?```", "", page, flags=re.DOTALL)
-    assert not re.search(r"\b\d+(\.\d+)?x (faster|slower)\b", prose)
+    prose_only = re.sub(r"```.*?```", "", page, flags=re.DOTALL)
+    assert not re.search(r"\b\d+(\.\d+)?x (faster|slower)\b", prose_only)
