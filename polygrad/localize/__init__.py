@@ -1,15 +1,15 @@
 """Where is the bug: the op, the layer and the line whose gradient rule is wrong.
 
-After a MISMATCH, :meth:`polygrad.Report.localize` runs the user's function once more
-(on the checked arguments, gradients recorded), records the operations of the program
-with the inputs each saw, and checks each node's *own* rule alone at those inputs: its
-VJP (the framework's, on that node alone) against central differences of that node
-alone, in float64 where the node runs in float64 (see :mod:`polygrad.localize._core`).
-Custom rule regions come first (``torch.autograd.Function``, ``jax.custom_vjp`` /
-``custom_jvp``, ``tf.custom_gradient``: where users' bugs are), then the framework's
-primitives, each group in the order the forward pass ran them; the first node whose
-rule is wrong is reported with its module or layer path and the source line that
-created it.
+After a MISMATCH (or NONFINITE: below), :meth:`polygrad.Report.localize` runs the user's
+function once more (on the checked arguments, gradients recorded), records the
+operations of the program with the inputs each saw, and checks each node's *own* rule
+alone at those inputs: its VJP (the framework's, on that node alone) against central
+differences of that node alone, in float64 where the node runs in float64 (see
+:mod:`polygrad.localize._core`). Custom rule regions come first
+(``torch.autograd.Function``, ``jax.custom_vjp`` / ``custom_jvp``,
+``tf.custom_gradient``: where users' bugs are), then the framework's primitives, each
+group in the order the forward pass ran them; the first node whose rule is wrong is
+reported with its module or layer path and the source line that created it.
 
 What each framework records (``_torch``, ``_jax``, ``_tf``, ``_numpy``):
 
@@ -24,6 +24,14 @@ What each framework records (``_torch``, ``_jax``, ``_tf``, ``_numpy``):
   primitives are not checked;
 * NumPy: no graph; the supplied derivative as a whole is the node.
 
+After a NONFINITE verdict (autodiff NaN or Inf where the reference is finite) the walk
+looks for something else (:mod:`polygrad.localize._nonfinite`): the program is recorded
+as the user ran it, in its own dtypes, and the first node (in forward order, custom
+rules and primitives together) whose VJP turns finite inputs and a finite cotangent into
+NaN or Inf is reported, with the masking op (``where``) its output feeds and the fix;
+TensorFlow's primitives are not recorded, so there only ``tf.custom_gradient`` functions
+are looked at (a note says so).
+
 Nothing runs for a check that did not fail; the cost is bounded by the nodes' own sizes
 (``max_size`` input entries per node) and a time ``budget``; a walk cut short says so.
 """
@@ -36,13 +44,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._core import Node, NodeCheck, Site, check_nodes
+import numpy as np
+
+from ._core import Node, NodeCheck, Site, Step, check_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
     from ..report import Report
 
-__all__ = ["CheckedCall", "Localization", "NodeCheck", "Site", "locate", "localize"]
+__all__ = ["CheckedCall", "Localization", "NodeCheck", "Site", "Step", "locate", "localize"]
+
+WRONG_RULE = "wrong rule"
+"""What :attr:`Localization.searched` is after a MISMATCH."""
+NONFINITE_VJP = "non-finite VJP"
+"""What :attr:`Localization.searched` is after a NONFINITE verdict."""
 
 _RECORDERS = {"torch": "_torch", "jax": "_jax", "tensorflow": "_tf", "numpy": "_numpy"}
 
@@ -74,12 +89,29 @@ class CheckedCall:
 
 @dataclass(frozen=True)
 class Recording:
-    """What a framework's recorder found: the nodes, custom rules first, and notes."""
+    """What a framework's recorder found: the nodes, custom rules first, and notes.
+
+    Attributes
+    ----------
+    custom, primitives : tuple of Node
+        The custom rule regions and the framework's primitives, each in forward order.
+    notes : tuple of str
+        What the recorder could not look at.
+    located : NodeCheck or None
+        The answer of a recorder that judges the rule as a whole (NumPy).
+    steps : tuple of Step
+        Every recorded call in forward order (a node's ``index`` is its position here),
+        with the positions of the calls whose outputs it read; empty when unknown.
+    outputs : tuple of int
+        The positions of the calls that made the function's outputs; empty when unknown.
+    """
 
     custom: tuple[Node, ...] = ()
     primitives: tuple[Node, ...] = ()
     notes: tuple[str, ...] = ()
-    located: NodeCheck | None = None  # a recorder that judges as a whole (NumPy)
+    located: NodeCheck | None = None
+    steps: tuple[Step, ...] = ()
+    outputs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,12 +128,30 @@ class Localization:
         Why nothing was checked, or what was left out (budget, sizes, unsupported parts).
     seconds : float
         Time spent.
+    searched : str
+        What was looked for: :data:`WRONG_RULE` (after a MISMATCH: a node whose VJP
+        disagrees with its own differences) or :data:`NONFINITE_VJP` (after NONFINITE:
+        the first node whose VJP is NaN or Inf at finite inputs and a finite cotangent).
     """
 
     located: NodeCheck | None
     checked: tuple[NodeCheck, ...] = ()
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    searched: str = WRONG_RULE
+
+    def to_dict(self) -> dict[str, Any]:
+        """The located node (op, kind, path, source line, its numbers; None where none
+        was found), what was looked for, the count of nodes checked, the notes and the
+        time, as a mapping (NaN and Inf as floats: :meth:`polygrad.Report.to_dict`
+        makes them JSON-ready)."""
+        return {
+            "searched": self.searched,
+            "located": None if self.located is None else self.located.to_dict(),
+            "checked": len(self.checked),
+            "notes": list(self.notes),
+            "seconds": self.seconds,
+        }
 
     def lines(self) -> list[str]:
         """The text a report shows first."""
@@ -114,7 +164,10 @@ class Localization:
 
 
 def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> Localization:
-    """Find the first node whose rule is wrong in the program a failed ``report`` checked.
+    """Find the node to blame in the program a failed ``report`` checked.
+
+    After a MISMATCH: the first node whose own rule is wrong. After NONFINITE: the first
+    node whose VJP turns finite inputs and a finite cotangent into NaN or Inf.
 
     Parameters
     ----------
@@ -128,23 +181,35 @@ def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> L
     Returns
     -------
     Localization
-        ``located`` is None, with a note, when the report did not fail, when the call
+        ``located`` is None, with a note, when the verdict is neither, when the call
         was not kept (a report not made by :func:`polygrad.check`), when the program
-        cannot be recorded, or when no checked node is wrong.
+        cannot be recorded, or when no checked node is to blame.
     """
     call = getattr(report, "checked_call", None)
-    if str(report.verdict) != "MISMATCH":
-        return Localization(None, notes=(f"not run: the check's verdict is {report.verdict}, "
+    verdict = str(report.verdict)
+    if verdict not in ("MISMATCH", "NONFINITE"):
+        return Localization(None, notes=(f"not run: the check's verdict is {verdict}; "
                                          "localization looks for a wrong rule after a "
-                                         "MISMATCH",))  # fmt: skip
+                                         "MISMATCH and for a NaN- or Inf-making VJP after "
+                                         "NONFINITE",))  # fmt: skip
     if call is None:
         return Localization(None, notes=("not run: the report does not hold the checked "
                                          "call (made by polygrad.check only)",))  # fmt: skip
+    if verdict == "NONFINITE" and not _autodiff_nonfinite(report):
+        return Localization(None, notes=("not run: autodiff is finite at every entry; the "
+                                         "reference is the non-finite side",),
+                            searched=NONFINITE_VJP)  # fmt: skip
     return locate(call, report, budget, max_size)
 
 
+def _autodiff_nonfinite(report: Report) -> bool:
+    """Some entry's autodiff value is NaN or Inf where its reference is finite."""
+    e = report.entries
+    return bool(np.any(~np.isfinite(e.autodiff) & np.isfinite(e.reference)))
+
+
 def locate(call: CheckedCall, report: Report, budget: float = 30.0,
-           max_size: int = 1 << 16) -> Localization:  # fmt: skip
+           max_size: int = 1 << 16, nonfinite: bool | None = None) -> Localization:  # fmt: skip
     """The walk of :func:`localize` on ``call``, whatever the report's verdict.
 
     Parameters
@@ -156,27 +221,37 @@ def locate(call: CheckedCall, report: Report, budget: float = 30.0,
         by the report's own entries).
     budget, max_size
         As in :func:`localize`.
+    nonfinite : bool or None
+        Look for the first node whose VJP is NaN or Inf at finite values (True) or for
+        a wrong rule (False); None: the first after a NONFINITE verdict, else the second.
 
     Returns
     -------
     Localization
     """
     start = time.perf_counter()
-    rec = _record(call, report)
+    if nonfinite is None:
+        nonfinite = str(report.verdict) == "NONFINITE"
+    searched = NONFINITE_VJP if nonfinite else WRONG_RULE
+    rec = _record(call, report, as_run=nonfinite)
     if rec.located is not None:
-        return Localization(rec.located, (rec.located,), rec.notes, time.perf_counter() - start)
+        return Localization(rec.located, (rec.located,), rec.notes,
+                            time.perf_counter() - start, searched)  # fmt: skip
+    if nonfinite:
+        return _walk_nonfinite(rec, budget, max_size, start)
     return _walk(rec, budget, max_size, start)
 
 
-def _record(call: CheckedCall, report: Report) -> Recording:
-    """The recorder of ``call``'s framework, run; a failure is a note, not an error."""
+def _record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
+    """The recorder of ``call``'s framework, run; a failure is a note, not an error.
+    ``as_run``: the nodes in the dtypes the program ran in (else float64 where they can)."""
     name = _RECORDERS.get(call.backend)
     if name is None:
         return Recording(notes=(f"the program of a {call.backend} function cannot be "
                                 "captured for localization",))  # fmt: skip
     try:
         module = importlib.import_module(f"{__name__}.{name}")
-        rec: Recording = module.record(call, report)
+        rec: Recording = module.record(call, report, as_run=as_run)
     except Exception as exc:  # noqa: BLE001 - the program could not be recorded: say so
         return Recording(notes=(f"the captured program is unavailable: {type(exc).__name__}: "
                                 f"{exc}",))  # fmt: skip
@@ -198,3 +273,17 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float) -> Localiz
     if not rec.custom and not rec.primitives:
         notes.append("no operation of the program could be checked alone")
     return Localization(None, tuple(checked), tuple(notes), time.perf_counter() - start)
+
+
+def _walk_nonfinite(rec: Recording, budget: float, max_size: int, start: float) -> Localization:
+    """All nodes in forward order, until one's VJP is NaN or Inf at finite values."""
+    from ._nonfinite import walk_nonfinite
+
+    walk = walk_nonfinite((*rec.custom, *rec.primitives), rec.steps, rec.outputs, budget,
+                          max_size)  # fmt: skip
+    notes = [*rec.notes, *walk.notes]
+    if not rec.custom and not rec.primitives:
+        notes.append("no operation of the program could be evaluated alone")
+    found = walk.checked[-1] if walk.checked and walk.checked[-1].nonfinite else None
+    return Localization(found, walk.checked, tuple(notes), time.perf_counter() - start,
+                        NONFINITE_VJP)  # fmt: skip

@@ -12,13 +12,13 @@ framework: a node's forward and VJP take and give NumPy float64 arrays.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Node", "NodeCheck", "RecordedCall", "Site", "check_node", "check_nodes"]
+__all__ = ["Flow", "Node", "NodeCheck", "RecordedCall", "Site", "Step", "check_node", "check_nodes"]
 
 PROJECTIONS = 3
 """Random pairs ``(u, v)`` per node."""
@@ -56,16 +56,58 @@ class Site:
             parts.append(f"at {self.source}")
         return ", ".join(parts)
 
+    def to_dict(self) -> dict[str, str]:
+        """``op``, ``kind``, ``path`` and ``source`` as a JSON-ready mapping."""
+        return {"op": self.op, "kind": self.kind, "path": self.path, "source": self.source}
+
 
 @dataclass(frozen=True)
 class RecordedCall:
     """One call recorded in the forward pass: the function, its arguments (tensors
-    copied), where it ran."""
+    copied), where it ran, its position in the forward pass (``index``, -1 when not
+    counted) and the positions of the recorded calls whose outputs it read (``reads``)."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     site: Site
+    index: int = -1
+    reads: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded call of the forward pass: where it is, and the positions of the
+    recorded calls whose outputs it read."""
+
+    site: Site
+    reads: tuple[int, ...] = ()
+
+
+@dataclass
+class Flow:
+    """Which recorded call made each value of one forward pass, by identity.
+
+    A recorder calls :meth:`reads` with a call's input values before recording it, and
+    :meth:`made_by` with its outputs after; the values are kept alive until the
+    recording ends, so an ``id`` is never reused meanwhile.
+    """
+
+    made: dict[int, tuple[int, Any]] = field(default_factory=dict)
+
+    def reads(self, values: Iterable[Any]) -> tuple[int, ...]:
+        """The positions of the calls that made any of ``values``, in first-read order."""
+        out: list[int] = []
+        for v in values:
+            hit = self.made.get(id(v))
+            if hit is not None and hit[1] is v and hit[0] not in out:
+                out.append(hit[0])
+        return tuple(out)
+
+    def made_by(self, index: int, values: Iterable[Any]) -> None:
+        """Record that the call at position ``index`` returned ``values``."""
+        for v in values:
+            self.made[id(v)] = (index, v)
 
 
 @dataclass(frozen=True)
@@ -90,6 +132,10 @@ class Node:
         be promoted).
     eps : float
         That dtype's machine epsilon.
+    index : int
+        Its position in the forward pass (custom rules and primitives counted together,
+        as in :attr:`polygrad.localize.Recording.steps`), -1 when the recorder does not
+        count.
     """
 
     site: Site
@@ -98,6 +144,7 @@ class Node:
     vjp: Callable[[Sequence[np.ndarray], np.ndarray], Sequence[np.ndarray]]
     arithmetic: str = "float64"
     eps: float = float(np.finfo(np.float64).eps)
+    index: int = -1
 
     @property
     def size(self) -> int:
@@ -121,6 +168,14 @@ class NodeCheck:
         The dtype the node was evaluated in.
     compared : str
         What the two values are.
+    nonfinite : str
+        For a node found by the NONFINITE walk: the input entries at which its VJP is NaN
+        or Inf (with finite inputs and a finite cotangent); ``""`` otherwise.
+    feeds : Site or None
+        The masking op (``where``, ``select``, ``masked_fill``) that reads the node's
+        output, directly or through other nodes, where the NONFINITE walk found one.
+    hint : str
+        What to do about it (the NONFINITE walk's fix), or ``""``.
     """
 
     site: Site
@@ -130,10 +185,34 @@ class NodeCheck:
     tolerance: float
     arithmetic: str
     compared: str = "uᵀJv from its VJP against central differences of the node alone"
+    nonfinite: str = ""
+    feeds: Site | None = None
+    hint: str = ""
 
     @property
     def wrong(self) -> bool:
-        return bool(self.error > self.tolerance)
+        """Its rule is wrong (error over tolerance), or its VJP is non-finite."""
+        return bool(self.error > self.tolerance) or bool(self.nonfinite)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The node, its numbers and (NONFINITE walk) what it feeds, as a mapping; NaN
+        and Inf stay floats (:meth:`polygrad.Report.to_dict` makes them JSON-ready)."""
+        d: dict[str, Any] = {
+            **self.site.to_dict(),
+            "wrong": self.wrong,
+            "autodiff": self.autodiff,
+            "reference": self.reference,
+            "error": self.error,
+            "tolerance": self.tolerance,
+            "relative": self.relative,
+            "arithmetic": self.arithmetic,
+            "compared": self.compared,
+        }
+        if self.nonfinite:
+            d["nonfinite"] = self.nonfinite
+            d["feeds"] = None if self.feeds is None else self.feeds.to_dict()
+            d["hint"] = self.hint
+        return d
 
     @property
     def relative(self) -> float:
@@ -199,10 +278,17 @@ class Walk:
     notes: tuple[str, ...]
 
 
-def check_nodes(nodes: Sequence[Node], budget: float, max_size: int, seed: int = 0) -> Walk:
-    """Check ``nodes`` in order until one is wrong, ``budget`` seconds have passed, or
-    all are checked; a node with more than ``max_size`` input entries is skipped, and so
-    is one whose evaluation raises (both noted)."""
+def check_nodes(
+    nodes: Sequence[Node],
+    budget: float,
+    max_size: int,
+    seed: int = 0,
+    judge: Callable[[Node, np.random.Generator], NodeCheck | None] = check_node,
+) -> Walk:
+    """Check ``nodes`` in order with ``judge`` until one is wrong, ``budget`` seconds
+    have passed, or all are checked; a node with more than ``max_size`` input entries is
+    skipped, and so is one whose evaluation raises (both noted), or for which ``judge``
+    gives None (it has nothing to judge there)."""
     rng = np.random.default_rng(seed)
     start, done, notes, skipped = time.perf_counter(), [], [], 0
     for i, node in enumerate(nodes):
@@ -214,12 +300,15 @@ def check_nodes(nodes: Sequence[Node], budget: float, max_size: int, seed: int =
             skipped += 1
             continue
         try:
-            done.append(check_node(node, rng))
+            one = judge(node, rng)
         except Exception as exc:  # noqa: BLE001 - this node cannot be run alone: say so
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             notes.append(f"{node.site.where()} not checked: {type(exc).__name__}: {first}")
             continue
-        if done[-1].wrong:
+        if one is None:
+            continue
+        done.append(one)
+        if one.wrong:
             break
     if skipped:
         notes.append(f"{skipped} node(s) with more than {max_size} input entries not checked")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Node, Site
+from ._core import Flow, Node, Site, Step
 from ._names import format_place
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,41 +34,52 @@ _ENTERED = {"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat"}
 
 @dataclass(frozen=True)
 class _Eqn:
-    """One equation with the values it read, and where it sits."""
+    """One equation with the values it read, where it sits, and its position in the
+    forward pass."""
 
     eqn: Any
     invals: tuple[Any, ...]
     site: Site
+    index: int = -1
 
 
-def record(call: CheckedCall, report: Report) -> Recording:
+@dataclass
+class _Tape:
+    """What one interpretation records: custom and primitive equations, the data flow."""
+
+    custom: list[_Eqn]
+    prims: list[_Eqn]
+    steps: list[Step]
+    flow: Flow
+
+
+def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
     """Trace ``call`` and interpret its jaxpr, recording every equation as a node: on
     float64 copies of the floating arguments under ``jax.enable_x64`` (so that the
-    program's custom rules are traced in float64 too), else as the user runs it."""
+    program's custom rules are traced in float64 too), else (or ``as_run``) as the user
+    runs it."""
     import contextlib
 
     import jax
 
     from . import Recording
 
-    custom: list[_Eqn] = []
-    prims: list[_Eqn] = []
-    for wide in (True, False):
-        custom.clear()
-        prims.clear()
+    for wide in (False,) if as_run else (True, False):
+        tape = _Tape([], [], [], Flow())
         with jax.enable_x64(True) if wide else contextlib.nullcontext():
             args = jax.tree_util.tree_map(_widened, call.args) if wide else call.args
             try:
                 closed = jax.make_jaxpr(call.f)(*args)
                 leaves = jax.tree_util.tree_leaves(args)
-                _run(closed.jaxpr, closed.consts, leaves, "", (custom, prims))
+                results = _run(closed.jaxpr, closed.consts, leaves, ("", "", ""), tape)
             except Exception:  # noqa: BLE001 - not traceable in float64: as the user runs it
                 if not wide:
                     raise
                 continue
         break
-    nodes = ([_node(e) for e in custom], [_node(e) for e in prims])
-    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n))
+    nodes = ([_node(e, as_run) for e in tape.custom], [_node(e, as_run) for e in tape.prims])
+    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n),
+                     steps=tuple(tape.steps), outputs=tape.flow.reads(results))  # fmt: skip
 
 
 def _widened(v: Any) -> Any:
@@ -91,9 +102,10 @@ def _bind(eqn: Any, vals: Sequence[Any]) -> list[Any]:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], prefix: str,
-         out: tuple[list[_Eqn], list[_Eqn]]) -> list[Any]:  # fmt: skip
-    """Evaluate ``jaxpr``, appending each equation to ``out`` (custom, primitives)."""
+def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], outer: tuple[str, str, str],
+         tape: _Tape) -> list[Any]:  # fmt: skip
+    """Evaluate ``jaxpr``, recording each equation on ``tape``; ``outer`` is the name
+    stack, the name and the source line of the call whose body this is (``""``: none)."""
     from jax.extend.core import Literal
 
     env: dict[Any, Any] = dict(zip(jaxpr.constvars, consts, strict=True))
@@ -102,6 +114,7 @@ def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], prefix: str,
     def read(v: Any) -> Any:
         return v.val if isinstance(v, Literal) else env[v]
 
+    prefix, within, place = outer
     for eqn in jaxpr.eqns:
         vals = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
@@ -109,12 +122,20 @@ def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], prefix: str,
         inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
         if name in _ENTERED and inner is not None and name not in _CUSTOM:
             body = getattr(inner, "jaxpr", inner)
-            results = _run(body, getattr(inner, "consts", ()), vals, stack, out)
+            called = str(eqn.params.get("name", "")) or within
+            results = _run(body, getattr(inner, "consts", ()), vals,
+                           (stack, called, _place(eqn) or place), tape)  # fmt: skip
         else:
             kind = "custom rule" if name in _CUSTOM else "primitive"
-            site = Site(_op_name(eqn), kind, stack, _place(eqn))
-            out[0 if name in _CUSTOM else 1].append(_Eqn(eqn, tuple(vals), site))
+            op = f"{_op_name(eqn)} (in jit {within})" if within else _op_name(eqn)
+            index = len(tape.steps)
+            site = Site(op, kind, stack, _place(eqn) or place)
+            tape.steps.append(Step(site, tape.flow.reads(vals)))
+            (tape.custom if name in _CUSTOM else tape.prims).append(
+                _Eqn(eqn, tuple(vals), site, index)
+            )
             results = _bind(eqn, vals)
+            tape.flow.made_by(index, results)
         env.update(zip(eqn.outvars, results, strict=True))
     return [read(v) for v in jaxpr.outvars]
 
@@ -158,13 +179,14 @@ def _floating(v: Any) -> bool:
     return dtype is not None and bool(np.issubdtype(np.dtype(dtype), np.floating))
 
 
-def _node(e: _Eqn) -> Node | None:
-    """The equation as a node, in float64 where it runs in float64, else its dtype."""
+def _node(e: _Eqn, as_run: bool = False) -> Node | None:
+    """The equation as a node, in float64 where it runs in float64, else (or ``as_run``)
+    in the dtype the program ran it in."""
     moving = _moving(e)
     if not moving:
         return None
     inputs = tuple(np.asarray(e.invals[i], dtype=np.float64) for i in moving)
-    for wide in (True, False):
+    for wide in (False,) if as_run else (True, False):
         node = _try_node(e, moving, inputs, wide)
         if node is not None:
             return node
@@ -180,7 +202,7 @@ def _try_node(
 
     import jax
 
-    dtype = np.dtype(np.float64) if wide else np.asarray(e.invals[moving[0]]).dtype
+    dtype = np.dtype(np.float64) if wide else np.dtype(jax.numpy.asarray(e.invals[moving[0]]).dtype)
 
     def mode() -> Any:
         return jax.enable_x64(True) if wide else contextlib.nullcontext()
@@ -216,4 +238,4 @@ def _try_node(
         return None
     if not outs or any(np.dtype(o.dtype) != dtype for o in outs):
         return None
-    return Node(e.site, inputs, forward, vjp, str(dtype), float(np.finfo(dtype).eps))
+    return Node(e.site, inputs, forward, vjp, str(dtype), float(np.finfo(dtype).eps), e.index)

@@ -17,11 +17,14 @@ from ._names import callable_place
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
+    from ..verdicts import Entries
     from . import CheckedCall, Recording
 
 
-def record(call: CheckedCall, report: Report) -> Recording:
-    """The supplied rule as the located node, from the report's worst entry."""
+def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
+    """The supplied rule as the located node, from the report's worst entry; with
+    ``as_run`` (the NONFINITE walk), from its entries that are NaN or Inf where the
+    reference is finite."""
     from . import Recording
 
     supplied = call.supplied
@@ -34,9 +37,25 @@ def record(call: CheckedCall, report: Report) -> Recording:
     kind, fn = named[0]
     site = Site(f"the supplied {kind}= rule", "custom rule", "", callable_place(fn))
     e = report.entries
+    if as_run:
+        return Recording(notes=(note,), located=_nonfinite(site, e))
     i = int(e.worst(1)[0])
     ad, ref, tol = float(e.autodiff[i]), float(e.reference[i]), float(e.tolerance[i])
     dtype = np.asarray(e.autodiff).dtype.name
     what = f"the Jacobian entry {e.names[i]} by the rule against the check's reference"
     check = NodeCheck(site, ad, ref, abs(ad - ref), tol, dtype, what)
     return Recording(notes=(note,), located=check if check.wrong else None)
+
+
+def _nonfinite(site: Site, e: Entries) -> NodeCheck | None:
+    """The rule as a node whose values are NaN or Inf where the reference is finite."""
+    bad = np.flatnonzero(~np.isfinite(e.autodiff) & np.isfinite(e.reference))
+    if not bad.size:
+        return None
+    shown = "; ".join(f"{e.names[int(i)]}: {float(e.autodiff[int(i)])!r}" for i in bad[:3])
+    more = f" (and {bad.size - 3} more)" if bad.size > 3 else ""
+    i = int(bad[0])
+    what = "the Jacobian entries by the rule where the check's reference is finite"
+    dtype = np.asarray(e.autodiff).dtype.name
+    return NodeCheck(site, float(e.autodiff[i]), float(e.reference[i]), float("inf"), 0.0,
+                     dtype, what, nonfinite=f"the Jacobian entries {shown}{more}")  # fmt: skip

@@ -10,12 +10,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def node_lines(c: NodeCheck) -> list[str]:
-    """The op, its path, its source line, and its error against its own tolerance."""
+    """The op, its path, its source line, and its error against its own tolerance (or,
+    from the NONFINITE walk, where its VJP is NaN or Inf, what it feeds and the fix)."""
     lines = [f"  op:     {c.site.op} ({c.site.kind})"]
     if c.site.path:
         lines.append(f"  layer:  {c.site.path}")
     if c.site.source:
         lines.append(f"  line:   {c.site.source}")
+    if c.nonfinite:
+        lines.append(f"  its VJP ({c.arithmetic}, finite inputs, finite cotangent) is NaN "
+                     f"or Inf at {c.nonfinite}")  # fmt: skip
+        if c.feeds is not None:
+            lines.append(f"  feeds:  {c.feeds.where()}")
+        if c.hint:
+            lines.append(f"  fix:    {c.hint}")
+        return lines
     times = c.error / c.tolerance if c.tolerance > 0 else float("inf")
     lines.append(
         f"  its rule: {c.compared}: {c.autodiff:.10g} against {c.reference:.10g} "
@@ -25,17 +34,22 @@ def node_lines(c: NodeCheck) -> list[str]:
     return lines
 
 
+_HEADERS = {
+    "wrong rule": ("Localized: the first node whose own rule is wrong",
+                   "Localized: no node's own rule was found wrong"),
+    "non-finite VJP": ("Localized: the first node whose VJP turns finite values into NaN or Inf",
+                       "Localized: no node's VJP turns finite values into NaN or Inf"),
+}  # fmt: skip
+
+
 def localization_lines(loc: Localization) -> list[str]:
     """Header, the located node (or that none was found), counts and notes."""
     custom = sum(c.site.kind == "custom rule" for c in loc.checked)
     count = (f"{len(loc.checked)} node(s) checked alone at their forward-pass inputs "
              f"({custom} custom rule(s), {len(loc.checked) - custom} primitive(s)) "
              f"in {loc.seconds:.2f} s")  # fmt: skip
-    if loc.located is not None:
-        lines = ["Localized: the first node whose own rule is wrong"]
-        lines += node_lines(loc.located)
-    else:
-        lines = ["Localized: no node's own rule was found wrong"]
+    found, none = _HEADERS[loc.searched]
+    lines = [found, *node_lines(loc.located)] if loc.located is not None else [none]
     if loc.checked:
         lines.append(f"  {count}")
     lines += [f"  note: {n}" for n in loc.notes]

@@ -29,8 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import CheckedCall, Recording
 
 
-def record(call: CheckedCall, report: Report) -> Recording:
-    """Run ``call`` eagerly once, recording its ``tf.custom_gradient`` calls as nodes."""
+def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
+    """Run ``call`` eagerly once, recording its ``tf.custom_gradient`` calls as nodes (in
+    float64 where they run in it; ``as_run``: in the dtypes the program ran them in)."""
     import tensorflow as tf
 
     from . import Recording
@@ -38,8 +39,12 @@ def record(call: CheckedCall, report: Report) -> Recording:
     calls: list[RecordedCall] = []
     with _recording(tf, calls):
         call.f(*call.args)
-    nodes = [_node(tf, c) for c in calls]
+    nodes = [_node(tf, c, as_run) for c in calls]
     note = "TensorFlow: only tf.custom_gradient functions are checked alone, not primitives"
+    if as_run:
+        note = ("TensorFlow: the primitives are not recorded, so the op whose VJP makes the "
+                "NaN or Inf could not be looked for among them; only tf.custom_gradient "
+                "functions were evaluated alone")  # fmt: skip
     return Recording(tuple(n for n in nodes if n), (), (note,))
 
 
@@ -81,12 +86,13 @@ def _floating(tf: Any, v: Any) -> bool:
     return isinstance(v, (tf.Tensor, tf.Variable)) and v.dtype.is_floating
 
 
-def _node(tf: Any, c: RecordedCall) -> Node | None:
+def _node(tf: Any, c: RecordedCall, as_run: bool = False) -> Node | None:
     moving = [i for i, a in enumerate(c.args) if _floating(tf, a)]
     if not moving:
         return None
     inputs = tuple(np.asarray(c.args[i].numpy(), np.float64) for i in moving)
-    for dtype in (tf.float64, c.args[moving[0]].dtype):
+    working = c.args[moving[0]].dtype
+    for dtype in (working,) if as_run else (tf.float64, working):
         node = _try_node(tf, c, moving, inputs, dtype)
         if node is not None:
             return node

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Node, RecordedCall, Site
+from ._core import Flow, Node, RecordedCall, Site, Step
 from ._names import reachable_roots, source_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import CheckedCall, Recording
 
 
-def record(call: CheckedCall, report: Report) -> Recording:
-    """Run ``call`` once, recording its custom Functions and primitives as nodes."""
+def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
+    """Run ``call`` once, recording its custom Functions and primitives as nodes, in
+    float64 where they run in it (``as_run``: in the dtypes the program ran them in)."""
     import torch
 
     from . import Recording
@@ -39,10 +40,24 @@ def record(call: CheckedCall, report: Report) -> Recording:
     args = [_fresh(torch, a) if i in call.argnums else a for i, a in enumerate(call.args)]
     custom: list[RecordedCall] = []
     prims: list[RecordedCall] = []
-    with _recording(torch, _names(torch, call.f), custom, prims):
-        call.f(*args)
-    nodes = [_node(torch, c) for c in custom], [_node(torch, c) for c in prims]
-    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n))
+    flow = Flow()
+    with _recording(torch, _names(torch, call.f), custom, prims, flow):
+        result = call.f(*args)
+    outputs = flow.reads(_tensors(torch, _flat(result)))
+    steps = sorted(((c.index, Step(c.site, c.reads)) for c in (*custom, *prims)),
+                   key=lambda p: p[0])  # fmt: skip
+    nodes = [_node(torch, c, as_run) for c in custom], [_node(torch, c, as_run) for c in prims]
+    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n),
+                     steps=tuple(s for _, s in steps), outputs=outputs)  # fmt: skip
+
+
+def _flat(a: Any) -> list[Any]:
+    """The leaves of nested lists, tuples and dicts."""
+    if isinstance(a, dict):
+        return [x for v in a.values() for x in _flat(v)]
+    if isinstance(a, (list, tuple)):
+        return [x for v in a for x in _flat(v)]
+    return [a]
 
 
 def _fresh(torch: Any, a: Any) -> Any:
@@ -67,9 +82,14 @@ class _State:
 
 @contextlib.contextmanager
 def _recording(
-    torch: Any, names: dict[int, str], custom: list[RecordedCall], prims: list[RecordedCall]
+    torch: Any,
+    names: dict[int, str],
+    custom: list[RecordedCall],
+    prims: list[RecordedCall],
+    flow: Flow,
 ) -> Iterator[None]:
-    """Wrap ``Function.apply``, hook modules and enter a TorchFunctionMode, for one run."""
+    """Wrap ``Function.apply``, hook modules and enter a TorchFunctionMode, for one run;
+    ``flow`` learns which call made each tensor."""
     from torch.nn.modules import module as mod
 
     stack: list[Any] = []
@@ -85,6 +105,7 @@ def _recording(
             " > ".join(type(s).__name__ for s in stack)  # fmt: skip
 
     def apply(cls: Any, *a: Any, **k: Any) -> Any:
+        index = -1
         if state.depth == 0:
             site = Site(
                 f"torch.autograd.Function {cls.__name__}",
@@ -92,13 +113,18 @@ def _recording(
                 path(),
                 source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
             )
+            index = len(custom) + len(prims)
             custom.append(RecordedCall(lambda *x, **y: original.__func__(cls, *x, **y),
-                                _clone(torch, a), dict(k), site))  # fmt: skip
+                                       _clone(torch, a), dict(k), site, index,
+                                       flow.reads(_tensors(torch, a))))  # fmt: skip
         state.depth += 1
         try:
-            return original.__func__(cls, *a, **k)
+            out = original.__func__(cls, *a, **k)
         finally:
             state.depth -= 1
+        if index >= 0:
+            flow.made_by(index, _tensors(torch, _flat(out)))
+        return out
 
     def enter(m: Any, i: Any) -> None:
         stack.append(m)
@@ -111,7 +137,7 @@ def _recording(
     post = mod.register_module_forward_hook(leave)
     fn_cls.apply = classmethod(apply)
     try:
-        with _PrimitiveMode(torch, state, prims, path):
+        with _PrimitiveMode(torch, state, (custom, prims), path, flow):
             yield
     finally:
         fn_cls.apply = original
@@ -133,9 +159,14 @@ def _clone(torch: Any, a: Any) -> Any:
 
 
 def _PrimitiveMode(
-    torch: Any, state: _State, prims: list[RecordedCall], path: Callable[[], str]
+    torch: Any,
+    state: _State,
+    calls: tuple[list[RecordedCall], list[RecordedCall]],
+    path: Callable[[], str],
+    flow: Flow,
 ) -> Any:
-    """A TorchFunctionMode recording top-level calls on tensors requiring gradients."""
+    """A TorchFunctionMode recording top-level calls on tensors requiring gradients in
+    ``calls[1]`` (``calls[0]``, the custom rules, counted in their positions)."""
     from torch.overrides import TorchFunctionMode, resolve_name
 
     skip = _skip_dirs(torch)
@@ -151,7 +182,10 @@ def _PrimitiveMode(
             if keep and isinstance(out, torch.Tensor) and out.grad_fn is not None:
                 site = Site(name, "primitive", path(),
                             source_line(traceback.extract_stack()[:-1], skip))  # fmt: skip
-                prims.append(RecordedCall(func, saved, dict(kwargs), site))
+                index = len(calls[0]) + len(calls[1])
+                reads = flow.reads(_tensors(torch, [args, list(kwargs.values())]))
+                calls[1].append(RecordedCall(func, saved, dict(kwargs), site, index, reads))
+                flow.made_by(index, [out])
             return out
 
     return Mode()
@@ -174,13 +208,14 @@ def _tensors(torch: Any, a: Any) -> list[Any]:
     return []
 
 
-def _node(torch: Any, c: RecordedCall) -> Node | None:
-    """The call as a node: its floating inputs that required gradients are the inputs."""
+def _node(torch: Any, c: RecordedCall, as_run: bool = False) -> Node | None:
+    """The call as a node: its floating inputs that required gradients are the inputs;
+    in float64 where it runs in it, else (or ``as_run``) in the dtype the program used."""
     moving = [t for t in _tensors(torch, c.args) if t.requires_grad]
     inputs = [t.detach().double().numpy().copy() for t in moving]
     if not inputs:
         return None
-    for dtype in (torch.float64, moving[0].dtype):
+    for dtype in (moving[0].dtype,) if as_run else (torch.float64, moving[0].dtype):
         node = _try_node(torch, c, inputs, dtype)
         if node is not None:
             return node
@@ -220,7 +255,8 @@ def _try_node(torch: Any, c: RecordedCall, inputs: list[np.ndarray], dtype: Any)
     if not outs or any(o.dtype != dtype for o in outs):
         return None
     arith = str(dtype).replace("torch.", "")
-    return Node(c.site, tuple(inputs), forward, vjp, arith, float(torch.finfo(dtype).eps))
+    eps = float(torch.finfo(dtype).eps)
+    return Node(c.site, tuple(inputs), forward, vjp, arith, eps, c.index)
 
 
 def _substitute(torch: Any, a: Any, it: Iterator[Any], dtype: Any) -> Any:
