@@ -11,6 +11,7 @@ framework: a node's forward and VJP take and give NumPy float64 arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Flow", "Node", "NodeCheck", "RecordedCall", "Site", "Step", "check_node", "check_nodes"]
+__all__ = [
+    "Flow",
+    "Node",
+    "NodeCheck",
+    "RecordedCall",
+    "Site",
+    "Step",
+    "check_node",
+    "check_nodes",
+    "with_cotangents",
+]
 
 PROJECTIONS = 3
 """Random pairs ``(u, v)`` per node."""
@@ -77,11 +88,13 @@ class RecordedCall:
 
 @dataclass(frozen=True)
 class Step:
-    """One recorded call of the forward pass: where it is, and the positions of the
-    recorded calls whose outputs it read."""
+    """One recorded call of the forward pass: where it is, the positions of the recorded
+    calls whose outputs it read, and whether its outputs carry derivatives (``floating``:
+    a comparison's do not)."""
 
     site: Site
     reads: tuple[int, ...] = ()
+    floating: bool = True
 
 
 @dataclass
@@ -108,6 +121,14 @@ class Flow:
         """Record that the call at position ``index`` returned ``values``."""
         for v in values:
             self.made[id(v)] = (index, v)
+
+    def outputs(self) -> dict[int, list[Any]]:
+        """``index -> values`` made by each call (``index >= 0``), in the order returned."""
+        out: dict[int, list[Any]] = {}
+        for index, v in self.made.values():
+            if index >= 0:
+                out.setdefault(index, []).append(v)
+        return out
 
 
 @dataclass(frozen=True)
@@ -136,6 +157,10 @@ class Node:
         Its position in the forward pass (custom rules and primitives counted together,
         as in :attr:`polygrad.localize.Recording.steps`), -1 when the recorder does not
         count.
+    cotangent : numpy.ndarray or None
+        The cotangent its outputs received in the program's own backward pass (flattened
+        like ``forward``'s output), where the recorder ran one (the NONFINITE walk); None
+        otherwise.
     """
 
     site: Site
@@ -145,6 +170,7 @@ class Node:
     arithmetic: str = "float64"
     eps: float = float(np.finfo(np.float64).eps)
     index: int = -1
+    cotangent: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -220,6 +246,14 @@ class NodeCheck:
         if self.reference == 0.0:
             return 0.0 if self.error == 0.0 else float("inf")
         return self.error / abs(self.reference)
+
+
+def with_cotangents(nodes: Sequence[Node], cts: dict[int, np.ndarray] | None) -> tuple[Node, ...]:
+    """``nodes`` given the cotangents their outputs received in the program's backward pass
+    (``cts``: by position), those it did not reach left out; ``cts`` None: as they are."""
+    if cts is None:
+        return tuple(nodes)
+    return tuple(dataclasses.replace(n, cotangent=cts[n.index]) for n in nodes if n.index in cts)
 
 
 def _difference(node: Node, v: list[np.ndarray], u: np.ndarray, h: float) -> tuple[float, float]:

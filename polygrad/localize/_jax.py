@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Flow, Node, Site, Step
+from ._core import Flow, Node, Site, Step, with_cotangents
 from ._names import format_place
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,12 +45,15 @@ class _Eqn:
 
 @dataclass
 class _Tape:
-    """What one interpretation records: custom and primitive equations, the data flow."""
+    """What one interpretation records: custom and primitive equations, the data flow;
+    ``eps``: values added to each equation's floating outputs (by position), whose
+    cotangents are the equations' own in the program's backward pass."""
 
     custom: list[_Eqn]
     prims: list[_Eqn]
     steps: list[Step]
     flow: Flow
+    eps: dict[int, list[Any]] | None = None
 
 
 def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
@@ -77,9 +80,36 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
                     raise
                 continue
         break
-    nodes = ([_node(e, as_run) for e in tape.custom], [_node(e, as_run) for e in tape.prims])
-    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n),
+    cts = _cotangents(closed, leaves, tape) if as_run else None
+    nodes = [[n for n in (_node(e, as_run) for e in group) if n]
+             for group in (tape.custom, tape.prims)]  # fmt: skip
+    return Recording(with_cotangents(nodes[0], cts), with_cotangents(nodes[1], cts),
                      steps=tuple(tape.steps), outputs=tape.flow.reads(results))  # fmt: skip
+
+
+def _cotangents(closed: Any, leaves: list[Any], tape: _Tape) -> dict[int, np.ndarray] | None:
+    """The cotangent of each equation's floating outputs (flattened, by position) in one
+    backward pass of the program from cotangents of ones on its floating outputs: the
+    gradient at 0 of values added to those outputs (:attr:`_Tape.eps`); None where it
+    cannot be taken."""
+    import jax
+
+    jnp = jax.numpy
+    zeros = {i: [jnp.zeros_like(v) for v in vs if _floating(v)]
+             for i, vs in tape.flow.outputs().items()}  # fmt: skip
+
+    def program(eps: dict[int, list[Any]]) -> list[Any]:
+        again = _Tape([], [], [], Flow(), eps)
+        outs = _run(closed.jaxpr, closed.consts, leaves, ("", "", ""), again)
+        return [o for o in outs if _floating(o)]
+
+    try:
+        outs, pull = jax.vjp(program, {i: z for i, z in zeros.items() if z})
+        (cts,) = pull([jnp.ones_like(o) for o in outs])
+    except Exception:  # noqa: BLE001 - no backward pass here: cotangents unknown
+        return None
+    return {i: np.concatenate([np.asarray(c, np.float64).ravel() for c in cs])
+            for i, cs in cts.items()}  # fmt: skip
 
 
 def _widened(v: Any) -> Any:
@@ -130,11 +160,15 @@ def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], outer: tuple[st
             op = f"{_op_name(eqn)} (in jit {within})" if within else _op_name(eqn)
             index = len(tape.steps)
             site = Site(op, kind, stack, _place(eqn) or place)
-            tape.steps.append(Step(site, tape.flow.reads(vals)))
+            reads = tape.flow.reads(vals)
             (tape.custom if name in _CUSTOM else tape.prims).append(
                 _Eqn(eqn, tuple(vals), site, index)
             )
             results = _bind(eqn, vals)
+            tape.steps.append(Step(site, reads, any(_floating(r) for r in results)))
+            if tape.eps is not None and tape.eps.get(index):
+                add = iter(tape.eps[index])
+                results = [r + next(add) if _floating(r) else r for r in results]
             tape.flow.made_by(index, results)
         env.update(zip(eqn.outvars, results, strict=True))
     return [read(v) for v in jaxpr.outvars]

@@ -2,18 +2,23 @@
 
 A check is NONFINITE when autodiff gives NaN or Inf where the reference derivative is
 finite. The program is recorded as the user ran it (in its own dtypes: a float32
-overflow is an overflow), and each node that the program's outputs depend on is
-evaluated alone at the inputs it saw, in the order the forward pass ran them: its VJP
-(the framework's rule, on that node only) applied to a random finite cotangent. The
-first node whose inputs are finite and whose VJP is not is reported, with the input
-entries where it is NaN or Inf.
+overflow is an overflow), with one backward pass of it from cotangents of ones on its
+outputs, which gives each node the cotangent its outputs received. Each node that the
+program's outputs depend on is then evaluated alone at the inputs it saw, in the order
+the forward pass ran them: its VJP (the framework's rule, on that node only) applied to
+that cotangent (a random finite one where the recorder has none). The first node whose
+inputs and cotangent are finite and whose VJP is not is reported, with the input
+entries where it is NaN or Inf. Nodes that received a NaN or Inf cotangent are not
+evaluated: their NaN comes from a node after them.
 
 The classic cause is a masked branch, ``where(x > 0, sqrt(x), 0)``: the ``where`` picks 0
 where ``x <= 0``, but autodiff still runs the backward of ``sqrt`` there, with cotangent
 0 and derivative NaN (``x < 0``) or Inf (``x = 0``), and ``0 × NaN`` and ``0 × Inf`` are
 NaN. The report names the masking op (``where``, ``select``, ``masked_fill``) that reads
 the node's output, directly or through other nodes, and the fix, the "double where":
-make the input safe first, ``where(x > 0, sqrt(where(x > 0, x, 1)), 0)``.
+make the input safe first, ``where(x > 0, sqrt(where(x > 0, x, 1)), 0)``. (With the
+cotangent the node really received, a rule that returns 0 for a zero cotangent, as
+TensorFlow's ``Sqrt`` gradient does, is not blamed.)
 """
 
 from __future__ import annotations
@@ -34,26 +39,31 @@ _SHOWN = 3
 
 
 def finite_check(node: Node, rng: np.random.Generator) -> NodeCheck | None:
-    """The node's VJP at its forward-pass inputs, for a random finite cotangent.
+    """The node's VJP at its forward-pass inputs, for the cotangent it received in the
+    program's backward pass (``node.cotangent``; a random one where that is unknown).
 
     Parameters
     ----------
     node : Node
         The node, with the inputs it saw in the forward pass.
     rng : numpy.random.Generator
-        Draws the cotangent ``u`` and the direction ``v`` of the reported ``uᵀJv``.
+        Draws the direction ``v`` of the reported ``uᵀJv`` (and ``u`` where unknown).
 
     Returns
     -------
     NodeCheck or None
-        None where an input is not finite (its NaN or Inf comes from an earlier node);
-        else the check, whose ``nonfinite`` names the input entries where the VJP is NaN
-        or Inf (``""``: finite everywhere). ``reference`` is NaN: nothing is compared.
+        None where an input or the cotangent is not finite (the NaN or Inf comes from
+        another node); else the check, whose ``nonfinite`` names the input entries where
+        the VJP is NaN or Inf (``""``: finite everywhere). ``reference`` is NaN: nothing
+        is compared.
     """
     if not all(np.all(np.isfinite(x)) for x in node.inputs):
         return None
     y = node.forward(list(node.inputs))
-    u = rng.standard_normal(y.shape)
+    known = node.cotangent is not None and node.cotangent.size == y.size
+    u = np.asarray(node.cotangent).reshape(y.shape) if known else rng.standard_normal(y.shape)
+    if not np.all(np.isfinite(u)):
+        return None
     v = [rng.standard_normal(x.shape) for x in node.inputs]
     with np.errstate(all="ignore"):
         raw = node.vjp(list(node.inputs), u)
@@ -61,7 +71,8 @@ def finite_check(node: Node, rng: np.random.Generator) -> NodeCheck | None:
                  for g, x in zip(raw, node.inputs, strict=True)]  # fmt: skip
         ad = float(sum(np.sum(g * d) for g, d in zip(grads, v, strict=True)))
     bad = _entries(node.inputs, grads)
-    what = "uᵀJv from its VJP at finite inputs and a random finite cotangent; is it finite"
+    source = "the cotangent it received in the backward pass" if known else "a random cotangent"
+    what = f"uᵀJv from its VJP at its finite inputs and {source}; is it finite"
     error = float("inf") if bad else 0.0
     return NodeCheck(node.site, ad, float("nan"), error, 0.0, node.arithmetic, what, bad)
 
@@ -123,7 +134,8 @@ def fix_hint(site: Site, feeds: Site | None) -> str:
 
 
 def _live(steps: Sequence[Step], outputs: Sequence[int]) -> set[int] | None:
-    """The positions of the steps the program's outputs depend on; None when unknown."""
+    """The positions of the steps the program's outputs depend on differentiably; None
+    when unknown."""
     if not outputs or not steps:
         return None
     seen: set[int] = set()
@@ -133,7 +145,8 @@ def _live(steps: Sequence[Step], outputs: Sequence[int]) -> set[int] | None:
         if i in seen or not 0 <= i < len(steps):
             continue
         seen.add(i)
-        todo.extend(steps[i].reads)
+        if steps[i].floating:  # a comparison's output carries no derivative back
+            todo.extend(steps[i].reads)
     return seen
 
 

@@ -7,7 +7,10 @@ wrapped to record the user's undecorated function, its arguments, the name scope
 in (Keras layer names) and its call site. Each record is a custom node: the forward is
 the function's first result, the VJP its returned gradient function, both on float64
 copies of its floating arguments (the working dtype where it does not run in float64).
-TensorFlow's own primitives are not checked (a note says so).
+After a MISMATCH, TensorFlow's own primitives are not checked (a note says so). For the
+NONFINITE walk the run is also taped, its primitives are recorded as they ran
+(:mod:`._tf_ops`), and every node gets the cotangent it received in the tape's backward
+pass.
 """
 
 from __future__ import annotations
@@ -21,55 +24,110 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Node, RecordedCall, Site
+from ._core import Flow, Node, RecordedCall, Site, Step, with_cotangents
 from ._names import source_line
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
     from . import CheckedCall, Recording
+    from ._tf_ops import RecordedOp
 
 
 def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
     """Run ``call`` eagerly once, recording its ``tf.custom_gradient`` calls as nodes (in
-    float64 where they run in it; ``as_run``: in the dtypes the program ran them in)."""
+    float64 where they run in it); ``as_run`` (the NONFINITE walk): in the dtypes the
+    program ran them in, and its primitives too (:mod:`._tf_ops`)."""
     import tensorflow as tf
 
     from . import Recording
+    from ._tf_ops import op_node
 
     calls: list[RecordedCall] = []
-    with _recording(tf, calls):
-        call.f(*call.args)
-    nodes = [_node(tf, c, as_run) for c in calls]
-    note = "TensorFlow: only tf.custom_gradient functions are checked alone, not primitives"
-    if as_run:
-        note = ("TensorFlow: the primitives are not recorded, so the op whose VJP makes the "
-                "NaN or Inf could not be looked for among them; only tf.custom_gradient "
-                "functions were evaluated alone")  # fmt: skip
-    return Recording(tuple(n for n in nodes if n), (), (note,))
+    ops: list[RecordedOp] | None = [] if as_run else None
+    flow = Flow()
+    checked = [a for i, a in enumerate(call.args) if i in call.argnums]
+    flow.made_by(-1, checked)
+    # the NONFINITE walk takes the program's own backward pass: a tape around the run
+    with tf.GradientTape(persistent=True) if as_run else contextlib.nullcontext() as tape:
+        if tape is not None:
+            tape.watch([a for a in checked if _floating(tf, a)])
+        with _recording(tf, calls, ops, flow):
+            result = call.f(*call.args)
+    nodes = [n for n in (_node(tf, c, as_run) for c in calls) if n]
+    if ops is None:
+        note = "TensorFlow: only tf.custom_gradient functions are checked alone, not primitives"
+        return Recording(tuple(nodes), (), (note,))
+    cts = _cotangents(tf, tape, flow, result)
+    nodes = list(with_cotangents(nodes, cts))
+    prims = with_cotangents([n for n in (op_node(tf, o) for o in ops) if n], cts)
+    steps = sorted([(c.index, Step(c.site, c.reads)) for c in calls] +
+                   [(o.index, Step(o.site, o.reads)) for o in ops], key=lambda p: p[0])  # fmt: skip
+    outputs = tuple(r for r in flow.reads(tf.nest.flatten(result)) if r >= 0)
+    return Recording(tuple(nodes), tuple(prims), steps=tuple(s for _, s in steps),
+                     outputs=outputs)  # fmt: skip
+
+
+def _cotangents(tf: Any, tape: Any, flow: Flow, result: Any) -> dict[int, np.ndarray] | None:
+    """The cotangent each recorded call's floating outputs received (flattened, by
+    position) in one backward pass from cotangents of ones on the function's floating
+    outputs (the tape's gradient with respect to those outputs); None where it fails."""
+    made = {i: [t for t in vs if _floating(tf, t)] for i, vs in flow.outputs().items()}
+    made = {i: ts for i, ts in made.items() if ts}
+    outs = [o for o in tf.nest.flatten(result) if _floating(tf, o)]
+    sources = [t for ts in made.values() for t in ts]
+    try:
+        grads = tape.gradient(outs, sources, output_gradients=[tf.ones_like(o) for o in outs])
+    except Exception:  # noqa: BLE001 - no backward pass here: cotangents unknown
+        return None
+    it = iter(grads)
+    got = {i: [next(it) for _ in ts] for i, ts in made.items()}
+    return {i: np.concatenate([np.asarray(tf.convert_to_tensor(g).numpy(), np.float64).ravel()
+                               for g in gs]) for i, gs in got.items()
+            if all(g is not None for g in gs)}  # fmt: skip
 
 
 @contextlib.contextmanager
-def _recording(tf: Any, calls: list[RecordedCall]) -> Iterator[None]:
+def _recording(tf: Any, calls: list[RecordedCall], ops: list[RecordedOp] | None,
+               flow: Flow) -> Iterator[None]:  # fmt: skip
+    """Wrap the eager entry of ``tf.custom_gradient`` and run functions eagerly, for one
+    run; with ``ops``, record the primitives there too."""
     from tensorflow.python.ops import custom_gradient as cg
+
+    from ._tf_ops import recording_ops
 
     original = cg._eager_mode_decorator
     skip = (os.path.dirname(os.path.abspath(tf.__file__)),
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
             os.path.dirname(os.path.dirname(os.path.abspath(cg.__file__))))  # fmt: skip
+    depth = [0]
+
+    def position() -> int:
+        return len(calls) + (len(ops) if ops is not None else 0)
 
     def wrapper(f: Any, args: Any, kwargs: Any) -> Any:
         keras = _keras_dirs()
         site = Site(f"tf.custom_gradient {getattr(f, '__name__', '?')}", "custom rule",
                     tf.get_current_name_scope(),
                     source_line(traceback.extract_stack()[:-1], skip + keras))  # fmt: skip
-        calls.append(RecordedCall(f, tuple(args), dict(kwargs), site))
-        return original(f, args, kwargs)
+        index = position()
+        reads = tuple(r for r in flow.reads(tf.nest.flatten(args)) if r >= 0)
+        calls.append(RecordedCall(f, tuple(args), dict(kwargs), site, index, reads))
+        depth[0] += 1
+        try:
+            out = original(f, args, kwargs)
+        finally:
+            depth[0] -= 1
+        flow.made_by(index, tf.nest.flatten(out))
+        return out
 
     eager = tf.config.functions_run_eagerly()
     cg._eager_mode_decorator = wrapper
     tf.config.run_functions_eagerly(True)
+    ops_cm = (recording_ops(tf, ops, position, lambda: depth[0] > 0, flow, skip + _keras_dirs())
+              if ops is not None else contextlib.nullcontext())  # fmt: skip
     try:
-        yield
+        with ops_cm:
+            yield
     finally:
         cg._eager_mode_decorator = original
         tf.config.run_functions_eagerly(eager)
@@ -83,7 +141,7 @@ def _keras_dirs() -> tuple[str, ...]:
 
 
 def _floating(tf: Any, v: Any) -> bool:
-    return isinstance(v, (tf.Tensor, tf.Variable)) and v.dtype.is_floating
+    return isinstance(v, (tf.Tensor, tf.Variable)) and bool(v.dtype.is_floating)
 
 
 def _node(tf: Any, c: RecordedCall, as_run: bool = False) -> Node | None:
@@ -136,4 +194,5 @@ def _try_node(tf: Any, c: RecordedCall, moving: list[int], inputs: tuple[np.ndar
         return None
     if not ys or any(y.dtype != dtype for y in ys):
         return None
-    return Node(c.site, inputs, forward, vjp, dtype.name, float(np.finfo(dtype.as_numpy_dtype).eps))
+    eps = float(np.finfo(dtype.as_numpy_dtype).eps)
+    return Node(c.site, inputs, forward, vjp, dtype.name, eps, c.index)

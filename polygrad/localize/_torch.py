@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._core import Flow, Node, RecordedCall, Site, Step
+from ._core import Flow, Node, RecordedCall, Site, Step, with_cotangents
 from ._names import reachable_roots, source_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
     """Run ``call`` once, recording its custom Functions and primitives as nodes, in
-    float64 where they run in it (``as_run``: in the dtypes the program ran them in)."""
+    float64 where they run in it; ``as_run`` (the NONFINITE walk): in the dtypes the
+    program ran them in, each with the cotangent it received in one backward pass."""
     import torch
 
     from . import Recording
@@ -46,9 +47,42 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
     outputs = flow.reads(_tensors(torch, _flat(result)))
     steps = sorted(((c.index, Step(c.site, c.reads)) for c in (*custom, *prims)),
                    key=lambda p: p[0])  # fmt: skip
-    nodes = [_node(torch, c, as_run) for c in custom], [_node(torch, c, as_run) for c in prims]
-    return Recording(tuple(n for n in nodes[0] if n), tuple(n for n in nodes[1] if n),
+    cts = _cotangents(torch, flow, result, [args[i] for i in call.argnums]) if as_run else None
+    nodes = [[n for n in (_node(torch, c, as_run) for c in group) if n]
+             for group in (custom, prims)]  # fmt: skip
+    return Recording(with_cotangents(nodes[0], cts), with_cotangents(nodes[1], cts),
                      steps=tuple(s for _, s in steps), outputs=outputs)  # fmt: skip
+
+
+def _cotangents(
+    torch: Any, flow: Flow, result: Any, args: list[Any]
+) -> dict[int, np.ndarray] | None:
+    """The cotangent each recorded call's outputs received (flattened, by position) in
+    one backward pass of the program from cotangents of ones on its outputs; None where
+    that pass does not run."""
+    outs = [t for t in _tensors(torch, _flat(result)) if t.requires_grad]
+    leaves = [a for a in _tensors(torch, args) if a.requires_grad]
+    made = {
+        i: [t for t in _tensors(torch, v) if t.requires_grad] for i, v in flow.outputs().items()
+    }
+    got: dict[int, dict[int, np.ndarray]] = {}
+
+    def keep(i: int, k: int) -> Callable[[Any], None]:
+        def hook(g: Any) -> None:
+            got.setdefault(i, {})[k] = g.detach().double().numpy().copy()
+
+        return hook
+
+    hooks = [t.register_hook(keep(i, k)) for i, ts in made.items() for k, t in enumerate(ts)]
+    try:
+        torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
+    except RuntimeError:  # no backward pass (nothing requires gradients): cotangents unknown
+        return None
+    finally:
+        for h in hooks:
+            h.remove()
+    return {i: np.concatenate([got[i].get(k, np.zeros(tuple(t.shape))).ravel()
+                               for k, t in enumerate(made[i])]) for i in got}  # fmt: skip
 
 
 def _flat(a: Any) -> list[Any]:

@@ -1,0 +1,125 @@
+"""TensorFlow primitives for the NONFINITE walk: every eager op of one run, as it ran.
+
+While the user's function runs eagerly, an op callback (``op_callbacks``, the hook
+``tf.debugging.enable_check_numerics`` uses) sees every op TensorFlow executes: its
+type, inputs, attributes and outputs. An op is recorded when one of its floating inputs
+is a checked argument or the output of a recorded op (what a gradient tape would
+watch), outside ``tf.custom_gradient`` functions (recorded as custom rules). A node
+re-executes its one op (``execute.execute``) with the same attributes, so in the dtype
+the program ran it in, and its VJP is that op's registered gradient under a
+``tf.GradientTape``. The op is named by its type (``Sqrt``, ``SelectV2``), with the name
+scope (Keras layer names) and the user's source line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._core import Flow, Node, Site
+from ._names import source_line
+
+__all__ = ["RecordedOp", "op_node", "recording_ops"]
+
+
+@dataclass(frozen=True)
+class RecordedOp:
+    """One eager op: its type, attributes, inputs (``moving``: the positions of those
+    that are differentiated), number of outputs, site, position and reads."""
+
+    op_type: str
+    attrs: tuple[Any, ...]
+    inputs: tuple[Any, ...]
+    moving: tuple[int, ...]
+    outputs: int
+    site: Site
+    index: int
+    reads: tuple[int, ...]
+
+
+@contextlib.contextmanager
+def recording_ops(tf: Any, ops: list[RecordedOp], position: Callable[[], int],
+                  inside: Callable[[], bool], flow: Flow,
+                  skip: tuple[str, ...]) -> Iterator[None]:  # fmt: skip
+    """Record the eager ops of one run in ``ops`` (``position()``: the next position;
+    ``inside()``: a custom rule runs, whose ops are not recorded)."""
+    from tensorflow.python.framework import op_callbacks
+
+    def callback(op_type: Any, inputs: Any, attrs: Any, outputs: Any, op_name: Any = None,
+                 graph: Any = None) -> None:  # fmt: skip
+        if graph is not None or inside() or not outputs:
+            return None
+        op_type = op_type.decode() if isinstance(op_type, bytes) else str(op_type)
+        inputs = tuple(inputs)
+        moving = tuple(i for i, t in enumerate(inputs) if _floating(tf, t) and
+                       flow.reads([t]))  # fmt: skip
+        if not moving or not any(_floating(tf, o) for o in outputs):
+            return None
+        site = Site(op_type, "primitive", tf.get_current_name_scope(),
+                    source_line(traceback.extract_stack()[:-1], skip))  # fmt: skip
+        index = position()
+        reads = tuple(r for r in flow.reads(inputs) if r >= 0)
+        ops.append(RecordedOp(op_type, tuple(attrs or ()), inputs, moving,
+                              len(outputs), site, index, reads))  # fmt: skip
+        flow.made_by(index, outputs)
+        return None
+
+    op_callbacks.add_op_callback(callback)
+    try:
+        yield
+    finally:
+        op_callbacks.remove_op_callback(callback)
+
+
+def _floating(tf: Any, v: Any) -> bool:
+    return isinstance(v, tf.Tensor) and v.dtype.is_floating
+
+
+def op_node(tf: Any, op: RecordedOp) -> Node | None:
+    """The op as a node in the dtype it ran in; None where it does not run again."""
+    from tensorflow.python.eager import context, execute
+
+    inputs = tuple(np.asarray(op.inputs[i].numpy(), np.float64) for i in op.moving)
+
+    def run(xs: Sequence[np.ndarray], tape: Any = None) -> tuple[list[Any], list[Any]]:
+        vals = list(op.inputs)
+        for i, x in zip(op.moving, xs, strict=True):
+            vals[i] = tf.constant(x, op.inputs[i].dtype)
+            if tape is not None:
+                tape.watch(vals[i])
+        outs = execute.execute(op.op_type, op.outputs, vals, op.attrs, context.context())
+        if tape is not None:
+            execute.record_gradient(op.op_type, vals, op.attrs, outs)
+        return [vals[i] for i in op.moving], [o for o in outs if _floating(tf, o)]
+
+    def forward(xs: Sequence[np.ndarray]) -> np.ndarray:
+        _, outs = run(xs)
+        return np.concatenate([np.asarray(o.numpy(), np.float64).ravel() for o in outs])
+
+    def vjp(xs: Sequence[np.ndarray], u: np.ndarray) -> list[np.ndarray]:
+        with tf.GradientTape() as tape:
+            ts, outs = run(xs, tape)
+        us, off = [], 0
+        for o in outs:
+            size = int(np.prod(o.shape))
+            us.append(tf.constant(u[off : off + size].reshape(o.shape), o.dtype))
+            off += size
+        gs = tape.gradient(outs, ts, output_gradients=us)
+        return [np.zeros(x.shape) if g is None else
+                np.asarray(tf.convert_to_tensor(g).numpy(), np.float64).reshape(x.shape)
+                for g, x in zip(gs, xs, strict=True)]  # fmt: skip
+
+    try:
+        _, outs = run(inputs)
+    except Exception:  # noqa: BLE001 - the op does not run again alone: not a node
+        return None
+    if not outs:
+        return None
+    dtype = outs[0].dtype
+    return Node(op.site, inputs, forward, vjp, dtype.name,
+                float(np.finfo(dtype.as_numpy_dtype).eps), op.index)  # fmt: skip
