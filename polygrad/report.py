@@ -99,7 +99,10 @@ class Report:
         return out
 
     def to_dict(self, max_entries: int = 20) -> dict[str, Any]:
-        """JSON-serialisable summary; the ``max_entries`` worst entries are included."""
+        """JSON-serialisable summary; the ``max_entries`` worst entries are included, and
+        ``"localization"`` once :meth:`localize` has run (see
+        :meth:`polygrad.localize.Localization.to_dict`: the located node's op, layer path,
+        source line, error and tolerance, or None with the notes saying why)."""
         worst = self.entries.worst(max_entries)
         d = {
             "verdict": str(self.verdict),
@@ -109,6 +112,8 @@ class Report:
             "worst_entries": [self.entries.row(int(i)) for i in worst],
             "details": _jsonable(self.details.to_dict()),
         }
+        if self.localization is not None:
+            d["localization"] = _jsonable(self.localization.to_dict())
         return d
 
     def to_json(self, **kwargs: Any) -> str:

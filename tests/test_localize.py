@@ -260,3 +260,55 @@ def test_budget_cuts_the_walk_short_with_a_note():
     assert any("more than 10 input entries not checked" in n for n in loc.notes)
     assert all(c.site.op == "torch.Tensor.sum" or c.site.path.startswith("model.1")
                or "tanh" in c.site.op for c in loc.checked)  # fmt: skip
+
+
+# ---------------------------------------------------------------- the report's JSON
+
+
+def test_to_dict_holds_the_localization_and_round_trips_through_json():
+    import json
+
+    torch = pytest.importorskip("torch")
+    model, forward = _torch_model("scaled")
+    x = torch.randn(3, 4, dtype=torch.float32)
+    report = pg.check(lambda x: model(x).sum(), x)
+    assert "localization" not in report.to_dict()  # not computed yet
+    report.localize()
+    d = report.to_dict()
+    assert json.loads(report.to_json()) == d == json.loads(json.dumps(d))
+    loc = d["localization"]
+    assert loc["searched"] == "wrong rule" and loc["checked"] == 1
+    node = loc["located"]
+    assert node["op"] == "torch.autograd.Function LinearFn" and node["kind"] == "custom rule"
+    assert node["path"] == "model.4 (MyLinear)"
+    assert f"test_localize.py:{_line_of(forward, 'LinearFn.apply')} in forward" in node["source"]
+    assert node["wrong"] is True and node["error"] > 1e3 * node["tolerance"] > 0
+    c = report.localization.located
+    assert (node["autodiff"], node["reference"], node["arithmetic"]) == (
+        c.autodiff, c.reference, "float64")  # fmt: skip
+    assert "nonfinite" not in node
+
+
+def test_to_dict_of_a_nonfinite_localization_and_of_none_found():
+    import json
+
+    torch = pytest.importorskip("torch")
+
+    def f(x):
+        return torch.where(x > 0, torch.sqrt(x), 0.0).sum()
+
+    report = pg.check(f, torch.tensor([1.0, -2.0, 4.0]))
+    report.localize()
+    d = json.loads(report.to_json())
+    node = d["localization"]["located"]
+    assert d["localization"]["searched"] == "non-finite VJP"
+    assert node["op"] == "torch.sqrt" and node["error"] == "inf" and node["reference"] is None
+    assert node["nonfinite"] == "input[1] = -2: NaN" and node["feeds"]["op"] == "torch.where"
+    assert f"test_localize.py:{_line_of(f, 'torch.sqrt')}" in node["feeds"]["source"]
+    assert "double where" in node["hint"]
+    layer, layer_vjp, x = _numpy_layer(1.0)
+    passed = pg.check(layer, x, vjp=layer_vjp)
+    passed.localize()
+    none = json.loads(passed.to_json())["localization"]
+    assert none["located"] is None and none["checked"] == 0
+    assert none["notes"][0].startswith("not run: the check's verdict is PASS")
