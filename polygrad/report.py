@@ -67,8 +67,12 @@ class Report:
 
         For a MISMATCH: the checked function runs once more, each node of its program
         (custom rule regions first, then primitives) is checked alone at the inputs it
-        saw, and the first wrong one is reported (see :mod:`polygrad.localize`). Kept
-        in :attr:`localization`, which ``str(report)`` then shows first.
+        saw, and the first wrong one is reported (see :mod:`polygrad.localize`). For
+        NONFINITE (autodiff NaN or Inf where the reference is finite): the first node,
+        in forward order, whose VJP turns finite inputs and the finite cotangent it
+        received into NaN or Inf, with the ``where`` it feeds and the fix (the
+        "double where"). Kept in :attr:`localization`, which ``str(report)`` then
+        shows first and :meth:`to_dict` includes.
 
         Parameters
         ----------

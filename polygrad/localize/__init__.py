@@ -121,7 +121,8 @@ class Localization:
     Attributes
     ----------
     located : NodeCheck or None
-        The first node whose rule is wrong (None: none found among those checked).
+        The first node whose rule is wrong, or after NONFINITE whose VJP is NaN or Inf
+        at finite values (None: none found among those checked).
     checked : tuple of NodeCheck
         Every node checked, in the order checked.
     notes : tuple of str

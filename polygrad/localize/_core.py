@@ -185,11 +185,14 @@ class NodeCheck:
     ----------
     site : Site
     autodiff, reference : float
-        ``uᵀ J v`` from the node's VJP and from its central differences.
+        ``uᵀ J v`` from the node's VJP and from its central differences (after
+        NONFINITE: from its VJP only, and ``reference`` is NaN).
     error : float
-        ``|autodiff - reference|``.
+        ``|autodiff - reference|`` (after NONFINITE: Inf where the VJP is not finite,
+        else 0).
     tolerance : float
-        Twice the reference's error bar plus the VJP's round-off allowance.
+        Twice the reference's error bar plus the VJP's round-off allowance (after
+        NONFINITE: 0).
     arithmetic : str
         The dtype the node was evaluated in.
     compared : str
