@@ -71,6 +71,16 @@ def test_torch_where_sqrt_names_the_sqrt_the_where_and_the_line():
     assert any(t.startswith("  fix:    the torch.where discards") for t in text)
 
 
+def test_check_with_localize_runs_the_nonfinite_walk():
+    """``check(..., localize=True)`` localizes a NONFINITE as it does a MISMATCH: the
+    report's text shows the located node first."""
+    f, x, _, _ = _torch_net(safe=False)
+    report = pg.check(f, x, localize=True)
+    assert report.verdict is pg.Verdict.NONFINITE
+    assert report.to_dict()["localization"]["located"]["op"] == "torch.sqrt"
+    assert str(report).splitlines()[1].startswith("Localized: the first node whose VJP")
+
+
 def test_torch_double_where_passes_and_flags_nothing():
     f, x, _, _ = _torch_net(safe=True)
     report = pg.check(f, x)

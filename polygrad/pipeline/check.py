@@ -234,7 +234,8 @@ def check(
         ``f`` is differentiable is still NONFINITE (not ok). Default False.
     localize : bool
         After a MISMATCH, also run :meth:`Report.localize`: the op, the layer and the
-        source line whose own rule is wrong (see :mod:`polygrad.localize`); the text
+        source line whose own rule is wrong (after a NONFINITE, the first whose backward
+        turns finite values into NaN or inf: see :mod:`polygrad.localize`); the text
         report shows it first. Nothing is run for a check that does not fail. Default
         False (``report.localize()`` can be called later).
 
@@ -278,7 +279,7 @@ def check(
     state = judgment(prep, plan, ref, opts)  # assessed, then every pass (pipeline.judgment)
     report = make_report(state.prep, state.plan, state.ref, state.judged, opts, t_start)
     report.checked_call = CheckedCall(f, args, prep.argnums, prep.backend.name, prep.supplied)
-    if localize and report.verdict is Verdict.MISMATCH:
+    if localize and report.verdict in (Verdict.MISMATCH, Verdict.NONFINITE):
         report.localize()
     return report
 
