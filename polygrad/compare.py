@@ -549,8 +549,7 @@ def compare(
                              opts, t_start)  # fmt: skip
     # the primal from the program the reference ended on (the working dtype's, where the
     # float64 run is another function)
-    primal = ref_state.primal_prep or ref_state.ref_prep
-    y_ref, y_ref_err = _reference_primal(primal.target, ref_state.ref.method, dps)
+    y_ref, y_ref_err = _reference_primal(ref_state.ref_prep.target, ref_state.ref.method, dps)
     entries = {}
     for impl in impls:  # the same loop judges every implementation against one reference
         report = ref_report

@@ -13,8 +13,7 @@ at a failing entry, autodiff agrees with the working-dtype check, and the float6
 is another function there (the two references disagree beyond both error bars and the
 working tolerance, or the float64 evaluation of the rule differs from autodiff by more
 than that tolerance while autodiff agrees with the reference), the working-dtype check
-decides those entries (and only those: the others keep their verdict against the float64
-reference), with a note that says so. A wrong rule is as wrong in both dtypes and
+is the verdict, with a note that says so. A wrong rule is as wrong in both dtypes and
 stays wrong; a rule that lost digits in the working dtype (UNSTABLE) is rechecked, but
 both references are of one function there and agree, so it stays UNSTABLE. The float64
 rule's own round-off at an entry that is exactly 0 (a layer norm's sum, cancelling to
@@ -47,25 +46,12 @@ _MP_DIGITS = 30
 
 @dataclass(frozen=True)
 class WorkingRecheck:
-    """The check run again on the working dtype alone, and the entries it decides.
-
-    Attributes
-    ----------
-    prep, plan, ref, judged : Prepared, Plan, Reference, Assessment
-        The working-dtype check.
-    split : ndarray of bool, shape (K,)
-        The entries at which the float64 run is measured to be another function
-        (:func:`another_function`): only these take the working-dtype verdict.
-    note : str
-        What was measured, in words, naming the worst such entry.
-    """
+    """The check run again on the working dtype alone, ready for the report."""
 
     prep: Prepared
     plan: Plan
     ref: Reference
     judged: Assessment
-    split: np.ndarray
-    note: str
 
 
 def working_only(target: Target, mp_can_serve: bool = True) -> Target:
@@ -148,7 +134,7 @@ def recheck_in_working_dtype(
     if not np.any(split):
         return None
     note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
-    return WorkingRecheck(w_prep, w_plan, w_ref, w_judged, split, note)
+    return WorkingRecheck(w_prep, w_plan, w_ref, replace(w_judged, notes=(note, *w_judged.notes)))
 
 
 def _explicable(e: Entries) -> np.ndarray:
@@ -198,8 +184,7 @@ def _note(wide: Entries, working: Entries, split: np.ndarray, dtype: str) -> str
         f"{working.reference_error[i]:.2g}, autodiff {working.autodiff[i]:.7g}). Code that "
         "reads the dtype computes another function in float64 (a constant such as "
         "finfo(x.dtype).eps, a branch on the dtype); a float64 rule's own round-off at an "
-        f"entry that is exactly 0 looks the same. These entries were judged on the {dtype} "
+        f"entry that is exactly 0 looks the same. The entries were judged on the {dtype} "
         f"program alone: {dtype} differences, with their wider error bars, and mp where "
-        f"the {dtype} program runs on mpmath numbers; every other entry keeps its verdict "
-        "against the float64 reference"
+        f"the {dtype} program runs on mpmath numbers"
     )

@@ -14,7 +14,7 @@ through :func:`judgment`:
      operation defined on symmetric matrices reads (or that ``symmetric=`` declares),
      checked along symmetric directions (:mod:`polygrad.pipeline.subspace`);
    * ``working-dtype``: failures where the float64 run is measured to be another
-     function than the working-dtype program, those entries only
+     function than the working-dtype program
      (:mod:`polygrad.pipeline.dtype_dependence`).
 
 3. **Evidence** (:data:`EVIDENCE`): passes that measure a fact about some entries of
@@ -39,11 +39,11 @@ from the implementation the comparison's reference was computed from (``ref_prep
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..report import SEVERITY, Entries, Verdict
+from ..report import SEVERITY, Verdict
 from .assess import Assessment, assess
 from .autodiff import Setting
 from .dtype_dependence import recheck_in_working_dtype
@@ -125,10 +125,6 @@ class CheckState:
         :func:`polygrad.check`).
     passes : tuple of PassRecord
         The frames and evidence passes run, in order.
-    primal_prep : Prepared or None
-        The program whose value is the reference's primal, where a frame judged
-        entries on another program than ``ref_prep`` (the working dtype's, where the
-        float64 run is another function); None: ``ref_prep``'s.
     """
 
     prep: Prepared
@@ -137,7 +133,6 @@ class CheckState:
     judged: Assessment
     ref_prep: Prepared
     passes: tuple[PassRecord, ...] = ()
-    primal_prep: Prepared | None = None
 
 
 Frame = Callable[[CheckState, Options], CheckState | None]
@@ -161,28 +156,11 @@ def _subspace(state: CheckState, opts: Options) -> CheckState | None:
 
 
 def _working_dtype(state: CheckState, opts: Options) -> CheckState | None:
-    """The entries at which the float64 run is another function, judged on the working
-    dtype alone. Every other entry keeps its verdict (the working-dtype check measures no
-    round-off allowance without a float64 rule, so a verdict of its own there rests on
-    less evidence than the float64 reference's); where the two verdicts are the same it
-    shows the working-dtype program's numbers. Later passes read the float64 state."""
     w = recheck_in_working_dtype(state.prep, state.plan, state.ref, state.judged, opts)
     if w is None:
         return None
-    same = w.judged.entries.status == state.judged.entries.status
-    entries = merge_entries(state.judged.entries, w.judged.entries, w.split | same)
-    judged = replace(state.judged, entries=entries, notes=(w.note, *state.judged.notes))
-    return replace(state, judged=judged, primal_prep=w.prep)
-
-
-def merge_entries(kept: Entries, framed: Entries, where: np.ndarray) -> Entries:
-    """``kept`` with every field of ``framed`` at the entries ``where`` (same shapes)."""
-    out = {
-        f.name: np.where(where, getattr(framed, f.name), getattr(kept, f.name))
-        for f in fields(kept)
-        if f.name != "names"
-    }
-    return replace(kept, **out)
+    # the working-dtype reference is the implementation's own program: later passes use it
+    return replace(state, prep=w.prep, plan=w.plan, ref=w.ref, judged=w.judged, ref_prep=w.prep)
 
 
 def _as_evidence(source: str, before: Assessment, after: Assessment | None) -> Evidence | None:
