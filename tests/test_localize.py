@@ -184,8 +184,13 @@ def test_tf_correct_keras_flags_no_node():
     report = pg.check(f, x)
     assert report.ok
     loc = locate(CheckedCall(f, (x,), (0,), "tensorflow"), report)
-    assert loc.located is None and len(loc.checked) == 1
-    assert not loc.checked[0].wrong
+    assert loc.located is None and loc.notes == ()
+    # the custom rule first, then every eager op the argument reaches, in float64
+    assert loc.checked[0].site.op == "tf.custom_gradient dense_op"
+    ops = [c.site.op for c in loc.checked[1:]]
+    assert ops == ["MatMul", "BiasAdd", "Tanh", "Tanh", "MatMul", "AddV2", "Sum"]
+    assert {c.arithmetic for c in loc.checked} == {"float64"}
+    assert not any(c.wrong for c in loc.checked)
 
 
 # ---------------------------------------------------------------- NumPy

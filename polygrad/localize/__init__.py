@@ -20,8 +20,9 @@ What each framework records (``_torch``, ``_jax``, ``_tf``, ``_numpy``):
   values it saw; ``custom_vjp_call`` / ``custom_jvp_call`` equations are the custom
   nodes; paths from ``name_stack`` (Flax, Equinox), lines from ``source_info``;
 * TensorFlow: every ``tf.custom_gradient`` function called while the program runs
-  eagerly (its rule and inputs, the name scope: Keras layer names, the call site);
-  primitives are not checked after a MISMATCH (they are after NONFINITE, below);
+  eagerly (its rule and inputs, the name scope: Keras layer names, the call site), and
+  every eager op the checked arguments reach (an op callback, ``_tf_ops``), re-executed
+  alone in float64 where it has a float64 kernel;
 * NumPy: no graph; the supplied derivative as a whole is the node.
 
 After a NONFINITE verdict (autodiff NaN or Inf where the reference is finite) the walk
@@ -29,8 +30,7 @@ looks for something else (:mod:`polygrad.localize._nonfinite`): the program is r
 as the user ran it, in its own dtypes, with one backward pass that gives each node the
 cotangent it received, and the first node (in forward order, custom rules and
 primitives together) whose VJP turns finite inputs and a finite cotangent into NaN or
-Inf is reported, with the masking op (``where``) its output feeds and the fix. For
-TensorFlow this walk records the eager primitives too (``_tf_ops``: an op callback).
+Inf is reported, with the masking op (``where``) its output feeds and the fix.
 
 Nothing runs for a check that did not fail; the cost is bounded by the nodes' own sizes
 (``max_size`` input entries per node) and a time ``budget``; a walk cut short says so.

@@ -1,4 +1,4 @@
-"""TensorFlow: record the ``tf.custom_gradient`` functions called in one eager run.
+"""TensorFlow: record the ``tf.custom_gradient`` functions and the eager ops of one run.
 
 The user's function runs once, eagerly (``tf.config.run_functions_eagerly(True)`` for
 the run, restored after), while TensorFlow's eager entry of ``tf.custom_gradient``
@@ -7,10 +7,11 @@ wrapped to record the user's undecorated function, its arguments, the name scope
 in (Keras layer names) and its call site. Each record is a custom node: the forward is
 the function's first result, the VJP its returned gradient function, both on float64
 copies of its floating arguments (the working dtype where it does not run in float64).
-After a MISMATCH, TensorFlow's own primitives are not checked (a note says so). For the
-NONFINITE walk the run is also taped, its primitives are recorded as they ran
-(:mod:`._tf_ops`), and every node gets the cotangent it received in the tape's backward
-pass.
+TensorFlow's own primitives are recorded as they ran by an op callback
+(:mod:`._tf_ops`), outside the custom functions; after a MISMATCH each is checked in
+float64 where it has a float64 kernel. For the NONFINITE walk the run is also taped,
+every node is evaluated in the dtype the program ran it in, and each gets the cotangent
+it received in the tape's backward pass.
 """
 
 from __future__ import annotations
@@ -34,16 +35,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
-    """Run ``call`` eagerly once, recording its ``tf.custom_gradient`` calls as nodes (in
-    float64 where they run in it); ``as_run`` (the NONFINITE walk): in the dtypes the
-    program ran them in, and its primitives too (:mod:`._tf_ops`)."""
+    """Run ``call`` eagerly once, recording its ``tf.custom_gradient`` calls and its
+    primitives (:mod:`._tf_ops`) as nodes, in float64 where they run in it; ``as_run``
+    (the NONFINITE walk): in the dtypes the program ran them in, each with the cotangent
+    it received in the run's backward pass."""
     import tensorflow as tf
 
     from . import Recording
     from ._tf_ops import op_node
 
     calls: list[RecordedCall] = []
-    ops: list[RecordedOp] | None = [] if as_run else None
+    ops: list[RecordedOp] = []
     flow = Flow()
     checked = [a for i, a in enumerate(call.args) if i in call.argnums]
     flow.made_by(-1, checked)
@@ -53,13 +55,9 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
             tape.watch([a for a in checked if _floating(tf, a)])
         with _recording(tf, calls, ops, flow):
             result = call.f(*call.args)
-    nodes = [n for n in (_node(tf, c, as_run) for c in calls) if n]
-    if ops is None:
-        note = "TensorFlow: only tf.custom_gradient functions are checked alone, not primitives"
-        return Recording(tuple(nodes), (), (note,))
-    cts = _cotangents(tf, tape, flow, result)
-    nodes = list(with_cotangents(nodes, cts))
-    prims = with_cotangents([n for n in (op_node(tf, o) for o in ops) if n], cts)
+    cts = _cotangents(tf, tape, flow, result) if as_run else None
+    nodes = with_cotangents([n for n in (_node(tf, c, as_run) for c in calls) if n], cts)
+    prims = with_cotangents([n for n in (op_node(tf, o, as_run) for o in ops) if n], cts)
     steps = sorted([(c.index, Step(c.site, c.reads)) for c in calls] +
                    [(o.index, Step(o.site, o.reads)) for o in ops], key=lambda p: p[0])  # fmt: skip
     outputs = tuple(r for r in flow.reads(tf.nest.flatten(result)) if r >= 0)
@@ -87,10 +85,10 @@ def _cotangents(tf: Any, tape: Any, flow: Flow, result: Any) -> dict[int, np.nda
 
 
 @contextlib.contextmanager
-def _recording(tf: Any, calls: list[RecordedCall], ops: list[RecordedOp] | None,
+def _recording(tf: Any, calls: list[RecordedCall], ops: list[RecordedOp],
                flow: Flow) -> Iterator[None]:  # fmt: skip
-    """Wrap the eager entry of ``tf.custom_gradient`` and run functions eagerly, for one
-    run; with ``ops``, record the primitives there too."""
+    """Wrap the eager entry of ``tf.custom_gradient``, run functions eagerly and record
+    the primitives in ``ops``, for one run."""
     from tensorflow.python.ops import custom_gradient as cg
 
     from ._tf_ops import recording_ops
@@ -102,7 +100,7 @@ def _recording(tf: Any, calls: list[RecordedCall], ops: list[RecordedOp] | None,
     depth = [0]
 
     def position() -> int:
-        return len(calls) + (len(ops) if ops is not None else 0)
+        return len(calls) + len(ops)
 
     def wrapper(f: Any, args: Any, kwargs: Any) -> Any:
         keras = _keras_dirs()
@@ -123,10 +121,8 @@ def _recording(tf: Any, calls: list[RecordedCall], ops: list[RecordedOp] | None,
     eager = tf.config.functions_run_eagerly()
     cg._eager_mode_decorator = wrapper
     tf.config.run_functions_eagerly(True)
-    ops_cm = (recording_ops(tf, ops, position, lambda: depth[0] > 0, flow, skip + _keras_dirs())
-              if ops is not None else contextlib.nullcontext())  # fmt: skip
     try:
-        with ops_cm:
+        with recording_ops(tf, ops, position, lambda: depth[0] > 0, flow, skip + _keras_dirs()):
             yield
     finally:
         cg._eager_mode_decorator = original
