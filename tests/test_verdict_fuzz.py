@@ -44,6 +44,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 
 import polygrad as pg
+from polygrad.backends import select_backend
+from polygrad.backends.base import Supplied
 from polygrad.policy import DEFAULT_POLICY
 from polygrad.report import SEVERITY
 from polygrad.testing.programs import (
@@ -503,20 +505,27 @@ its forward graph on them, not the gradient's)."""
 
 
 def kernel_loses_digits64(program: Program, framework: str) -> bool:
-    """Whether a float64 program of a framework without a rule on mpmath numbers loses
-    more than ``c_ad`` ulps (relative) of ``f`` in float64, against NumPy's evaluation of
-    the same program in extended precision (``np.longdouble``, 11 bits more on x86):
-    ``f`` is made from intermediates far larger than itself (log_softmax of a dominant
-    entry, ``x - logsumexp(x)`` near 1e-13, to 1e-4), and a right float64 rule computed
-    from them can be off as far, which only the rule re-executed exactly tells from a
-    wrong rule."""
-    if framework not in NO_RULE_MP or program.dtype != "float64":
+    """Whether, in a framework without a rule on mpmath numbers, the float64 evaluation
+    of the program (the check's float64 rule is computed from the same intermediates)
+    loses more than ``c_ad`` ulps (relative) of ``f``, against ``f`` on mpmath numbers
+    (NumPy's program run by polygrad's mp evaluation): ``f`` is made from intermediates
+    far larger than itself (log_softmax of a dominant entry, ``x - logsumexp(x)`` near
+    1e-13 in float64, to 2e-4; near 1e-27, to nothing), and a right float64 rule can be
+    off as far, which only the rule re-executed exactly tells from a wrong rule."""
+    if framework not in NO_RULE_MP:
         return False
+    x = program.x().astype(np.float64)
+    be = select_backend((x,), "numpy")
+    t = be.make_target(build(program, "numpy"), (x,), (0,), Supplied(vjp=numpy_vjp(program)),
+                       4096, "inputs")  # fmt: skip
+    if not t.mp_mode():
+        return False
+    assert t.evaluate_mp is not None
+    y_mp = np.array([float(v) for v in t.evaluate_mp(t.x0, np.zeros_like(t.x0), 40)])
+    y64 = evaluate64(program).ravel()
     with np.errstate(all="ignore"):
-        y = np.asarray(build(program, "numpy")(program.x().astype(np.longdouble)))
-        y64 = evaluate64(program).astype(np.longdouble)
-        rel = np.abs(y64 - y) / np.maximum(np.abs(y), np.abs(y64))
-    return bool(np.any(rel.astype(np.float64) > DEFAULT_POLICY.c_ad * EPS["float64"]))
+        rel = np.abs(y64 - y_mp) / np.maximum(np.abs(y_mp), np.abs(y64))
+    return bool(np.any(rel > DEFAULT_POLICY.c_ad * EPS["float64"]))
 
 
 def nonfinite_is_true(report: pg.Report, program: Program) -> bool:
@@ -1149,6 +1158,11 @@ TIES_TAKEN_FOR_A_KINK = (
 )
 
 
+# the same in float32 at (1, 1, 1, 64) (CI budget, TensorFlow): the float64 evaluation of f
+# is 0 (no correct digit: the dominant entry is -1.3e-27) and of the rule 5% off
+PROD_LOG_SOFTMAX_DOMINANT_F32 = Program(
+    op("prod", op("log_softmax", X), p=(None,)), (4,), "float32", (1.0, 1.0, 1.0, 64.0)
+)
 # prod(log_softmax(x)) at (1, 1, 1, 32) in float64 (CI budget, TensorFlow): log_softmax
 # computes the dominant entry, -1.04e-13, as 32 - logsumexp(x), with a relative error of
 # 2e-4, and the float64 rule is as far off; the other frameworks' rules on mpmath numbers
@@ -1219,6 +1233,8 @@ FOUND = [
     *[_found(fw, TANH_SATURATED_BY_ITS_KERNEL) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("numpy", ERF_OF_MEAN),
     _found("tensorflow", PROD_LOG_SOFTMAX_DOMINANT, TF_KERNEL_LOSES_DIGITS),
+    _found("tensorflow", PROD_LOG_SOFTMAX_DOMINANT_F32, TF_KERNEL_LOSES_DIGITS),
+    *[_found(fw, PROD_LOG_SOFTMAX_DOMINANT_F32) for fw in ("numpy", "torch", "jax")],
     *[_found(fw, PROD_LOG_SOFTMAX_DOMINANT) for fw in ("numpy", "torch", "jax")],
     _found("numpy", LOG_SOFTMAX),
     _found("torch", LOG_SOFTMAX),
@@ -1249,6 +1265,7 @@ ROUND_OFF_BY_DESIGN = (
     LSE_OF_LOG_SOFTMAX_BF16,
     LSE_OF_LOG_SOFTMAX_F32,
     PROD_LOG_SOFTMAX_DOMINANT,  # f's own lost digits in float64 (2e-4), carried by design
+    PROD_LOG_SOFTMAX_DOMINANT_F32,  # f keeps no digit in float32 (0 for 3.3e-22)
 )
 
 
@@ -1279,6 +1296,7 @@ def test_kernel_loses_digits_is_measured() -> None:
     not for the same program in the frameworks that re-execute their rule, and not where
     f keeps its digits (the same program with the dominant entry at 3)."""
     assert kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT, "tensorflow")
+    assert kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT_F32, "tensorflow")
     assert not kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT, "torch")
     kept = replace(PROD_LOG_SOFTMAX_DOMINANT, point=(1.0, 1.0, 1.0, 3.0))
     assert not kernel_loses_digits64(kept, "tensorflow")
