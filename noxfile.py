@@ -175,7 +175,8 @@ def minimal_versions(session: nox.Session) -> None:
 
 @nox.session
 def benchmarks(session: nox.Session) -> None:
-    """The gradient zoo against today's checkers; writes docs/benchmarks.md (--quick: smoke)."""
+    """The gradient zoo against today's checkers; writes docs/accuracy.md and docs/scale.md
+    (--quick: smoke)."""
     session.install("-e", ".[bench]", *CONSTRAINTS)
     session.run("python", "-m", "benchmarks", *session.posargs)
 

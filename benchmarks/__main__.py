@@ -5,14 +5,15 @@ Usage::
     python -m benchmarks latency [--quick]   (time to verdict: see benchmarks.latency)
     python -m benchmarks corpus [--quick]    (real-code corpus: see benchmarks.corpus)
     python -m benchmarks [--quick] [--only TOOL] [--cases TEXT] [--out-json PATH]
-                         [--out-md PATH] [--timeout SECONDS] [--no-cnn] [--render]
+                         [--docs DIR] [--timeout SECONDS] [--no-cnn] [--render]
 
 Every tool runs on every zoo case of its framework (see :mod:`benchmarks.tools`) in a
 worker process with a per-run timeout; then the cost cases and the case-2 CNN
 (:mod:`benchmarks.cnn_input_gradient`). Writes the per-case results as JSON and the
-tables as Markdown (:mod:`benchmarks.tables`). ``--quick`` runs a small NumPy/PyTorch
-subset in well under a minute (the CI smoke test); ``--render`` rewrites the Markdown
-from an existing JSON file.
+tables as Markdown (:mod:`benchmarks.tables`): the verdict tables into ``accuracy.md``
+and the cost table into ``scale.md`` of the ``--docs`` folder (see
+:mod:`benchmarks.pages`). ``--quick`` runs a small NumPy/PyTorch subset in well under a
+minute (the CI smoke test); ``--render`` rewrites the Markdown from an existing JSON file.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import tables
+from . import pages, tables
 from .harness import Worker
 from .tools import TOOLS, Tool, numdifftools_tool, scipy_check_grad
 from .tools.common import ToolResult
@@ -36,8 +37,6 @@ from .zoo import Case, cost_cases, zoo_cases
 
 HERE = Path(__file__).resolve().parent
 OUT_JSON = HERE / "results" / "zoo.json"
-OUT_MD = HERE.parent / "docs" / "benchmarks.md"
-CLOSING_NOTE = HERE / "closing_note.md"
 TIMEOUT = 45.0
 QUICK_TIMEOUT = 30.0
 QUICK_CASES = (
@@ -206,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", action="append", metavar="TOOL", help="run only this tool (name or key)"
     )
     parser.add_argument("--out-json", type=Path, default=OUT_JSON)
-    parser.add_argument("--out-md", type=Path, default=OUT_MD)
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        default=pages.DOCS,
+        help="the folder of the pages the tables are written into (accuracy.md, scale.md)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per tool run")
     parser.add_argument("--no-cnn", action="store_true", help="skip the case-2 CNN")
     parser.add_argument(
@@ -220,9 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         payload = json.loads(args.out_json.read_text())
-        note = None if payload["meta"]["quick"] else tables.read_note(CLOSING_NOTE)
-        tables.write_zoo(args.out_md, tables.render(payload, note))
-        print(f"wrote {args.out_md}", file=sys.stderr)
+        written = tables.write(args.docs, payload)
+        print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
         return 0
 
     tools = TOOLS
@@ -244,10 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     payload["meta"]["quick"] = args.quick
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
     args.out_json.write_text(json.dumps(payload, indent=1, default=str) + "\n")
-    note = None if args.quick else tables.read_note(CLOSING_NOTE)
-    args.out_md.parent.mkdir(parents=True, exist_ok=True)
-    tables.write_zoo(args.out_md, tables.render(payload, note))
-    print(f"wrote {args.out_json} and {args.out_md}", file=sys.stderr)
+    written = tables.write(args.docs, payload)
+    print(f"wrote {args.out_json} and {', '.join(map(str, written))}", file=sys.stderr)
     return 0
 
 

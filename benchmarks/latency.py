@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m benchmarks latency [--quick] [--out-json PATH] [--out-md PATH]
-                                 [--jobs JOB,JOB...] [--shared]
+    python -m benchmarks latency [--quick] [--out-json PATH] [--docs DIR]
+                                 [--jobs JOB,JOB...] [--shared] [--render]
 
 Rows (one smooth function per row, written the way users write it: a closure over
 float32 weights; see :func:`_problem`):
@@ -37,18 +37,24 @@ float32 weights; see :func:`_problem`):
   (``twin:`` jobs; a table of their own, "cost of a failing check").
 
 Each framework runs in its own worker process, so that no framework's threads or
-caches slow another's. The table goes to stdout, into ``benchmarks/results/latency.json``,
-and into the block between the ``latency`` markers of ``docs/benchmarks.md``.
-``--quick`` runs the n = 10 NumPy and PyTorch rows only (the smoke test), with
-:data:`QUICK_REPEATS` warm calls; ``--jobs`` reruns the named jobs (see :func:`jobs`)
-and keeps the other rows; ``--shared`` says in the tables' notes that the machine was
-shared while measuring.
+caches slow another's. The tables go to stdout and into ``benchmarks/results/latency.json``
+(each row with the UTC date it was measured, ``measured``; the machine's core count and
+the number of warm calls beside them), and from there into the blocks of the docs
+(:mod:`benchmarks.pages`): ``latency`` and ``latency-failing`` on ``docs/speed.md``,
+``latency-large`` (n = 1e4 and n = 1e6) on ``docs/scale.md``. The sentence above each
+table, its date included, is made from the results file (:func:`caption`), so a rerun of
+some jobs states the dates of the rows it kept. ``--quick`` runs the n = 10 NumPy and
+PyTorch rows only (the smoke test), with :data:`QUICK_REPEATS` warm calls, and writes no
+page; ``--jobs`` reruns the named jobs (see :func:`jobs`) and keeps the other rows;
+``--shared`` says in the tables' notes that the machine was shared while measuring;
+``--render`` runs nothing and rewrites the pages' tables from ``--out-json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import datetime as dt
 import functools
 import json
 import os
@@ -64,10 +70,10 @@ from typing import Any
 
 import numpy as np
 
+from . import pages
+
 HERE = Path(__file__).resolve().parent
 OUT_JSON = HERE / "results" / "latency.json"
-OUT_MD = HERE.parent / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- latency:begin -->", "<!-- latency:end -->"
 WARM_REPEATS = int(os.environ.get("LATENCY_WARM_REPEATS", "9"))
 """Warm calls per tool (``--quick`` sets ``LATENCY_WARM_REPEATS`` lower for its workers)."""
 FRAMEWORKS = ("numpy", "torch", "jax", "tensorflow")
@@ -646,38 +652,43 @@ def shape_label(row: dict[str, Any]) -> str:
     return "elementwise sum: Σ w·sin(x)·exp(x/3)"
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table of a run."""
-    out = [
-        "| check | tool | tool warm | polygrad warm | ratio warm | tool first | "
-        "polygrad first | ratio first | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+def _what(r: dict[str, Any]) -> str:
+    """The first cell of a row: what is checked, and what the row measured besides."""
+    what = f"{shape_label(r)}; {r['framework']}, n = {r['n']:g}, {r['dtype']}"
+    if "strategy" in r and r["strategy"] != r.get("shape"):
+        what += f", {r['strategy']}"
+    if "function" in r:
+        what += f", {r['function']}"
+    if "evaluations_per_input" in r:
+        what += f" ({r['evaluations_per_input']:.1f} evaluations per input)"
+    if "floor_seconds" in r:
+        what += (
+            f" ({r['evaluations']} evaluations; floor: {r['floor_evaluations']} float64 "
+            f"model evaluations, natively batched, {_ms(r['floor_seconds'])}: polygrad "
+            f"{r['polygrad_first'] / r['floor_seconds']:.1f}x it first, "
+            f"{r['polygrad_warm'] / r['floor_seconds']:.1f}x warm)"
+        )
+    if "extra_peak_mb" in r:
+        what += f" (+{r['extra_peak_mb']:.0f} MB peak)"
+    return what
+
+
+def render(rows: list[dict[str, Any]], first: bool = True) -> str:
+    """The Markdown table of a run (``first=False``: without the first-call columns, for
+    rows measured warm only)."""
+    calls = ("warm", "first") if first else ("warm",)
+    head = ["check", "tool"] + [
+        part for c in calls for part in (f"tool {c}", f"polygrad {c}", f"ratio {c}")
     ]
+    out = ["| " + " | ".join([*head, "verdict"]) + " |", "|" + "---|" * (len(head) + 1)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['job']} | error: {r['error']} | | | | | | | |")
+            out.append(f"| {r['job']} | error: {r['error']} |" + " |" * (len(head) - 1))
             continue
-        what = f"{shape_label(r)}; {r['framework']}, n = {r['n']:g}, {r['dtype']}"
-        if "strategy" in r and r["strategy"] != r.get("shape"):
-            what += f", {r['strategy']}"
-        if "function" in r:
-            what += f", {r['function']}"
-        if "evaluations_per_input" in r:
-            what += f" ({r['evaluations_per_input']:.1f} evaluations per input)"
-        if "floor_seconds" in r:
-            what += (
-                f" ({r['evaluations']} evaluations; floor: {r['floor_evaluations']} float64 "
-                f"model evaluations, natively batched, {_ms(r['floor_seconds'])}: polygrad "
-                f"{r['polygrad_first'] / r['floor_seconds']:.1f}x it first, "
-                f"{r['polygrad_warm'] / r['floor_seconds']:.1f}x warm)"
-            )
-        if "extra_peak_mb" in r:
-            what += f" (+{r['extra_peak_mb']:.0f} MB peak)"
-        out.append(
-            f"| {what} | {r['tool']} | {_ms(r.get('tool_warm'))} | {_ms(r.get('polygrad_warm'))} "
-            f"| {_ratio(r, 'warm')} | {_ms(r.get('tool_first'))} | "
-            f"{_ms(r.get('polygrad_first'))} | {_ratio(r, 'first')} | {r['verdict']} |"
-        )
+        cells = [_what(r), r["tool"]]
+        for c in calls:
+            cells += [_ms(r.get(f"tool_{c}")), _ms(r.get(f"polygrad_{c}")), _ratio(r, c)]
+        out.append("| " + " | ".join([*cells, r["verdict"]]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -720,27 +731,24 @@ def render_failing(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_markdown(
-    table: str,
-    path: Path,
-    meta: str,
-    markers: tuple[str, str] = (BEGIN, END),
-    heading: str = "## Time to verdict against the frameworks' checkers",
-) -> None:
-    """Replace the block between ``markers`` in ``path`` with ``table``; where it has none,
-    put one (under ``heading``) after the latency block, or at the end of the page."""
-    begin, end = markers
-    text = path.read_text() if path.exists() else ""
-    block = f"{begin}\n{meta}\n\n{table}{end}"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    elif begin != BEGIN and END in text:
-        head, rest = text.split(END, 1)
-        text = head + END + f"\n\n{heading}\n\n{block}" + rest
-    else:
-        text = text.rstrip() + f"\n\n{heading}\n\n" + block + "\n"
-    path.write_text(text)
+LARGE_JOBS = ("full", "projections")
+"""Jobs whose rows (n = 1e4 and n = 1e6) go to the scale page; the others' to the speed page."""
+HEADINGS = {
+    "latency": "## Time to verdict against the frameworks' checkers",
+    "latency-large": "## Large inputs: full checks at n = 1e4, projections at n = 1e6",
+    "latency-failing": "## Cost of a failing check",
+}
+"""The heading put above each block on a page that does not have it yet."""
+
+
+def large_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of the large inputs (n = 1e4 full, n = 1e6 projections)."""
+    return [r for r in rows if _row_job(r).split(":")[0] in LARGE_JOBS]
+
+
+def speed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The other rows: n = 10, the case-2 CNN, the suite, the scalar losses."""
+    return [r for r in rows if _row_job(r).split(":")[0] not in LARGE_JOBS]
 
 
 def _row_job(row: dict[str, Any]) -> str:
@@ -762,58 +770,138 @@ def _kept_rows(path: Path, rerun: list[str], key: str = "rows") -> list[dict[str
     return [r for r in old if _row_job(r) not in rerun]
 
 
-FAIL_BEGIN, FAIL_END = "<!-- latency-failing:begin -->", "<!-- latency-failing:end -->"
 SHARED_NOTE = (
     "; the machine was shared with other work while these rows were measured, so their "
-    "absolute times are inflated: read the ratios, whose two sides were alternated call "
-    "by call"
+    "absolute times are inflated"
 )
-
-
-def _measured(md: Path, begin: str, rerun: list[str] | None, today: str) -> str:
-    """``Measured <date>`` for a block: the date of the rows kept from the block's last
-    run, and today's for the ``rerun`` jobs when the two differ (None: all rows new)."""
-    text = md.read_text() if md.exists() else ""
-    old = re.search(re.escape(begin) + r"\s*Measured (\d{4}-\d\d-\d\d)", text)
-    if not rerun or old is None or old.group(1) == today:
-        return f"Measured {today}"
-    kinds = {j.split(":")[0] for j in rerun}
-    which = JOB_KINDS[kinds.pop()] if len(kinds) == 1 and kinds <= set(JOB_KINDS) else None
-    return f"Measured {old.group(1)} ({which or 'the rows of ' + ', '.join(rerun)}: {today})"
-
-
+ALTERNATED = ": read the ratios, whose two sides were alternated call by call"
 JOB_KINDS = {"loss": "the scalar-loss rows", "twin": "the failing twins"}
 
 
-def _latency_meta(measured: str, shared: bool) -> str:
-    threads = os.environ.get("OMP_NUM_THREADS")
-    return (
-        f"{measured} on {os.cpu_count()} CPU cores by "
-        "`python -m benchmarks latency`; warm = median of 9 calls, each alternated with "
-        "one of the tool's (a drift of the machine's speed moves both alike), first = "
-        "first call on a new function object"
-        + (f"; OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else "")
-        + (SHARED_NOTE if shared else "")
-        + ". The n = 1e4 and n = 1e6 rows are single warm calls (after a check of a "
-        "small input has paid the one-time imports). The CNN rows: the tool is one call; "
-        "polygrad's first is the first check, its warm the median of 3 more checks of "
-        "the same code (a new lambda each, its capture reused)."
+def _rows_label(rows: list[dict[str, Any]], block: list[dict[str, Any]]) -> str:
+    """Which of the ``block``'s rows ``rows`` are: all of a kind of job, or by their jobs."""
+    kinds = {_row_job(r).split(":")[0] for r in rows}
+    if len(kinds) == 1 and kinds <= set(JOB_KINDS):
+        (kind,) = kinds
+        if all(r in rows for r in block if _row_job(r).startswith(kind + ":")):
+            return JOB_KINDS[kind]
+    return "the rows of " + ", ".join(dict.fromkeys(_row_job(r) for r in rows))
+
+
+def measured(rows: list[dict[str, Any]]) -> str:
+    """``Measured <date>`` of a block: the date (``measured``, UTC) of its first row, and
+    those of its rows measured on another day, named by their jobs.
+
+    Parameters
+    ----------
+    rows : list of dict
+        The block's rows, as stored in ``latency.json``.
+
+    Returns
+    -------
+    str
+        For example ``Measured 2026-12-03 (the scalar-loss rows: 2026-12-06)``.
+    """
+    if not rows:
+        return "No rows measured"
+    first = _date(rows[0])
+    later: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if _date(r) != first:
+            later.setdefault(_date(r), []).append(r)
+    parts = [f"{_rows_label(rs, rows)}: {date}" for date, rs in later.items()]
+    head = f"Measured on {first}" if first == UNDATED else f"Measured {first}"
+    return head + (f" ({'; '.join(parts)})" if parts else "")
+
+
+UNDATED = "an unrecorded date"
+"""The date of a row stored before rows kept the date they were measured."""
+
+
+def _date(row: dict[str, Any]) -> str:
+    return str(row.get("measured", UNDATED))
+
+
+def _machine(payload: dict[str, Any]) -> str:
+    threads = payload.get("omp_num_threads")
+    return f"on {payload.get('cpu_count', '?')} CPU cores by `python -m benchmarks latency`" + (
+        f" with OMP_NUM_THREADS={threads} (a shared, loaded machine)" if threads else ""
     )
 
 
-def _failing_meta(measured: str, shared: bool) -> str:
+def caption(payload: dict[str, Any], name: str) -> str:
+    """The sentence above a latency table: when, on what machine and how it was measured,
+    all of it from the results (``latency.json``).
+
+    Parameters
+    ----------
+    payload : dict
+        The contents of ``latency.json``.
+    name : str
+        The block: ``"latency"`` (the speed page's table), ``"latency-large"`` (the
+        scale page's) or ``"latency-failing"`` (the failing twins).
+
+    Returns
+    -------
+    str
+        Markdown.
+    """
+    shared = payload.get("shared", False)
+    if name == "latency-failing":
+        return (
+            f"{measured(payload['failing'])} {_machine(payload)} (the `twin:` jobs): polygrad's "
+            "check of a function whose custom rule is right, and of its twin, the same "
+            "function with the rule multiplied by 1 + 1e-3 (MISMATCH); warm = median of "
+            f"{payload.get('twin_repeats', TWIN_REPEATS)} calls, the right and the planted "
+            "check alternated call by call, first = first call on new function objects"
+            + (SHARED_NOTE + ALTERNATED if shared else "")
+            + "."
+        )
+    if name == "latency-large":
+        return (
+            f"{measured(large_rows(payload['rows']))} {_machine(payload)}: one call of each "
+            "check, polygrad's and `gradcheck`'s, after a check of a small input has paid the "
+            "one-time imports, against the median of "
+            f"{payload.get('warm_repeats', WARM_REPEATS)} forward+backward passes at n = 1e6"
+            + (SHARED_NOTE if shared else "")
+            + "."
+        )
     return (
-        f"{measured} on {os.cpu_count()} CPU cores by `python -m benchmarks latency` (the "
-        "`twin:` jobs): polygrad's check of a function whose custom rule is right, and of "
-        "its twin, the same function with the rule multiplied by 1 + 1e-3 (MISMATCH); "
-        f"warm = median of {TWIN_REPEATS} calls, the right and the planted check "
-        "alternated call by call, first = first call on new function objects"
-        + (SHARED_NOTE if shared else "")
-        + "."
+        f"{measured(speed_rows(payload['rows']))} {_machine(payload)}; warm = median of "
+        f"{payload.get('warm_repeats', WARM_REPEATS)} calls, each alternated with one of the "
+        "tool's (a drift of the machine's speed moves both alike), first = first call on a "
+        "new function object"
+        + (SHARED_NOTE + ALTERNATED if shared else "")
+        + ". The CNN rows: the tool is one call; polygrad's first is the first check, its "
+        f"warm the median of {CNN_WARM_REPEATS} more checks of the same code (a new lambda "
+        "each, its capture reused)."
     )
 
 
-def _run_jobs(selected: list[str], quick: bool) -> list[dict[str, Any]]:
+def blocks(payload: dict[str, Any]) -> dict[str, str]:
+    """The Markdown of the latency blocks of the docs (see :mod:`benchmarks.pages`).
+
+    Parameters
+    ----------
+    payload : dict
+        The contents of ``latency.json``.
+
+    Returns
+    -------
+    dict of str to str
+        Block name (``latency``, ``latency-large``, ``latency-failing``) → its caption
+        and table.
+    """
+    rows = payload["rows"]
+    tables = {
+        "latency": render(speed_rows(rows)) + render_errors(payload.get("errors", [])),
+        "latency-large": render(large_rows(rows), first=False),
+        "latency-failing": render_failing(payload["failing"]),
+    }
+    return {name: f"{caption(payload, name)}\n\n{table}" for name, table in tables.items()}
+
+
+def _run_jobs(selected: list[str], quick: bool, today: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for job in selected:
         if job.startswith("suite:"):
@@ -826,15 +914,20 @@ def _run_jobs(selected: list[str], quick: bool) -> list[dict[str, Any]]:
         done = rows[-1:]
         table = render_failing if job.startswith("twin:") else render
         print(table(done).splitlines()[-1], file=sys.stderr, flush=True)
-    return rows
+    return [{**r, "measured": today} for r in rows]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks latency")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out-json", type=Path, default=OUT_JSON)
-    parser.add_argument("--out-md", type=Path, default=OUT_MD)
+    parser.add_argument(
+        "--docs",
+        type=Path,
+        default=pages.DOCS,
+        help="the folder of the pages the tables are written into (speed.md, scale.md)",
+    )
     parser.add_argument(
         "--jobs",
         help="comma-separated jobs to run again (e.g. full:10000,loss:jax,float32); "
@@ -845,36 +938,57 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="say in the tables' notes that the machine was shared while measuring",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: rewrite the pages' tables from --out-json",
+    )
+    return parser
+
+
+def write_pages(docs: Path, payload: dict[str, Any]) -> None:
+    """Write the latency blocks (:func:`blocks`) into the pages in ``docs``."""
+    for name, content in blocks(payload).items():
+        pages.write_block(docs / pages.BLOCKS[name], name, content, HEADINGS[name])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.worker:
         _worker(args.worker)
         return 0
+    if args.render:
+        write_pages(args.docs, json.loads(args.out_json.read_text()))
+        return 0
+    today = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     selected = split_jobs(args.jobs) if args.jobs else jobs(args.quick)
-    new = _run_jobs(selected, args.quick)
+    new = _run_jobs(selected, args.quick, today)
     failing = [r for r in new if _row_job(r).startswith("twin:")]
     errors = [r for r in new if "shape" in r and "error" in r]  # a check raised
     rows = [r for r in new if r not in failing and r not in errors]
+    shared = args.shared
     if args.jobs:
         rows = _kept_rows(args.out_json, selected) + rows
         failing = _kept_rows(args.out_json, selected, "failing") + failing
         errors = _kept_rows(args.out_json, selected, "errors") + errors
-    table = render(rows) + render_errors(errors)
-    failing_table = render_failing(failing)
-    print(table + "\n" + failing_table)
+        old = json.loads(args.out_json.read_text()) if args.out_json.exists() else {}
+        shared = shared or bool(old.get("shared"))  # some kept rows were measured so
+    print(render(rows) + render_errors(errors) + "\n" + render_failing(failing))
+    payload = {
+        "quick": args.quick,
+        "cpu_count": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "shared": shared,
+        "warm_repeats": QUICK_REPEATS if args.quick else WARM_REPEATS,
+        "twin_repeats": QUICK_REPEATS if args.quick else TWIN_REPEATS,
+        "rows": rows,
+        "failing": failing,
+        "errors": errors,
+    }
     args.out_json.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"quick": args.quick, "rows": rows, "failing": failing, "errors": errors}
     args.out_json.write_text(json.dumps(payload, indent=1) + "\n")
     if not args.quick:
-        today = time.strftime("%Y-%m-%d")
-        twin = [j for j in selected if j.startswith("twin:")]
-        other = [j for j in selected if not j.startswith("twin:")]
-        if other:
-            measured = _measured(args.out_md, BEGIN, other if args.jobs else None, today)
-            write_markdown(table, args.out_md, _latency_meta(measured, args.shared))
-        if twin:
-            measured = _measured(args.out_md, FAIL_BEGIN, twin if args.jobs else None, today)
-            write_markdown(failing_table, args.out_md, _failing_meta(measured, args.shared),
-                           (FAIL_BEGIN, FAIL_END), "### Cost of a failing check")  # fmt: skip
+        write_pages(args.docs, payload)
     return 0
 
 

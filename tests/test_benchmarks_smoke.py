@@ -147,3 +147,68 @@ def test_latency_jobs_split_only_at_a_new_job_kind() -> None:
 
     text = "small:torch,float32,loss:jax,float64,mlp,full:10000"
     assert split_jobs(text) == ["small:torch,float32", "loss:jax,float64,mlp", "full:10000"]
+
+
+def _latency_row(job: str, date: str) -> dict:
+    kind, _, arg = job.partition(":")
+    framework, dtype = arg.split(",")[:2] if kind in ("small", "loss") else ("torch", "float64")
+    row = {"job": job, "n": 10, "framework": framework, "dtype": dtype, "measured": date}
+    if kind == "full":
+        row.update(n=10_000, strategy="full")
+    return row
+
+
+def test_latency_dates_come_from_the_rows() -> None:
+    """The sentence above a latency table states the date each row was measured, from
+    ``latency.json``: the first row's, and the others' by their jobs (a kind of job by
+    its name only when every row of that kind was measured that day)."""
+    from benchmarks.latency import measured
+
+    small = [_latency_row(f"small:{fw},float32", "2026-12-03") for fw in ("numpy", "jax")]
+    losses = [_latency_row(f"loss:{fw},float64", "2026-12-06") for fw in ("numpy", "jax")]
+    assert measured(small) == "Measured 2026-12-03"
+    assert measured(small + losses) == "Measured 2026-12-03 (the scalar-loss rows: 2026-12-06)"
+    losses[1]["measured"] = "2026-12-07"
+    assert measured(small + losses) == (
+        "Measured 2026-12-03 (the rows of loss:numpy,float64: 2026-12-06; "
+        "the rows of loss:jax,float64: 2026-12-07)"
+    )
+    undated = [{k: v for k, v in r.items() if k != "measured"} for r in small]
+    assert measured(undated) == "Measured on an unrecorded date"
+
+
+def test_latency_blocks_go_to_their_pages(tmp_path: Path) -> None:
+    """The large rows go to the scale page's table, the others to the speed page's; each
+    block is written between its markers, the text around it kept, and its caption names
+    the date of its own rows and the machine from the results file."""
+    from benchmarks import latency, pages
+
+    rows = [
+        _latency_row("small:numpy,float32", "2026-12-03"),
+        _latency_row("full:10000", "2026-12-05"),
+    ]
+    for r in rows:
+        r.update(tool="t", tool_warm=0.01, polygrad_warm=0.02, verdict="PASS")
+    rows[0].update(tool_first=0.1, polygrad_first=0.3)
+    payload = {"cpu_count": 7, "shared": False, "warm_repeats": 9, "twin_repeats": 3,
+               "rows": rows, "failing": [], "errors": []}  # fmt: skip
+    (tmp_path / "speed.md").write_text(
+        "# Speed\n\n<!-- latency:begin -->\nold\n<!-- latency:end -->\n\ntail\n"
+    )
+    latency.write_pages(tmp_path, payload)
+    speed, scale = (tmp_path / "speed.md").read_text(), (tmp_path / "scale.md").read_text()
+    assert speed.startswith("# Speed\n\n<!-- latency:begin -->\nMeasured") and "old" not in speed
+    assert "<!-- latency:end -->\n\ntail\n\n## Cost of a failing check\n" in speed
+    block = pages.find(speed, "latency")
+    assert block is not None
+    assert block.group(1).strip().startswith("Measured 2026-12-03 on 7 CPU cores")
+    assert "n = 10000" not in block.group(1)
+    assert (
+        "numpy, n = 10, float32 | t | 10.0 ms | 20.0 ms | 2.0x | 100.0 ms | 300.0 ms | 3.0x |"
+        in speed
+    )
+    large = pages.find(scale, "latency-large")
+    assert large is not None and scale.startswith(latency.HEADINGS["latency-large"])
+    assert large.group(1).strip().startswith("Measured 2026-12-05 on 7 CPU cores")
+    assert "n = 10000, float64, full | t | 10.0 ms | 20.0 ms | 2.0x | PASS |" in scale
+    assert pages.find(speed, "latency-failing") is not None  # appended, under its heading

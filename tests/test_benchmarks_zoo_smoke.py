@@ -109,7 +109,7 @@ def test_shortfalls_apply_the_goals() -> None:
 
 
 def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) -> None:
-    out_json, out_md = tmp_path / "zoo.json", tmp_path / "benchmarks.md"
+    out_json = tmp_path / "zoo.json"
     proc = subprocess.run(
         [
             sys.executable,
@@ -118,8 +118,8 @@ def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) ->
             "--quick",
             "--out-json",
             str(out_json),
-            "--out-md",
-            str(out_md),
+            "--docs",
+            str(tmp_path),
         ],
         cwd=ROOT,
         capture_output=True,
@@ -168,16 +168,21 @@ def test_quick_run_writes_tables_and_polygrad_gets_them_right(tmp_path: Path) ->
     digits = by[("smooth/softmax-xent-10/numpy/float64", "polygrad")]["extra"]
     assert digits["reference_method"] in ("quad", "mp", "float64")
 
-    md = out_md.read_text()
+    # the verdict tables go to the accuracy page, the cost table to the scale page, each
+    # table under a sentence naming the run's date and machine
+    md, cost = (tmp_path / "accuracy.md").read_text(), (tmp_path / "scale.md").read_text()
     for heading in (
-        "## How to read this",
-        "## Wrong gradients: detection rate by bug size",
-        "## Correct gradients: false alarms by dtype",
-        "## Kinks, jumps and ties",
-        "## NaN/Inf traps",
-        "## Reference accuracy",
-        "## Cost",
-        "## Where polygrad falls short",
+        "### How to read this",
+        "### Wrong gradients: detection rate by bug size",
+        "### Correct gradients: false alarms by dtype",
+        "### Kinks, jumps and ties",
+        "### NaN/Inf traps",
+        "### Reference accuracy",
+        "### Where polygrad falls short",
     ):
         assert heading in md
     assert "| polygrad | 2/2 |" in md  # both planted 1e-2 bugs detected
+    run = f"zoo run of {meta['date']} on {meta['cpu_count']} CPUs"
+    assert md.count(run) == 7 and "| size | tool (framework) |" not in md
+    assert cost.startswith("## Cost by problem size\n\n<!-- zoo-cost:begin -->\n")
+    assert run in cost and "| size | tool (framework) |" in cost

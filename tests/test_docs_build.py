@@ -59,8 +59,13 @@ def test_mkdocs_build_strict(site: Path) -> None:
     comparison = (site / "comparison" / "index.html").read_text(encoding="utf-8")
     assert "benchmark-table" not in comparison  # the marker was replaced by the table
     assert "tf.test.compute_gradient</code></td>" in comparison
-    if (ROOT / "docs" / "benchmarks.md").exists():
-        assert (site / "benchmarks" / "index.html").exists()
+    # one benchmark page per question, each in the navigation, and the index linking them
+    index = (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
+    for page in ("speed", "accuracy", "scale"):
+        assert (site / page / "index.html").exists(), page
+        assert f'href="../{page}/"' in index, page
+    for page in ("speed", "scale", "accuracy"):  # the build-time values were filled in
+        assert "<!-- value:" not in (site / page / "index.html").read_text(encoding="utf-8")
 
 
 def test_no_sphinx_role_printed_as_text(site: Path) -> None:

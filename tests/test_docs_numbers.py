@@ -5,11 +5,13 @@ are dated records of runs whose results files were replaced or never kept) is he
 three checks, each a pure function of the pages and the results, so that a wrong number
 planted in a copy of a page shows that each can fail:
 
-* :func:`generated_contradictions`: the blocks of ``benchmarks.md`` that the benchmarks
-  write (the zoo's tables, the latency tables, the corpus block) are what their
-  renderers make of ``benchmarks/results/`` now. The zoo block ends with a hand-written
-  closing note, whose numbers the claims below check.
-* :func:`contradictions`: the latency table cell by cell, and every claim of
+* :func:`generated_contradictions`: the blocks that the benchmarks write on the pages
+  of :data:`benchmarks.pages.BLOCKS` (the zoo's verdict tables on ``accuracy.md``, its
+  cost table on ``scale.md``, the latency tables on ``speed.md`` and ``scale.md``, the
+  corpus block on ``accuracy.md``) are what their renderers make of
+  ``benchmarks/results/`` now, the sentence above each table included: its method,
+  machine and date come from the results file too.
+* :func:`contradictions`: the latency tables cell by cell, and every claim of
   :data:`CLAIMS`: a sentence whose numbers must show values computed from a results
   file (or, for a constant of the code, from the code). A number agrees when it equals
   the value to the digits it shows (half a unit of its last digit). A claim whose
@@ -18,10 +20,12 @@ planted in a copy of a page shows that each can fail:
   "faster", "slower", "ratio", a time in ``ms``, ``s``, ``µs`` or minutes) or about
   correctness counts (``118 of 120``), on every page, is one of the numbers of a claim,
   or of a kind that is no measurement (:data:`NOT_MEASURED`: a problem size
-  ``n = 1e4``, a date, a version, a planted factor ``1 + 1e-3``...). Code blocks,
-  inline code and ``<!-- value: ... -->`` markers (filled from the results at build
-  time by ``docs/hooks.py``) are not prose, and numbers joined to a word (``float64``,
-  ``case-2``, ``28×28``, ``20x20``) are names, not measurements.
+  ``n = 1e4``, a version, a planted factor ``1 + 1e-3``...). The date of a run is no
+  such kind: it comes from the results file, in a block the benchmarks write or through
+  a ``<!-- value: ... -->`` marker. Code blocks, inline code and those markers (filled
+  from the results at build time by ``docs/hooks.py``) are not prose, and numbers
+  joined to a word (``float64``, ``case-2``, ``28×28``, ``20x20``) are names, not
+  measurements.
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-LATENCY_BLOCK = re.compile(r"<!-- latency:begin -->(.*?)<!-- latency:end -->", re.DOTALL)
 NUMBER = r"((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)"
 HISTORY = ("changelog.md",)
 """Pages of dated records, not held to the results files of today."""
@@ -70,48 +73,54 @@ def _agrees(shown: str, value: float) -> bool:
 
 
 def generated_blocks(page: str) -> list[tuple[int, int]]:
-    """Spans of ``benchmarks.md`` written by the benchmarks (the zoo's tables up to its
-    closing note, the latency blocks, the corpus block): checked by re-rendering them."""
-    spans = [(0, page.index("\n## Summary\n") if "\n## Summary\n" in page else 0)]
-    for name in ("latency", "latency-failing", "corpus"):
-        m = re.search(rf"<!-- {name}:begin -->.*?<!-- {name}:end -->", page, re.DOTALL)
+    """Spans of a page written by the benchmarks (every block of
+    :data:`benchmarks.pages.BLOCKS` it holds, markers included): checked by re-rendering
+    them."""
+    from benchmarks import pages
+
+    spans = []
+    for name in pages.BLOCKS:
+        m = pages.find(page, name)
         if m is not None:
             spans.append(m.span())
     return spans
 
 
-def generated_contradictions(page: str, results: dict[str, Any]) -> list[str]:
-    """Each block the benchmarks write into ``benchmarks.md``, against what their renderers
-    make of the results files now (a changed cell is a number no results file holds)."""
+def rendered_blocks(results: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Each block the benchmarks write: ``name -> (results file, what its renderer makes
+    of that file now)``."""
     from benchmarks import latency, tables
     from benchmarks.corpus import table as corpus
 
-    note = tables.read_note(ROOT / "benchmarks" / "closing_note.md")
-    blocks = {
-        "zoo.json (and the closing note)": (
-            page.split(tables.ZOO_END, 1)[0],
-            tables.render(results["zoo"], note),
-        ),
-        "corpus.jsonl": (
-            page.split(corpus.BEGIN, 1)[-1].split(corpus.END, 1)[0],
-            corpus.render(results["corpus"], results["corpus_meta"]),
-        ),
+    out = {
+        "zoo": ("zoo.json", tables.render(results["zoo"])),
+        "zoo-cost": ("zoo.json", tables.render_cost(results["zoo"])),
+        "corpus": ("corpus.jsonl", corpus.render(results["corpus"], results["corpus_meta"])),
     }
-    for name, table in (
-        ("latency", latency.render(results["latency"]["rows"])),
-        ("latency-failing", latency.render_failing(results["latency"]["failing"])),
-    ):
-        block = re.search(rf"<!-- {name}:begin -->(.*?)<!-- {name}:end -->", page, re.DOTALL)
-        shown = block.group(1) if block else ""
-        # the block's first line, the date of its run, is kept from the page by the benchmark
-        blocks[f"latency.json ({name})"] = ("\n".join(shown.strip().splitlines()[2:]), table)
+    for name, block in latency.blocks(results["latency"]).items():
+        out[name] = ("latency.json", block)
+    return out
+
+
+def generated_contradictions(pages: dict[str, str], results: dict[str, Any]) -> list[str]:
+    """Each block the benchmarks write, on the page :data:`benchmarks.pages.BLOCKS` puts it,
+    against what its renderer makes of the results files now (a changed cell or date is a
+    number no results file holds; a block gone from its page is reported too)."""
+    from benchmarks.pages import BLOCKS, find
+
     out = []
-    for source, (shown, rendered) in blocks.items():
+    for name, (source, rendered) in rendered_blocks(results).items():
+        page = BLOCKS[name]
+        m = find(pages[page], name)
+        if m is None:
+            out.append(f"{page}: no block {name!r} (written from {source})")
+            continue
         want = rendered.strip().splitlines()
-        lines = shown.strip().splitlines()
+        lines = m.group(1).strip().splitlines()
         wrong = [ln for ln in lines if ln not in want] or [ln for ln in want if ln not in lines]
-        if wrong:
-            out.append(f"benchmarks.md: a block written from {source} differs: {wrong[0]!r}")
+        if wrong or len(lines) != len(want):
+            first = wrong[0] if wrong else f"{len(lines)} lines, {len(want)} rendered"
+            out.append(f"{page}: the block {name!r} written from {source} differs: {first!r}")
     return out
 
 
@@ -124,30 +133,50 @@ def _time_agrees(cell: str, value: float) -> bool:
     return _agrees(m.group(1), value * (1e3 if m.group(2) == "ms" else 1.0))
 
 
-def latency_table_contradictions(page: str, rows: list[dict[str, Any]]) -> list[str]:
-    """Every cell of the latency table against its row of ``latency.json``."""
-    block = LATENCY_BLOCK.search(page)
-    if block is None:
-        return ["benchmarks.md: no latency table between its markers"]
-    lines = [ln for ln in block.group(1).splitlines() if ln.startswith("| ") and "---" not in ln]
-    table = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[1:]]
-    if len(table) != len(rows):
-        return [f"latency table: {len(table)} rows, latency.json {len(rows)}"]
+def latency_table_contradictions(pages: dict[str, str], rows: list[dict[str, Any]]) -> list[str]:
+    """Every cell of the latency tables (the speed page's and the scale page's) against its
+    row of ``latency.json``."""
+    from benchmarks import latency
+    from benchmarks.pages import BLOCKS, find
+
     out = []
-    for cells, row in zip(table, rows, strict=True):
-        for call, (tool, ours, ratio) in (("warm", cells[2:5]), ("first", cells[5:8])):
-            if f"tool_{call}" not in row or f"polygrad_{call}" not in row:
-                continue
-            expected = {
-                tool: row[f"tool_{call}"],
-                ours: row[f"polygrad_{call}"],
-            }
-            for cell, value in expected.items():
-                if not _time_agrees(cell, value):
-                    out.append(f"latency table {cells[0]!r}, {call}: {cell} is not {value:.4g} s")
-            want = row[f"polygrad_{call}"] / row[f"tool_{call}"]
-            if not _agrees(ratio.rstrip("x"), want):
-                out.append(f"latency table {cells[0]!r}, {call}: ratio {ratio} is not {want:.3g}")
+    for name, subset in (
+        ("latency", latency.speed_rows(rows)),
+        ("latency-large", latency.large_rows(rows)),
+    ):
+        page = BLOCKS[name]
+        block = find(pages[page], name)
+        if block is None:
+            out.append(f"{page}: no latency table between the {name!r} markers")
+            continue
+        lines = [ln for ln in block.group(1).splitlines() if ln.startswith("| ")]
+        table = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[1:]]
+        if len(table) != len(subset):
+            out.append(f"{page}: latency table {len(table)} rows, latency.json {len(subset)}")
+            continue
+        for cells, row in zip(table, subset, strict=True):
+            out += _row_contradictions(page, cells, row)
+    return out
+
+
+def _row_contradictions(page: str, cells: list[str], row: dict[str, Any]) -> list[str]:
+    """The cells of one row of a latency table (warm, and first where it has those
+    columns) against ``row``."""
+    out = []
+    for call, at in (("warm", 2), ("first", 5)):
+        if f"tool_{call}" not in row or f"polygrad_{call}" not in row:
+            continue
+        tool, ours, ratio = cells[at : at + 3]
+        for cell, value in ((tool, row[f"tool_{call}"]), (ours, row[f"polygrad_{call}"])):
+            if not _time_agrees(cell, value):
+                out.append(
+                    f"{page}: latency table {cells[0]!r}, {call}: {cell} is not {value:.4g} s"
+                )
+        want = row[f"polygrad_{call}"] / row[f"tool_{call}"]
+        if not _agrees(ratio.rstrip("x"), want):
+            out.append(
+                f"{page}: latency table {cells[0]!r}, {call}: ratio {ratio} is not {want:.3g}"
+            )
     return out
 
 
@@ -239,14 +268,14 @@ def pattern(template: str) -> str:
 
 
 CLAIMS: list[Claim] = [
-    # -- benchmarks.md: the zoo (zoo.json) --
+    # -- accuracy.md and scale.md: the zoo (zoo.json) --
     (
-        "benchmarks.md",
+        "scale.md",
         "polygrad is **{}x** faster",
         lambda R: [_cnn(R, "tensorflow", "tf.test") / _cnn(R, "tensorflow", "polygrad")],
     ),
     (
-        "benchmarks.md",
+        "accuracy.md",
         "*Every correct gradient passes*: {} of the {} correct zoo cases, in four dtypes and "
         "four frameworks (and the {} correct gradients of the cost rows)",
         lambda R: [
@@ -255,12 +284,12 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "accuracy.md",
         "it reports all {} kinks, jumps and ties as NONSMOOTH",
         lambda R: [len(_zoo(R, truth="kink", tool="polygrad", verdict="kink"))],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "at n = 10 a check took {} to {} s; a full float64 check at n = 1e4 passes in all four "
         "frameworks ({} to {} s); the projection check at n = 1e6 took {} s (PyTorch, {} MiB "
         "peak) and {} s (JAX, {} MiB)",
@@ -276,7 +305,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "{} s in TensorFlow against {} s for `compute_gradient` ({}x faster), and {} s in "
         "PyTorch against {} s for `gradcheck` on a float64 copy ({}x slower",
         lambda R: [
@@ -289,7 +318,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "{}x faster than `compute_gradient` warm and {}x on the first call; {}x slower than "
         "`gradcheck` warm and {}x on the first call",
         lambda R: [
@@ -300,22 +329,22 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "the fewest that give an error bar and show a kink, are {} float64 model evaluations",
         lambda R: [_latency(R, job="cnn:tensorflow")["floor_evaluations"]],
     ),
-    # -- benchmarks.md: the latency section (latency.json; calls from zoo.json) --
+    # -- speed.md and scale.md: the latency run (latency.json; calls from zoo.json) --
     (
-        "benchmarks.md",
+        "speed.md",
         "`gradcheck` makes {} calls of the function and `scipy.optimize.check_grad` {} (the "
-        "zoo's cost table at n = 10)",
+        "zoo's [cost table](scale.md#cost-by-problem-size) at n = 10)",
         lambda R: [
             *_cost(R, "softmax-xent-10", "torch.gradcheck", "evaluations"),
             *_cost(R, "softmax-xent-10", "scipy.check_grad", "evaluations"),
         ],
     ),
     (
-        "benchmarks.md",
+        "speed.md",
         "*Keras*: {} s warm ({}x the floor's {} s), {} s on the first call of a new function "
         "({}x), against `tf.test.compute_gradient`'s {} s: {}x faster warm (ratio {}), {}x "
         "faster on the first call (ratio {})",
@@ -333,7 +362,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "speed.md",
         "*PyTorch*: {} s warm ({}x the floor's {} s), {} s first ({}x), against `gradcheck`'s {} s",
         lambda R: [
             (r := _latency(R, job="cnn:torch"))["polygrad_warm"],
@@ -345,7 +374,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "speed.md",
         "*Evaluations*: {} (Keras) and {} (PyTorch) against the floor's {}",
         lambda R: [
             _latency(R, job="cnn:tensorflow")["evaluations"],
@@ -354,7 +383,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "*n = 1e4*: {}x and {}x `gradcheck`; the references take {} and {} evaluations per "
         "input, against `gradcheck`'s {}",
         lambda R: [
@@ -364,12 +393,12 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "scale.md",
         "*n = 1e6*: {}x one forward+backward, +{} MB peak",
         lambda R: [_pt(r := _latency(R, n=1000000), "warm"), r["extra_peak_mb"]],
     ),
     (
-        "benchmarks.md",
+        "speed.md",
         "the rerun from the reference cache takes {} s against the checkers' {} s ({}x), the "
         "first run {} s ({}x)",
         lambda R: [
@@ -380,9 +409,9 @@ CLAIMS: list[Claim] = [
             _pt(r, "first"),
         ],
     ),
-    # -- benchmarks.md: the real-code corpus (corpus.jsonl, corpus.meta.json) --
+    # -- accuracy.md: the real-code corpus (corpus.jsonl, corpus.meta.json) --
     (
-        "benchmarks.md",
+        "accuracy.md",
         "It covers {} cases ({} catalog entries) of the {} planned, {} skips (each with its "
         "reason) and {} timeouts",
         lambda R: [
@@ -394,7 +423,7 @@ CLAIMS: list[Claim] = [
         ],
     ),
     (
-        "benchmarks.md",
+        "accuracy.md",
         "fall short in TensorFlow** ({}% and {}% caught)",
         lambda R: [_corpus_caught(R, "tensorflow", d) for d in ("bfloat16", "float16")],
     ),
@@ -406,7 +435,7 @@ CLAIMS: list[Claim] = [
     ),
     (
         "README.md",
-        "`python -m benchmarks` (about {} minutes; results in `docs/benchmarks.md`)",
+        "`python -m benchmarks` (about {} minutes; results in `docs/accuracy.md`",
         lambda R: [R["zoo"]["meta"]["total_seconds"] / 60],
     ),
     # -- constants of the code that the prose states (settings, not measurements) --
@@ -442,8 +471,8 @@ def contradictions(pages: dict[str, str], results: dict[str, Any]) -> list[str]:
     """Every number of the latency table and of :data:`CLAIMS` that the results contradict,
     every claim whose sentence is gone from its page, and every block the benchmarks write
     that their results no longer give."""
-    out = latency_table_contradictions(pages["benchmarks.md"], results["latency"]["rows"])
-    out += generated_contradictions(pages["benchmarks.md"], results)
+    out = latency_table_contradictions(pages, results["latency"]["rows"])
+    out += generated_contradictions(pages, results)
     for page, template, m, (_, _, expected) in _claims(pages):
         if m is None:
             out.append(f"{page}: no sentence matches {template!r}")
@@ -475,7 +504,6 @@ MEASURE = re.compile(
 
 NOT_MEASURED: list[tuple[str, str]] = [
     (r"\bn\s*[=≥≤<>]\s*[\d.,e+]+", "a problem size (how many inputs), a setting"),
-    (r"\b\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2})?", "a date"),
     (r"\b\d+ (?:CPU )?(?:cores?|CPUs)\b", "the machine's size"),
     (r"\b1 \+ 1e-\d+", "a planted factor, a setting of the benchmark"),
     (
@@ -503,9 +531,9 @@ def _blank(text: str, spans: list[tuple[int, int]]) -> str:
 
 def prose(name: str, text: str) -> str:
     """The prose of a page: code blocks, inline code, HTML comments (the build-time
-    ``<!-- value: ... -->`` markers) and, on the benchmark page, the blocks the
-    benchmarks write are blanked; offsets are those of ``text``."""
-    spans = generated_blocks(text) if name == "benchmarks.md" else []
+    ``<!-- value: ... -->`` markers) and the blocks the benchmarks write are blanked;
+    offsets are those of ``text``."""
+    spans = generated_blocks(text)
     spans += [m.span() for m in re.finditer(r"^```.*?^```[ \t]*$", text, re.MULTILINE | re.DOTALL)]
     spans += [m.span() for m in re.finditer(r"<!--.*?-->", text, re.DOTALL)]
     text = _blank(text, spans)
@@ -563,7 +591,8 @@ def test_the_checker_sees_the_numbers_it_checks():
     holds some of them, and each kind of :data:`NOT_MEASURED` exempts something."""
     pages = load_pages()
     found = {name: measured_numbers(name, text) for name, text in pages.items()}
-    assert len(found["benchmarks.md"]) >= 45, found["benchmarks.md"]
+    on_benchmark_pages = [found[name] for name in ("speed.md", "accuracy.md", "scale.md")]
+    assert all(on_benchmark_pages) and sum(map(len, on_benchmark_pages)) >= 45, found
     assert found["comparison.md"] and found["README.md"] and found["error-model.md"]
     for page, template, m, _ in _claims(pages):
         assert m is not None, (page, template)
@@ -573,29 +602,37 @@ def test_the_checker_sees_the_numbers_it_checks():
 
 
 @pytest.mark.parametrize(
-    ("right", "wrong"),
+    ("page", "right", "wrong", "planted"),
     [
-        ("| 23.5x |", "| 2.5x |"),  # a ratio of the latency table
-        ("| 15.2 ms |", "| 16.2 ms |"),  # a time of the latency table
-        ("**6.9x** faster", "**10.0x** faster"),
-        ("118 of the 118 correct zoo", "120 of the 120 correct zoo"),
+        ("speed.md", "| 23.5x |", "| 2.5x |", "2.5x"),  # a ratio of the latency table
+        ("speed.md", "| 15.2 ms |", "| 16.2 ms |", "16.2 ms"),  # a time of the latency table
+        # the date above the latency table, written from latency.json
         (
-            "11.5x faster\n  than `compute_gradient` warm",
-            "6.9x faster\n  than `compute_gradient` warm",
+            "speed.md",
+            "scalar-loss rows: 2026-12-06)",
+            "scalar-loss rows: 2026-12-07)",
+            "2026-12-07",
         ),
-        ("153x one forward+backward", "214x one forward+backward"),
-        ("1.92 s warm (1.2x the floor's", "1.52 s warm (1.2x the floor's"),
-        ("(63% and 65%", "(73% and 65%"),
-        ("| 4/4 | 3/4 | 3/4 |", "| 4/4 | 4/4 | 3/4 |"),  # a cell of a zoo table
+        ("speed.md", "1.92 s warm (1.2x the floor's", "1.52 s warm (1.2x the floor's", "1.52"),
+        ("scale.md", "| 12.78 s | 3.6x |", "| 12.78 s | 4.6x |", "4.6x"),  # the n = 1e4 table
+        ("scale.md", "| 2.08 | 22x | 271 |", "| 2.08 | 22x | 217 |", "217"),  # the cost table
+        ("scale.md", "**6.9x** faster", "**10.0x** faster", "10.0"),
+        ("scale.md", "11.5x faster than", "6.9x faster than", "6.9"),
+        ("scale.md", "153x one forward+backward", "214x one forward+backward", "214"),
+        ("accuracy.md", "118 of the 118 correct zoo", "120 of the 120 correct zoo", "120"),
+        ("accuracy.md", "(63% and 65%", "(73% and 65%", "73"),
+        ("accuracy.md", "| 4/4 | 3/4 | 3/4 |", "| 4/4 | 4/4 | 3/4 |", "| 4/4 | 4/4 | 3/4 |"),
+        # the dates above the zoo's and the corpus's tables, written from their results
+        ("accuracy.md", "zoo run of 2026-12-03 13:32", "zoo run of 2026-12-04 13:32", "2026-12-04"),
+        ("accuracy.md", "Run of 2026-12-02 00:23 UTC", "Run of 2026-12-01 00:23 UTC", "2026-12-01"),
     ],
 )
-def test_a_planted_wrong_number_is_found(right, wrong):
+def test_a_planted_wrong_number_is_found(page, right, wrong, planted):
     pages = load_pages()
-    assert right in pages["benchmarks.md"], right
-    pages["benchmarks.md"] = pages["benchmarks.md"].replace(right, wrong, 1)
+    assert right in pages[page], right
+    pages[page] = pages[page].replace(right, wrong, 1)
     found = contradictions(pages, load_results())
-    planted = wrong.strip("| *\n(").split()[0].rstrip("x%")
-    assert found and all(planted in f for f in found), found
+    assert found and all(f.startswith(f"{page}: ") and planted in f for f in found), found
 
 
 @pytest.mark.parametrize(
@@ -622,7 +659,10 @@ def test_a_planted_wrong_number_on_another_page_is_found(page, right, wrong, num
         ("why-fd-fails.md", "## Kinks\n", "It passes 118 of 120 cases.\n\n", ["118", "120"]),
         ("cache.md", "## The reference cache\n", "A hit takes 0.2 s per check.\n\n", ["0.2"]),
         ("README.md", "## Install\n", "- Installs in 45 seconds on n = 10 inputs.\n\n", ["45"]),
-        ("benchmarks.md", "**How to read the table.**", "A rerun is 1.7x faster. ", ["1.7"]),
+        ("speed.md", "**How to read the table.**", "A rerun is 1.7x faster. ", ["1.7"]),
+        ("scale.md", "## Cost by problem size\n", "A check takes 12 s at n = 1e4.\n\n", ["12"]),
+        ("accuracy.md", "## Summary\n", "It passes 117 of 118 cases.\n\n", ["117", "118"]),
+        ("benchmarks.md", "## Running them\n", "The zoo takes 7 minutes.\n\n", ["7"]),
         ("api.md", "\n\n", "The check is 3x slower there.\n\n", ["3"]),
         ("localize.md", "\n\n", "It localizes 9 of 10 planted bugs.\n\n", ["9", "10"]),
     ],
@@ -639,10 +679,13 @@ def test_a_planted_number_without_a_results_file_is_found(page, after, planted, 
 
 def test_numbers_that_are_no_measurements_are_not_asked_for_a_source():
     text = (
-        "At n = 1e4 on 2 CPU cores (2026-12-03, torch 2.13.0), a 1 + 1e-3 plant in case 2 "
+        "At n = 1e4 on 2 CPU cores (torch 2.13.0), a 1 + 1e-3 plant in case 2 "
         "on float64 inputs of 28×28 took 3.5 s."
     )
     assert [n for _, n, _ in measured_numbers("x.md", text)] == ["3.5"]
+    # the date of a run, typed, is asked for a source: it is the results file's to state
+    dated = "Measured 2026-12-03, a check took 3.5 s."
+    assert [n for _, n, _ in measured_numbers("x.md", dated)] == ["2026", "3.5"]
     assert [n for _, n, _ in measured_numbers("x.md", "A 2,000-program run of 20x20.")] == []
     assert [n for _, n, _ in measured_numbers("x.md", "It found 7 of 40 `W`.")] == ["7", "40"]
 

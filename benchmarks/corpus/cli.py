@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .. import pages
 from . import table
 from .catalogs import SOURCES, Entry, entries
 from .runner import CaseKey
@@ -22,7 +23,7 @@ __all__ = ["main", "all_keys", "quick_keys"]
 
 HERE = Path(__file__).resolve().parent.parent
 OUT_JSONL = HERE / "results" / "corpus.jsonl"
-OUT_MD = HERE.parent / "docs" / "benchmarks.md"
+OUT_MD = pages.DOCS / pages.BLOCKS["corpus"]
 DTYPES = ("bfloat16", "float16", "float32", "float64")
 TIMEOUT = 120.0
 TITLE = "## Real-code corpus (`python -m benchmarks corpus`)"

@@ -1,7 +1,8 @@
 """The corpus table: per framework and dtype, polygrad beside the framework's own checker.
 
 Reads the JSON-lines rows of :mod:`benchmarks.corpus.worker` and writes Markdown
-into the block between the ``corpus`` markers of ``docs/benchmarks.md``.
+into the block between the ``corpus`` markers of ``docs/accuracy.md`` (see
+:mod:`benchmarks.pages`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from .. import pages
 
 __all__ = ["read_rows", "summary", "render", "write_block", "BEGIN", "END"]
 
@@ -201,7 +204,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     cases = [r for r in rows if r["status"] == "case"]
     entries = {(r["source"], r["entry"]) for r in cases}
     lines = [
-        f"Run of {meta.get('date', '?')} ({meta.get('mode', '?')}): {len(rows)} cases attempted, "
+        f"Run of {meta.get('date', '?')} ({meta.get('mode', '?')}) on "
+        f"{meta.get('cpu_count', '?')} CPUs, each case checked once: {len(rows)} cases "
+        "attempted, "
         f"{len(cases)} run ({len(entries)} catalog entries), "
         f"{sum(r['status'] == 'skipped' for r in rows)} skipped with a recorded reason, "
         f"{sum(r['status'] == 'timeout' for r in rows)} timeouts; "
@@ -219,11 +224,4 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def write_block(md: Path, block: str, title: str) -> None:
     """Replace the text between the corpus markers of ``md`` (append a section if absent)."""
-    text = md.read_text() if md.exists() else ""
-    body = f"{BEGIN}\n{block}\n{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + body + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + f"\n\n{title}\n\n{body}\n"
-    md.write_text(text)
+    pages.write_block(md, "corpus", block, title)
