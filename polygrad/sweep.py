@@ -49,6 +49,7 @@ from ._args import normalize_argnums
 from ._random_state import preserving_random_state
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
+from .backends.validate import check_deterministic, check_target
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise
 from .reference.curvature import derivative_coefficients, rounding_noise
@@ -656,8 +657,9 @@ def sweep(
     ------
     ValueError
         Bad ``steps`` or ``directions``.
-    MissingBackendError, InputTypeError, InputValueError
-        As for :func:`polygrad.check`.
+    MissingBackendError, InputTypeError, InputValueError, NondeterministicFunctionError
+        As for :func:`polygrad.check` (``f`` not finite at the point, or not
+        deterministic: no curve is measured).
     """
     if not args:
         raise TypeError("sweep(f, *args): pass the point at which to sweep")
@@ -668,6 +670,8 @@ def sweep(
     if not be.supports_autodiff and not supplied.given():
         supplied = Supplied(jvp=_zero_jvp(f))  # a sweep needs no derivative
     target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
+    check_target(target)  # the front door's checks, as check() runs them
+    check_deterministic(target)
     return sweep_target(
         target, steps=steps, directions=directions, seed=seed, batch_size=batch_size
     )

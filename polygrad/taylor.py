@@ -40,6 +40,7 @@ import numpy as np
 from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
+from .backends.validate import check_deterministic, check_target
 from .reference import estimate_noise
 from .reference.steps import F64_EPS
 from .reference.steps import ecnoise_step as _ecnoise_step
@@ -402,8 +403,9 @@ def taylor_test(
     ------
     ValueError
         Bad ``mode``, ``steps`` or ``direction``.
-    MissingBackendError, InputTypeError, InputValueError
-        As for :func:`polygrad.check`.
+    MissingBackendError, InputTypeError, InputValueError, NondeterministicFunctionError
+        As for :func:`polygrad.check` (``f`` not finite at the point, or not
+        deterministic: no slope is measured).
     """
     if not args:
         raise TypeError("taylor_test(f, *args): pass the point at which to test")
@@ -413,4 +415,6 @@ def taylor_test(
     reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
+    check_target(target)  # the front door's checks, as check() runs them
+    check_deterministic(target)
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

@@ -14,9 +14,8 @@ import numpy as np
 from .._args import normalize_argnums
 from ..backends import reject_number_lists, select_backend
 from ..backends.base import Backend, Supplied, Target, building_a_gradient_target
-from ..errors import InputValueError, NondeterministicFunctionError
+from ..backends.validate import check_deterministic, check_target
 from ..policy import DEFAULT_POLICY, Policy
-from ..reference.steps import F64_EPS
 from ..your_terms import Tool, resolve_tool
 from .judge import Expected
 from .symmetric import declared_leaves
@@ -164,41 +163,6 @@ class Prepared:
         return (self.f, self.args, self.argnums, self.supplied)
 
 
-def check_deterministic(target: Target) -> list[str]:
-    """Evaluate twice more at x0; notes on round-off-sized differences.
-
-    Raises
-    ------
-    NondeterministicFunctionError
-        The evaluations differ beyond round-off.
-    """
-    notes = []
-    x = target.x0[None, :]
-    fns = [("working", target.evaluate, target.eps)]
-    if target.evaluate64 is not None and target.evaluate64 is not target.evaluate:
-        fns.append(("float64", target.evaluate64, F64_EPS))
-    for label, fn, eps in fns:
-        a = fn(np.repeat(x, 2, axis=0))
-        ref = target.y0 if label == "working" else a[0]
-        diffs = [np.max(np.abs(a[i] - ref)) if a[i].size else 0.0 for i in range(2)]
-        diffs.append(np.max(np.abs(a[0] - a[1])) if a[0].size else 0.0)
-        worst = float(max(diffs))
-        if worst > 0 or not np.array_equal(np.isnan(a[0]), np.isnan(a[1])):
-            size = float(np.max(np.abs(ref))) if ref.size else 0.0
-            if worst > 64 * eps * size:
-                raise NondeterministicFunctionError(
-                    f"the function is not deterministic: two evaluations at the same input "
-                    f"({label}) differ by {worst:.3g} (output size {size:.3g}). A gradient "
-                    "check needs a deterministic function: call the model in inference mode "
-                    "(dropout off, e.g. training=False / model.eval()) and fix random seeds."
-                )
-            notes.append(
-                f"the function is not bitwise deterministic ({label} results differ by "
-                f"{worst:.2g}, within round-off); the difference is treated as noise"
-            )
-    return notes
-
-
 SURROGATE_NOTE = "surrogate=True:"
 """How the note of a check whose rule is a surrogate by design begins."""
 
@@ -255,18 +219,6 @@ def choose_modes(target: Target, mode: str, autodiff: bool) -> list[str]:
     return modes
 
 
-def _check_target(target: Target) -> None:
-    n, m = target.n, target.m
-    if n == 0 or m == 0:
-        raise InputValueError(f"nothing to check: {n} inputs and {m} outputs")
-    if not np.all(np.isfinite(target.y0)):
-        raise InputValueError(
-            "the function value at the point is not finite "
-            f"({int(np.sum(~np.isfinite(target.y0)))} of {m} outputs); its derivative cannot "
-            "be checked there"
-        )
-
-
 def prepare(
     f: Callable[..., Any],
     args: tuple[Any, ...],
@@ -308,7 +260,7 @@ def prepare(
         target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
     name_pairs(target, cinfo)  # complex leaves named Re/Im, the convention noted
     notes = list(target.notes) + (cinfo.notes if cinfo else [])
-    _check_target(target)
+    check_target(target)
     notes += check_deterministic(target)
     notes += expectation_notes(opts)
     modes = choose_modes(target, opts.mode, be.supports_autodiff)
