@@ -506,14 +506,30 @@ its forward graph on them, not the gradient's)."""
 
 def kernel_loses_digits64(program: Program, framework: str) -> bool:
     """Whether, in a framework without a rule on mpmath numbers, the float64 evaluation
-    of the program (the check's float64 rule is computed from the same intermediates)
-    loses more than ``c_ad`` ulps (relative) of ``f``, against ``f`` on mpmath numbers
-    (NumPy's program run by polygrad's mp evaluation): ``f`` is made from intermediates
-    far larger than itself (log_softmax of a dominant entry, ``x - logsumexp(x)`` near
-    1e-13 in float64, to 2e-4; near 1e-27, to nothing), and a right float64 rule can be
-    off as far, which only the rule re-executed exactly tells from a wrong rule."""
+    of the program or of one of its intermediates (the check's float64 rule is computed
+    from them) loses more than ``c_ad`` ulps (relative) against mpmath numbers (NumPy's
+    program run by polygrad's mp evaluation, for every subprogram that has one): an
+    intermediate made from values far larger than itself (log_softmax of a dominant
+    entry, ``x - logsumexp(x)`` near 1e-13 in float64, to 2e-4; near 1e-27, to nothing),
+    from which a right float64 rule can be off as far, and only the rule re-executed
+    exactly tells that from a wrong rule."""
     if framework not in NO_RULE_MP:
         return False
+    return any(_loses_digits64(replace(program, root=node)) for node in _nodes(program.root))
+
+
+def _nodes(root: Node) -> list[Node]:
+    """Every operation of a program (not its input)."""
+    out, todo = [], [root]
+    while todo:
+        node = todo.pop()
+        if node.op != "x":
+            out.append(node)
+        todo.extend(a for a in node.args if isinstance(a, Node))
+    return out
+
+
+def _loses_digits64(program: Program) -> bool:
     x = program.x().astype(np.float64)
     be = select_backend((x,), "numpy")
     t = be.make_target(build(program, "numpy"), (x,), (0,), Supplied(vjp=numpy_vjp(program)),
@@ -1297,6 +1313,9 @@ def test_kernel_loses_digits_is_measured() -> None:
     f keeps its digits (the same program with the dominant entry at 3)."""
     assert kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT, "tensorflow")
     assert kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT_F32, "tensorflow")
+    # through an operation with no mp route in NumPy (math.erf): its intermediate tells
+    erf_of_it = replace(PROD_LOG_SOFTMAX_DOMINANT, root=op("erf", PROD_LOG_SOFTMAX_DOMINANT.root))
+    assert kernel_loses_digits64(erf_of_it, "tensorflow")
     assert not kernel_loses_digits64(PROD_LOG_SOFTMAX_DOMINANT, "torch")
     kept = replace(PROD_LOG_SOFTMAX_DOMINANT, point=(1.0, 1.0, 1.0, 3.0))
     assert not kernel_loses_digits64(kept, "tensorflow")
