@@ -259,11 +259,26 @@ def _record(call: CheckedCall, report: Report, as_run: bool = False) -> Recordin
     return rec
 
 
+_DECLARED_ZERO = ("stop_gradient", "StopGradient")
+"""Primitives whose rule is zero by declaration while their forward is the identity."""
+
+
+def _declared_zero(node: Node) -> bool:
+    return node.site.op.split(" ", 1)[0] in _DECLARED_ZERO
+
+
 def _walk(rec: Recording, budget: float, max_size: int, start: float) -> Localization:
-    """Custom rule regions first, then primitives, until one is wrong or the budget ends."""
+    """Custom rule regions first, then primitives, until one is wrong or the budget ends.
+    A ``stop_gradient`` is not checked (its zero rule differs from its identity forward by
+    declaration, as in the shift of a library's logsumexp): a note names it."""
     notes = list(rec.notes)
     checked: list[NodeCheck] = []
-    for group in (rec.custom, rec.primitives):
+    stops = [n for n in rec.primitives if _declared_zero(n)]
+    if stops:
+        notes.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is zero "
+                     f"by declaration; where one drops a derivative the function needs, it "
+                     f"is the bug (the first: {stops[0].site.where()})")  # fmt: skip
+    for group in (rec.custom, tuple(n for n in rec.primitives if not _declared_zero(n))):
         left = budget - (time.perf_counter() - start)
         walk = check_nodes(group, max(left, 0.0), max_size)
         checked.extend(walk.checked)

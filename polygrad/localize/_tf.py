@@ -57,11 +57,14 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
             result = call.f(*call.args)
     cts = _cotangents(tf, tape, flow, result) if as_run else None
     nodes = with_cotangents([n for n in (_node(tf, c, as_run) for c in calls) if n], cts)
-    prims = with_cotangents([n for n in (op_node(tf, o, as_run) for o in ops) if n], cts)
+    built = [(o, op_node(tf, o, as_run)) for o in ops]
+    prims = with_cotangents([n for _, n in built if n], cts)
+    lost = sorted({o.op_type for o, n in built if n is None})
+    notes = (f"op(s) that do not run again alone, not checked: {', '.join(lost)}",) if lost else ()
     steps = sorted([(c.index, Step(c.site, c.reads)) for c in calls] +
                    [(o.index, Step(o.site, o.reads)) for o in ops], key=lambda p: p[0])  # fmt: skip
     outputs = tuple(r for r in flow.reads(tf.nest.flatten(result)) if r >= 0)
-    return Recording(tuple(nodes), tuple(prims), steps=tuple(s for _, s in steps),
+    return Recording(tuple(nodes), tuple(prims), notes, steps=tuple(s for _, s in steps),
                      outputs=outputs)  # fmt: skip
 
 

@@ -101,15 +101,22 @@ def _widen(tf: Any, dtype: Any, wide: bool) -> Any:
 
 
 def _attrs(tf: Any, op: RecordedOp, wide: bool) -> tuple[Any, ...]:
-    """The op's attributes (``name, value, ...``), its floating type attributes widened to
-    float64 when ``wide`` (read from the op's registered definition)."""
-    if not wide:
-        return op.attrs
+    """The op's attributes (``name, value, ...``; one recorded as None given its
+    registered default), its floating type attributes widened to float64 when ``wide``
+    (both read from the op's registered definition)."""
     from tensorflow.python.framework import op_def_registry
 
     op_def = op_def_registry.get(op.op_type)
-    types = {a.name for a in op_def.attr if a.type in ("type", "list(type)")} if op_def else set()
+    defs = {a.name: a for a in op_def.attr} if op_def else {}
     out = list(op.attrs)
+    for k in range(0, len(out) - 1, 2):  # None (Conv2D's use_cudnn_on_gpu): its default
+        if out[k + 1] is None and out[k] in defs:
+            which = defs[out[k]].default_value.WhichOneof("value")
+            if which in ("b", "i", "f", "s", "type"):
+                out[k + 1] = getattr(defs[out[k]].default_value, which)
+    if not wide:
+        return tuple(out)
+    types = {n for n, a in defs.items() if a.type in ("type", "list(type)")}
     for k in range(0, len(out) - 1, 2):
         if out[k] not in types:
             continue
