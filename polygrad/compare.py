@@ -46,6 +46,7 @@ from .backends import (
 from .backends.base import Backend, Supplied, Target
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
+from .localize import CheckedCall
 from .pipeline.autodiff import Setting
 from .pipeline.check import make_report
 from .pipeline.judge import overall
@@ -93,7 +94,9 @@ class ComparisonEntry:
     error_bar : float
         Largest reference error bar over the entries.
     report : Report
-        The full per-entry report of this implementation against the shared reference.
+        The full per-entry report of this implementation against the shared reference;
+        it keeps this implementation's call, so ``report.localize()`` walks its program
+        (its ``localization`` once run, by ``compare(..., localize=True)`` or by hand).
     complex_convention : str or None
         The framework's complex VJP convention (a key of
         :data:`polygrad.complex.CONVENTIONS`) when inputs or outputs are complex.
@@ -292,9 +295,20 @@ def _render(c: Comparison) -> str:
                     + ("agrees with" if nat["agrees"] else "DIFFERS from")
                     + " the VJP of the realified function)"
                 )
-    for note in d.get("notes", []):
-        lines.append(f"  note: {note}")
+    lines += [f"  note: {note}" for note in d.get("notes", [])]
+    lines += _localized(c)
     return "\n".join(lines)
+
+
+def _localized(c: Comparison) -> list[str]:
+    """The localization of each implementation whose report holds one, under its name."""
+    lines: list[str] = []
+    for e in c.entries.values():
+        loc = e.report.localization
+        if loc is not None:
+            first, *rest = loc.lines()
+            lines += ["", f"  {e.name}: {first}", *(f"  {line}" for line in rest)]
+    return lines
 
 
 def _cfmt(a: Any, k: int = 3) -> str:
@@ -469,6 +483,7 @@ def compare(
     rtol: float | None = None,
     atol: float | None = None,
     surrogate: bool = False,
+    localize: bool = False,
 ) -> Comparison:
     """Check one function implemented in several frameworks against one reference.
 
@@ -512,6 +527,13 @@ def compare(
     surrogate : bool
         Every implementation's rule is a surrogate by design, as in
         :func:`polygrad.check`. Default False.
+    localize : bool
+        Run :meth:`polygrad.Report.localize` on the report of each implementation whose
+        gradient verdict is MISMATCH or NONFINITE: the op, the layer and the source line
+        of that implementation whose own rule is wrong (or whose VJP makes NaN or Inf);
+        the comparison's text shows it under the implementation's name. Default False
+        (``c[name].report.localize()`` can be called later: every implementation's
+        report keeps its call).
 
     Returns
     -------
@@ -556,6 +578,7 @@ def compare(
         if impl is not ref_impl:
             state = judgment(_prepared(impl, ref_prep), plan, ref, opts, ref_prep)
             report = _report(impl, state, ref_report, ref_impl.name, nonsmooth, surrogate)
+        _keep_call(impl, report, argnums_t, localize)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
         entries[impl.name] = _entry(impl, report, fwd, argnums_t)
     reference_info = _reference_info(ref_impl, ref.method, dps, y_ref, y_ref_err, ref_report)
@@ -674,6 +697,17 @@ def _report(
     quantity = judged.quantity or ("Jacobian entries" if state.plan.full else "projections uᵀJw")
     return replace(ref_report, verdict=verdict, ok=ok, entries=judged.entries, details=details,
                    quantity=quantity)  # fmt: skip
+
+
+def _keep_call(impl: _Impl, report: Report, argnums: tuple[int, ...], localize: bool) -> None:
+    """Keep the implementation's own call in its report (for :meth:`Report.localize`),
+    and localize a failed gradient when asked. (A report made from the reference's by
+    ``dataclasses.replace`` starts with the reference's call and localization.)"""
+    report.checked_call = CheckedCall(impl.f, impl.args, argnums, impl.backend.name,
+                                      impl.supplied)  # fmt: skip
+    report.localization = None
+    if localize and report.verdict in (Verdict.MISMATCH, Verdict.NONFINITE):
+        report.localize()
 
 
 def _modes_of(impl: _Impl, ref_report: Report) -> list[str]:

@@ -260,3 +260,77 @@ def test_docs_examples_run():
     ns: dict = {}
     for block in blocks:
         exec(compile(block, "docs/compare.md", "exec"), ns)  # noqa: S102
+
+
+# ---- localization: the op of the failing implementation -----------------------------------
+W_LOC = np.random.default_rng(3).standard_normal((3, 2))
+
+
+class _LinearFn(torch.autograd.Function):
+    """x @ W with a rule wrong by a factor 1 + 1e-3."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(w)
+        return x @ w
+
+    @staticmethod
+    def backward(ctx, g):
+        (w,) = ctx.saved_tensors
+        return g @ w.T * (1 + 1e-3), None
+
+
+def _torch_layer(x):
+    return torch.tanh(_LinearFn.apply(x, torch.as_tensor(W_LOC, dtype=x.dtype))).sum()
+
+
+def _jax_layer(x):
+    return jnp.tanh(x @ jnp.asarray(W_LOC, x.dtype)).sum()
+
+
+def _line_in(fn, text):
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize("order", [("torch", "jax"), ("jax", "torch")])
+def test_compare_localize_names_the_op_of_the_failing_implementation(order):
+    impls = {"torch": _torch_layer, "jax": _jax_layer}
+    x = np.random.default_rng(4).standard_normal((2, 3))
+    c = pg.compare({k: impls[k] for k in order}, x, localize=True)
+    assert c.verdicts() == {"torch": pg.Verdict.MISMATCH, "jax": pg.Verdict.PASS}
+    loc = c["torch"].report.localization
+    node = loc.located
+    assert node is not None and node.site.op == "torch.autograd.Function _LinearFn"
+    assert f"test_compare.py:{_line_in(_torch_layer, '_LinearFn.apply')}" in node.site.source
+    assert node.arithmetic == "float64" and node.error > 1e3 * node.tolerance
+    assert node.relative == pytest.approx(1e-3, rel=0.2)  # the planted factor
+    assert c["jax"].report.localization is None  # a passing implementation: nothing ran
+    text = str(c).splitlines()
+    at = text.index("  torch: Localized: the first node whose own rule is wrong")
+    assert text[at + 1] == "    op:     torch.autograd.Function _LinearFn (custom rule)"
+    assert not any(t.startswith("  jax: Localized") for t in text)
+    d = c.to_dict()["implementations"]
+    assert d["torch"]["report"]["localization"]["located"]["op"] == node.site.op
+    assert "localization" not in d["jax"]["report"]
+
+
+def test_compare_reports_keep_their_own_call_for_localize():
+    x = np.random.default_rng(4).standard_normal((2, 3))
+    c = pg.compare({"torch": _torch_layer, "jax": _jax_layer}, x)
+    assert str(c).count("Localized") == 0  # localize=False: nothing ran
+    torch_r, jax_r = c["torch"].report, c["jax"].report
+    assert (torch_r.checked_call.backend, jax_r.checked_call.backend) == ("torch", "jax")
+    assert torch_r.checked_call.f is _torch_layer and jax_r.checked_call.f is _jax_layer
+    found = torch_r.localize().located
+    assert found is not None and found.site.op == "torch.autograd.Function _LinearFn"
+    assert "not run: the check's verdict is PASS" in jax_r.localize().notes[0]
+    # the passing implementation's program, walked anyway: no node of it is wrong
+    from polygrad.localize import locate
+
+    walk = locate(jax_r.checked_call, jax_r)
+    assert walk.located is None and [k.site.op for k in walk.checked] == [
+        "dot_general", "tanh", "reduce_sum"]  # fmt: skip
+    assert not any(k.wrong for k in walk.checked)
