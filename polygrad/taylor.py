@@ -46,7 +46,7 @@ from .reference.steps import F64_EPS
 from .reference.steps import ecnoise_step as _ecnoise_step
 from .reference.steps import pow2_scales as _pow2_scales
 
-__all__ = ["TaylorResult", "taylor_test", "taylor_target"]
+__all__ = ["TaylorResult", "continuous_signs", "taylor_test", "taylor_target"]
 
 GRADIENT_ROUNDOFF = 8.0
 """Round-off of the autodiff directional derivative, in units of ``eps · Σ|g_j v_j|``."""
@@ -299,13 +299,26 @@ def _directions(
     n, m = target.n, target.m
     rng = np.random.default_rng(seed)
     if direction is None:
-        v = rng.choice(np.array([-1.0, 1.0]), size=n) * _pow2_scales(target.x0)
+        v = continuous_signs(rng, n) * _pow2_scales(target.x0)
     else:
         v = np.asarray(direction, dtype=np.float64).reshape(-1)
         if v.size != n:
             raise ValueError(f"direction has {v.size} entries; the checked inputs have {n}")
-    u = np.ones(m) if m == 1 else rng.choice(np.array([-1.0, 1.0]), size=m)
+    u = np.ones(m) if m == 1 else continuous_signs(rng, m)
     return u, v
+
+
+def continuous_signs(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Random signs times magnitudes uniform in [0.5, 1.5): no two entries of equal size.
+
+    A ±1 direction (times powers of two, equal for inputs of one size) gives a gradient
+    error that is antisymmetric over two entries (a transposed matrix: ``+e`` at one,
+    ``-e`` at the other) no component along it whenever their signs agree, and the
+    Taylor remainder is then second order with the wrong gradient. With magnitudes
+    drawn from a continuous distribution, an error cancels along the direction with
+    probability 0.
+    """
+    return rng.choice(np.array([-1.0, 1.0]), size=size) * rng.uniform(0.5, 1.5, size=size)
 
 
 def _directional_derivative(
@@ -384,8 +397,9 @@ def taylor_test(
         Steps ``h`` in units of the direction; default ``2^-1 ... 2^-(k+8)`` with
         ``2^-k ≈ sqrt(eps)`` of the arithmetic ``f`` is evaluated in.
     direction : ndarray, shape (n,), optional
-        The direction ``v`` over the flattened checked inputs; default random ±1
-        entries scaled by a power of two near ``|x_j|``.
+        The direction ``v`` over the flattened checked inputs; default random signs
+        times magnitudes uniform in [0.5, 1.5), scaled by a power of two near ``|x_j|``
+        (see :func:`continuous_signs`).
     seed : int
         Seed of the random direction and cotangent.
     batch_size : int

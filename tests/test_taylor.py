@@ -238,3 +238,46 @@ def test_each_framework():
         r_good, r_bad = pg.taylor_test(good, x), pg.taylor_test(bad, x)
         assert abs(r_good.slope - 2) <= 0.2, (name, r_good)
         assert abs(r_bad.slope - 1) <= 0.2, (name, r_bad)
+
+
+def _swapped_error_grad(x):
+    """The gradient of sum(x^2) with +1 and -1 added to two entries of one size: an
+    error that cancels along any direction giving them equal components."""
+    return 2 * x + np.array([1.0, -1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_error_antisymmetric_over_two_entries_is_first_order(seed):
+    """x = (1.1, 0.9, ...): both entries have the power-of-two scale 1, so a ±1 direction
+    gave them equal components whenever their signs agreed (consistent for seeds 0, 4, 5
+    and 7), and the error cancelled; a continuous direction leaves it first order."""
+    x = np.array([1.1, 0.9, -1.2, 2.0])
+    result = pg.taylor_test(lambda v: np.sum(v**2), x, grad=_swapped_error_grad, seed=seed)
+    assert result.verdict == "wrong", str(result)
+    right = pg.taylor_test(lambda v: np.sum(v**2), x, grad=lambda v: 2 * v, seed=seed)
+    assert right.verdict == "consistent", str(right)
+
+
+@pytest.mark.polygrad_backends("torch")
+@pytest.mark.parametrize("seed", range(6))
+def test_a_transposed_weight_gradient_is_first_order_in_torch(seed):
+    """A custom matrix-vector product whose backward returns dW transposed: wrong by
+    +e and -e at W[0, 1] and W[1, 0], entries of one size (consistent for seeds 0 to 4
+    with ±1 directions)."""
+    import torch
+
+    class MatVec(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, W, x):
+            ctx.save_for_backward(W, x)
+            return W @ x
+
+        @staticmethod
+        def backward(ctx, g):
+            W, x = ctx.saved_tensors
+            return torch.outer(g, x).T, W.T @ g  # the bug: dW transposed
+
+    W = torch.tensor([[0.9, 1.2], [-0.8, 1.1]], dtype=torch.float64)
+    x = torch.tensor([0.5, -1.5], dtype=torch.float64)
+    result = pg.taylor_test(lambda w: torch.tanh(MatVec.apply(w, x)).sum(), W, seed=seed)
+    assert result.verdict == "wrong", str(result)
