@@ -156,4 +156,3 @@ def test_a_model_loss_with_the_dtype_eps_passes_on_its_own_program():
     gap = np.abs(report.entries.reference - want.numpy().ravel())
     assert np.all(gap <= report.entries.reference_error + 1e-9), (gap, report.entries)
     assert model64 is model
-
