@@ -518,9 +518,8 @@ def _why_undecided(report: Report, k: int, n: int) -> str:
         return (
             f"the round-off allowed is of the size of the entries, so a wrong rule cannot be "
             f"told from round-off at {k} of {_entries(n)} (at {e.names[i]} the tolerance is "
-            f"±{_g(e.tolerance[i], 2)}, {_g(rel[i], 2)} of the entry, in {dtype}; a float64 "
-            "evaluation of the rule, or a wider working dtype, would decide; the notes below "
-            "say more)."
+            f"±{_g(e.tolerance[i], 2)}, {_g(rel[i], 2)} of the entry, in {dtype}; "
+            f"{_what_would_decide(dtype)}; the notes below say more)."
         )
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
@@ -548,6 +547,17 @@ def _overflow(report: Report) -> str:
         f"{e.names[i]}) is beyond {report.details.working_dtype}'s largest finite number "
         f"({_g(largest, 3)}): the gradient overflows in {report.details.working_dtype}"
     )
+
+
+def _what_would_decide(dtype: str) -> str:
+    """What would resolve an entry whose allowed round-off is as large as itself."""
+    if dtype == "float64":  # the rule's own values moved that far over a few ulps
+        return (
+            "the rule's values moved that far when the input moved by a few ulps: a rule "
+            "that jumps at the point, or whose round-off is that large; the Taylor test "
+            "below and a check at a point a little away from here tell which"
+        )
+    return "a float64 evaluation of the rule, or a wider working dtype, would decide"
 
 
 def _why_unresolved(report: Report) -> str:

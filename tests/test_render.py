@@ -318,3 +318,27 @@ def test_your_check_at_a_composite_kink_calls_no_gap_an_autodiff_error():
     parts = _terms_lines(report)[1]
     assert "NONSMOOTH above, not a gradient error" in parts
     assert "autodiff's own error dominates" not in parts
+
+
+def test_an_undecided_float64_entry_does_not_ask_for_a_float64_rule():
+    """A float64 Huber gradient wrong past the tie (``<`` for ``<=``, and 2 delta): at
+    |r| = delta exactly the rule's moves jump by the entry's size, and the entry is
+    INCONCLUSIVE; the headline says what moved (the rule, over a few ulps), not that a
+    float64 evaluation of the rule would decide (it is float64 already)."""
+    delta, y = 1.0, np.array([0.3, -1.0, 2.0])
+
+    def huber(p):
+        r = p - y
+        a = np.abs(r)
+        return np.sum(np.where(a <= delta, 0.5 * r**2, delta * (a - 0.5 * delta)))
+
+    def bad_grad(p):
+        r = p - y
+        return np.where(np.abs(r) < delta, r, 2 * delta * np.sign(r))
+
+    report = pg.check(huber, y + np.array([delta, 0.2, -delta]), grad=bad_grad)
+    assert not report.ok and report.verdict in (pg.Verdict.INCONCLUSIVE, pg.Verdict.MISMATCH)
+    head = str(report).splitlines()[0]
+    assert "a float64 evaluation of the rule" not in head, head
+    if report.verdict == pg.Verdict.INCONCLUSIVE:
+        assert "moved that far when the input moved by a few ulps" in head, head
