@@ -21,7 +21,7 @@ def _line_of(fn, text):
 
 
 def _torch_model(bug):
-    torch = pytest.importorskip("torch")
+    import torch
 
     class LinearFn(torch.autograd.Function):
         @staticmethod
@@ -48,7 +48,8 @@ def _torch_model(bug):
 
 @pytest.mark.parametrize("bug", ["scaled", "transposed"])
 def test_torch_function_in_mlp_is_located(bug):
-    torch = pytest.importorskip("torch")
+    import torch
+
     model, forward = _torch_model(bug)
     x = torch.randn(3, 4, dtype=torch.float32)
     report = pg.check(lambda x: model(x).sum(), x, localize=True)
@@ -65,7 +66,8 @@ def test_torch_function_in_mlp_is_located(bug):
 
 
 def test_torch_correct_mlp_flags_no_node():
-    torch = pytest.importorskip("torch")
+    import torch
+
     model, _ = _torch_model(None)
     x = torch.randn(3, 4, dtype=torch.float32)
     f = lambda x: model(x).sum()  # noqa: E731
@@ -82,8 +84,9 @@ def test_torch_correct_mlp_flags_no_node():
 
 
 def _flax_model(scale):
-    jax = pytest.importorskip("jax")
-    nn = pytest.importorskip("flax.linen")
+    import flax.linen as nn
+    import jax
+
     jnp = jax.numpy
 
     @jax.custom_vjp
@@ -144,8 +147,8 @@ def test_jax_correct_flax_flags_no_node():
 
 
 def _keras_model(scale):
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
+    import keras
+    import tensorflow as tf
 
     @tf.custom_gradient
     def dense_op(x, w):
@@ -242,7 +245,8 @@ def test_localize_is_a_note_when_it_cannot_run():
 
 
 def test_a_recording_that_fails_is_a_note():
-    torch = pytest.importorskip("torch")
+    import torch
+
     x = torch.ones(3)
     report = pg.check(lambda x: (x * x).sum(), x)
 
@@ -254,7 +258,8 @@ def test_a_recording_that_fails_is_a_note():
 
 
 def test_budget_cuts_the_walk_short_with_a_note():
-    torch = pytest.importorskip("torch")
+    import torch
+
     model, _ = _torch_model(None)
     x = torch.randn(3, 4)
     f = lambda x: model(x).sum()  # noqa: E731
@@ -273,7 +278,8 @@ def test_budget_cuts_the_walk_short_with_a_note():
 def test_to_dict_holds_the_localization_and_round_trips_through_json():
     import json
 
-    torch = pytest.importorskip("torch")
+    import torch
+
     model, forward = _torch_model("scaled")
     x = torch.randn(3, 4, dtype=torch.float32)
     report = pg.check(lambda x: model(x).sum(), x)
@@ -297,7 +303,7 @@ def test_to_dict_holds_the_localization_and_round_trips_through_json():
 def test_to_dict_of_a_nonfinite_localization_and_of_none_found():
     import json
 
-    torch = pytest.importorskip("torch")
+    import torch
 
     def f(x):
         return torch.where(x > 0, torch.sqrt(x), 0.0).sum()
@@ -334,8 +340,9 @@ def test_a_sum_whose_terms_cancel_is_not_flagged(seed):
     """The differences of a sum round like its terms, not like its small result: the
     rounding of the moved inputs is in the error bar (it was not, and the sum's node was
     flagged in 25 of 40 such programs in PyTorch and in JAX)."""
-    torch = pytest.importorskip("torch")
-    jax = pytest.importorskip("jax")
+    import jax
+    import torch
+
     x = _cancelling(seed)
     for backend, f, a in (
         ("torch", lambda x: (torch.sin(x) * 0 + x).sum(), torch.tensor(x)),
@@ -351,7 +358,8 @@ def test_a_count_beside_large_values_is_moved_by_its_own_size():
     """``jnp.var`` divides a sum of squares near 1e6 by the count 5 (a floating input of
     the div): each input is moved relative to its own size, not the count by a step
     sized for the sum."""
-    jax = pytest.importorskip("jax")
+    import jax
+
     jnp = jax.numpy
     x = jnp.asarray(np.random.default_rng(0).standard_normal((3, 5)) * 1e3, jnp.float32)
 
@@ -368,7 +376,8 @@ def test_a_count_beside_large_values_is_moved_by_its_own_size():
 def test_a_stop_gradient_is_not_blamed_before_the_wrong_op():
     """logsumexp shifts by a stop_gradient of the max (a zero rule by declaration); the
     walk passes it by, with a note, and names the primitive whose rule is wrong."""
-    jax = pytest.importorskip("jax")
+    import jax
+
     jnp = jax.numpy
     from jax.scipy.special import digamma
 
@@ -388,8 +397,9 @@ def test_a_stop_gradient_is_not_blamed_before_the_wrong_op():
 def test_tf_every_op_of_a_keras_conv_model_is_checked_and_none_is_flagged():
     """Keras's Conv1D runs Conv2D with an attribute recorded as None (use_cudnn_on_gpu),
     which re-executes with its registered default; every op runs in float64 alone."""
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
+    import keras
+    import tensorflow as tf
+
     layers = keras.layers
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((8, 2)), layers.Conv1D(3, 3, activation="relu"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 
 import numpy as np
-import pytest
 
 import polygrad as pg
 from polygrad.localize import NONFINITE_VJP, locate
@@ -26,7 +25,7 @@ def _line_of(fn, text):
 def _torch_net(safe):
     """A linear layer and a square-root activation, masked by a where: the trap
     (``safe=False``) or the double where (``safe=True``)."""
-    torch = pytest.importorskip("torch")
+    import torch
 
     class SqrtNet(torch.nn.Module):
         def __init__(self):
@@ -95,14 +94,16 @@ def test_torch_double_where_passes_and_flags_nothing():
 
 
 def _masked_mean(x, mask):
-    torch = pytest.importorskip("torch")
+    import torch
+
     count = mask.sum(1)
     total = (x * mask).sum(1)
     return torch.where(count > 0, total / count, 0.0).sum()
 
 
 def test_torch_masked_mean_division_by_a_zero_count():
-    torch = pytest.importorskip("torch")
+    import torch
+
     x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=torch.float64)
     report = pg.check(_masked_mean, x, mask)
@@ -117,13 +118,15 @@ def test_torch_masked_mean_division_by_a_zero_count():
 
 
 def _softplus(x):
-    torch = pytest.importorskip("torch")
+    import torch
+
     return torch.where(x < 20, torch.log1p(torch.exp(x)), x).sum()
 
 
 def test_torch_float32_overflow_is_found_in_the_programs_dtype():
     """exp(100) overflows in float32 only: a node evaluated in float64 would pass."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     x = torch.tensor([1.0, 100.0, -3.0])
     report = pg.check(_softplus, x)
     assert report.verdict is pg.Verdict.NONFINITE
@@ -135,7 +138,7 @@ def test_torch_float32_overflow_is_found_in_the_programs_dtype():
 
 
 def test_torch_a_node_the_output_does_not_depend_on_is_not_blamed():
-    torch = pytest.importorskip("torch")
+    import torch
 
     def f(x):
         unused = torch.sqrt(x)  # NaN derivative at x < 0, but nothing reads it
@@ -153,7 +156,8 @@ def test_torch_a_node_the_output_does_not_depend_on_is_not_blamed():
 
 
 def _jax_loss(safe):
-    jax = pytest.importorskip("jax")
+    import jax
+
     jnp = jax.numpy
 
     def loss(w, x):
@@ -203,7 +207,8 @@ def test_jax_a_node_the_output_does_not_depend_on_is_not_blamed():
     """JAX gives a value no derivative flows from a zero cotangent, and sqrt's VJP of 0
     at x < 0 is NaN: the data flow (sqrt is read only through a comparison), not the
     cotangent, says that it is not on the gradient's path."""
-    jax = pytest.importorskip("jax")
+    import jax
+
     jnp = jax.numpy
 
     def f(x):
@@ -249,8 +254,8 @@ def test_nonfinite_walk_is_not_run_where_autodiff_is_finite():
 
 
 def _keras_model(activation):
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
+    import keras
+    import tensorflow as tf
 
     class Act(keras.layers.Layer):
         def call(self, h):

@@ -30,7 +30,8 @@ def _relative(value, exact):
 
 
 def _jax_loss():
-    jax = pytest.importorskip("jax")
+    import jax
+
     jnp = jax.numpy
     from jax.scipy.special import digamma
 
@@ -44,7 +45,7 @@ def _jax_loss():
 def test_jax_digamma_gradient_is_wrong_below_minus_8():
     """The installed JAX's derivative of digamma (``polygamma(1, x)``) is wrong for
     x < -8 or so, while digamma itself is right: the bug the walk must find."""
-    jax = pytest.importorskip("jax")
+    import jax
     from jax.scipy.special import digamma
 
     with jax.enable_x64(True):
@@ -81,8 +82,8 @@ def test_jax_digamma_in_a_composite_is_located_to_the_primitive():
 def _keras_zeta():
     """A Keras layer whose activation is the Hurwitz zeta function of its input:
     TensorFlow registers no gradient of Zeta with respect to x (its rule gives None)."""
-    tf = pytest.importorskip("tensorflow")
-    keras = pytest.importorskip("keras")
+    import keras
+    import tensorflow as tf
 
     class ZetaAct(keras.layers.Layer):
         def call(self, h):
@@ -96,7 +97,8 @@ def _keras_zeta():
 
 
 def test_tf_zeta_has_no_gradient_with_respect_to_x():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     s = tf.constant(3.0, tf.float64)
     with tf.GradientTape() as tape:
         tape.watch(s)
@@ -125,13 +127,15 @@ def test_tf_zeta_in_a_keras_layer_is_located_to_the_primitive():
 
 
 def _xlogy_loss(p):
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     q = tf.nn.softmax(tf.constant([0.3, -0.2, 1.1, 0.4], p.dtype))
     return tf.reduce_sum(tf.math.xlogy(p, q)) + tf.reduce_sum(p**2)
 
 
 def _xlogy_point():
-    tf = pytest.importorskip("tensorflow")
+    import tensorflow as tf
+
     return tf.constant([0.0, 0.25, 0.0, 0.75], tf.float32)
 
 
@@ -164,7 +168,8 @@ def test_tf_xlogy_at_x_zero_is_a_mismatch():
 
 
 def _torch_loss(x):
-    torch = pytest.importorskip("torch")
+    import torch
+
     h = 2.0 * x + 1.0
     return (torch.tanh(x) + torch.digamma(h)).sum()
 
@@ -172,7 +177,8 @@ def _torch_loss(x):
 def test_torch_digamma_gradient_loses_digits_in_float64():
     """The installed torch's CPU trigamma (digamma's derivative) is accurate to about
     1e-10 relative in float64, far beyond float64's round-off."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     errors = []
     for v in (-0.5, 0.3, 1.0, 2.0):
         x = torch.tensor(v, dtype=torch.float64, requires_grad=True)
@@ -185,7 +191,8 @@ def test_torch_digamma_gradient_loses_digits_in_float64():
 
 
 def test_torch_digamma_in_a_composite_is_located_to_the_primitive():
-    torch = pytest.importorskip("torch")
+    import torch
+
     x = torch.tensor([0.35, 0.6, 0.85], dtype=torch.float64)
     report = pg.check(_torch_loss, x, localize=True)
     assert report.verdict is pg.Verdict.MISMATCH
@@ -201,6 +208,7 @@ def test_torch_digamma_in_a_composite_is_located_to_the_primitive():
 
 def test_torch_digamma_in_float32_is_within_round_off():
     """The same program in float32: trigamma's 1e-10 is far below float32's round-off."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     report = pg.check(_torch_loss, torch.tensor([0.35, 0.6, 0.85], dtype=torch.float32))
     assert report.verdict is pg.Verdict.PASS
