@@ -53,6 +53,7 @@ from polygrad.testing.programs import (
     NumpyInterpreter,
     Program,
     _round,
+    _topological,
     build,
     evaluate64,
     numpy_vjp,
@@ -194,13 +195,15 @@ def check_planted(program: Program, framework: str) -> pg.Report:
     return pg.check(planted(program, framework, rel), x)
 
 
-def jacobian64(program: Program) -> np.ndarray:
-    """The exact-rule Jacobian in float64, from the NumPy VJP (rows: outputs)."""
-    x = program.x()
+def jacobian64(program: Program, dtype: Any = np.float64) -> np.ndarray:
+    """The exact-rule Jacobian from the NumPy VJP evaluated in ``dtype`` (float64, or
+    ``np.longdouble`` for extended precision), as float64 (rows: outputs)."""
+    x = program.x().astype(dtype)
     vjp = numpy_vjp(program)
     y = np.asarray(build(program, "numpy")(x))
-    rows = [vjp(e.reshape(y.shape), x).ravel() for e in np.eye(max(y.size, 1))]
-    return np.asarray(rows)
+    rows = [np.asarray(vjp(e.reshape(y.shape).astype(dtype), x)).ravel()
+            for e in np.eye(max(y.size, 1))]  # fmt: skip
+    return np.asarray(rows).astype(np.float64)
 
 
 def float64_jacobian_has_digits(program: Program) -> np.ndarray:
@@ -208,16 +211,8 @@ def float64_jacobian_has_digits(program: Program) -> np.ndarray:
     Jacobian agrees to half of itself with the same rule evaluated in extended precision
     (``np.longdouble``): ``logsumexp(log_softmax(x))`` is 0 for every input, its float64
     rule gives 3e-17 at one entry and its extended-precision rule exactly 0."""
-    x = program.x()
-    vjp = numpy_vjp(program)
-    out = []
-    for dtype in (np.float64, np.longdouble):
-        xd = x.astype(dtype)
-        y = np.asarray(build(program, "numpy")(xd))
-        rows = [np.asarray(vjp(e.reshape(y.shape).astype(dtype), xd)).ravel()
-                for e in np.eye(max(y.size, 1))]  # fmt: skip
-        out.append(np.asarray(rows).astype(np.float64).T.ravel())
-    J64, Jld = out
+    J64 = jacobian64(program).T.ravel()
+    Jld = jacobian64(program, np.longdouble).T.ravel()
     with np.errstate(invalid="ignore"):
         return np.abs(J64 - Jld) <= 0.5 * np.abs(J64)
 
@@ -534,18 +529,8 @@ def kernel_loses_digits64(program: Program, framework: str) -> bool:
     exactly tells that from a wrong rule."""
     if framework not in NO_RULE_MP:
         return False
-    return any(_loses_digits64(replace(program, root=node)) for node in _nodes(program.root))
-
-
-def _nodes(root: Node) -> list[Node]:
-    """Every operation of a program (not its input)."""
-    out, todo = [], [root]
-    while todo:
-        node = todo.pop()
-        if node.op != "x":
-            out.append(node)
-        todo.extend(a for a in node.args if isinstance(a, Node))
-    return out
+    nodes = [node for node in _topological(program.root) if node.op != "x"]
+    return any(_loses_digits64(replace(program, root=node)) for node in nodes)
 
 
 def _loses_digits64(program: Program) -> bool:
