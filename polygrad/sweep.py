@@ -49,7 +49,7 @@ from ._args import normalize_argnums
 from ._random_state import preserving_random_state
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from .backends.validate import check_deterministic, check_target
+from .backends.validate import validate_target
 from .progress import progress
 from .reference import directional_derivatives, estimate_noise
 from .reference.curvature import derivative_coefficients, rounding_noise
@@ -670,8 +670,7 @@ def sweep(
     if not be.supports_autodiff and not supplied.given():
         supplied = Supplied(jvp=_zero_jvp(f))  # a sweep needs no derivative
     target = be.make_target(f, args, argnums_t, supplied, batch_size, wrt)
-    check_target(target)  # the front door's checks, as check() runs them
-    check_deterministic(target)
+    validate_target(target)  # the front door's checks, as check() runs them
     return sweep_target(
         target, steps=steps, directions=directions, seed=seed, batch_size=batch_size
     )

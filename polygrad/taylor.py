@@ -40,7 +40,7 @@ import numpy as np
 from ._args import normalize_argnums
 from .backends import reject_number_lists, select_backend
 from .backends.base import Supplied, Target
-from .backends.validate import check_deterministic, check_target
+from .backends.validate import validate_target
 from .reference import estimate_noise
 from .reference.steps import F64_EPS
 from .reference.steps import ecnoise_step as _ecnoise_step
@@ -429,6 +429,5 @@ def taylor_test(
     reject_number_lists(f, args, argnums_t)
     be = select_backend(args, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
-    check_target(target)  # the front door's checks, as check() runs them
-    check_deterministic(target)
+    validate_target(target)  # the front door's checks, as check() runs them
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

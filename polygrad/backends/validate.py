@@ -13,7 +13,7 @@ from ..errors import InputValueError, NondeterministicFunctionError
 from ..reference.steps import F64_EPS
 from .base import Target
 
-__all__ = ["check_deterministic", "check_target"]
+__all__ = ["check_deterministic", "check_target", "validate_target"]
 
 
 def check_deterministic(target: Target) -> list[str]:
@@ -69,3 +69,21 @@ def check_target(target: Target) -> None:
             f"({int(np.sum(~np.isfinite(target.y0)))} of {m} outputs); its derivative cannot "
             "be checked there"
         )
+
+
+def validate_target(target: Target) -> list[str]:
+    """Both checks, in the order every front door runs them: :func:`check_target`, then
+    :func:`check_deterministic`.
+
+    Returns
+    -------
+    list of str
+        Notes on round-off-sized differences between evaluations at the point.
+
+    Raises
+    ------
+    InputValueError, NondeterministicFunctionError
+        As the two checks raise them.
+    """
+    check_target(target)
+    return check_deterministic(target)

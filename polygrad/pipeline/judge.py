@@ -509,7 +509,7 @@ def findings(inp: JudgeInput) -> _Evidence:
         rounded64 = np.where(exact, rule.rounded(), 0.0)
         # float64 code inherits f's own lost digits only where its rule is exact
         if inp.eps_w <= F64_EPS:  # its own measured round-off too (see _Rule.rounded)
-            hidden = np.where(exact, np.maximum(rule.hidden(), rule.rounded()), 0.0)
+            hidden = np.maximum(np.where(exact, rule.hidden(), 0.0), rounded64)
         else:
             hidden = rule.hidden()
         tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden

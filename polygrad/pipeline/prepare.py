@@ -14,7 +14,7 @@ import numpy as np
 from .._args import normalize_argnums
 from ..backends import reject_number_lists, select_backend
 from ..backends.base import Backend, Supplied, Target, building_a_gradient_target
-from ..backends.validate import check_deterministic, check_target
+from ..backends.validate import check_deterministic, validate_target
 from ..policy import DEFAULT_POLICY, Policy
 from ..your_terms import Tool, resolve_tool
 from .judge import Expected
@@ -260,8 +260,7 @@ def prepare(
         target = be.make_target(f, args, argnums_t, supplied, opts.batch_size, opts.wrt)
     name_pairs(target, cinfo)  # complex leaves named Re/Im, the convention noted
     notes = list(target.notes) + (cinfo.notes if cinfo else [])
-    check_target(target)
-    notes += check_deterministic(target)
+    notes += validate_target(target)
     notes += expectation_notes(opts)
     modes = choose_modes(target, opts.mode, be.supports_autodiff)
     prepared = Prepared(be, f, args, argnums_t, supplied, bool(cinfo and cinfo.any), target,
