@@ -602,11 +602,12 @@ _UNARY_DERIVATIVE: dict[str, Callable[..., Any]] = {
     "erf": lambda u, y: 2 / np.sqrt(np.pi) * np.exp(-u * u),
     "sin": lambda u, y: np.cos(u),
     "abs": lambda u, y: np.sign(u),
-    "relu": lambda u, y: (u > 0).astype(u.dtype),
+    # (np.asarray: on mpmath numbers a comparison of a 0-d array is a Python bool)
+    "relu": lambda u, y: np.asarray(u > 0).astype(np.asarray(u).dtype),
     "square": lambda u, y: 2 * u,
     "affine": lambda u, y, a, b: np.full_like(u, a),
-    "clip": lambda u, y, lo, hi: ((u >= lo) & (u <= hi)).astype(u.dtype),
-    "leaky": lambda u, y, s: np.where(u > 0, 1, s).astype(u.dtype),
+    "clip": lambda u, y, lo, hi: np.asarray((u >= lo) & (u <= hi)).astype(np.asarray(u).dtype),
+    "leaky": lambda u, y, s: np.where(u > 0, 1, s).astype(np.asarray(u).dtype),
     "add_const": lambda u, y, c: np.ones_like(u),
 }
 
