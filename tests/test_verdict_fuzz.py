@@ -1143,6 +1143,16 @@ LSE_OF_LOG_SOFTMAX_BF16 = Program(
 LSE_OF_LOG_SOFTMAX_F32 = Program(
     op("logsumexp", op("log_softmax", X), p=(None,)), (2,), "float32", (0.015625, 0.000244140625)
 )
+# leaky(log_softmax(exp(x)))[0] in float32 at (5.66, 1) (CI, NumPy): a - logsumexp(a, b)
+# with a = e^5.66 = 286, b = e, which is -e^-283.5: every float64 and every 50-digit mp
+# value of f near the point is exactly 0, and the mp reference claimed 0 +- 0 for
+# x[1]'s -6.2e-125, so the right float64 rule read as wrong (MISMATCH); the mp error bar
+# now carries the round-off of the cancelling 286-sized terms
+LOG_SOFTMAX_OF_EXP_CANCELS = Program(
+    op("slice", op("leaky", op("log_softmax", op("exp", op("leaky", X, p=(0.03125,)))),
+       p=(0.03125,)), p=(0, 1)),
+    (2,), "float32", (5.656854152679443, 1.0),
+)  # fmt: skip
 # sin(exp(exp(logsumexp(x)))) in float32 (CI budget, PyTorch): the argument of sin,
 # about 403, is rounded to 3e-5, so f keeps a relative accuracy of 1e-5 and its
 # derivative, through cos(403.4) = 0.18, 4e-4: UNSTABLE at x[0, 0] (a move of x[0, 0]
@@ -1320,6 +1330,52 @@ def test_unstable_is_said_where_the_float32_gradient_is_off(framework: str) -> N
     assert report.verdict in (pg.Verdict.PASS, pg.Verdict.UNSTABLE), str(report)
     if report.verdict == pg.Verdict.UNSTABLE:
         assert unstable_is_true(report, program, framework)
+
+
+def _cancelling_gradient(x: tuple[float, ...]) -> np.ndarray:
+    """The true Jacobian of LOG_SOFTMAX_OF_EXP_CANCELS, -log(1 + e^(b - a)) / 32 with
+    a = e^x0, b = e^x1, at 400 digits (both entries below 1e-120)."""
+    import mpmath
+
+    with mpmath.workdps(400):
+        a, b = mpmath.exp(mpmath.mpf(x[0])), mpmath.exp(mpmath.mpf(x[1]))
+        p = mpmath.exp(b - a) / (1 + mpmath.exp(b - a))
+        return np.array([float(p * a / 32), float(-p * b / 32)])
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [
+        pytest.param(fw, marks=pytest.mark.polygrad_backends(fw))
+        for fw in ("numpy", "torch", "jax", "tensorflow")
+    ],
+)
+def test_a_cancellation_beyond_the_mp_digits_is_not_a_wrong_rule(framework: str) -> None:
+    """f cancels to exactly 0 at 50 digits: the mp reference's error bar at x[1] covers
+    the true -6.2e-125 (the float64 rule's value), and the verdict is no MISMATCH."""
+    program = LOG_SOFTMAX_OF_EXP_CANCELS
+    report = check_correct(program, framework)
+    assert report.verdict in (pg.Verdict.PASS, pg.Verdict.INCONCLUSIVE), str(report)
+    e = report.entries
+    true = _cancelling_gradient(program.point)
+    assert abs(true[1]) > 1e-125 and abs(e.reference[1] - true[1]) <= e.reference_error[1]
+    assert np.all(e.autodiff == 0)  # float32 holds nothing of 1e-123: 0 is its answer
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "polygrad limit: where f is exactly 0 in float64 near the point (a cancellation of "
+        "286-sized terms), the float64 difference reference measures no noise and claims "
+        "0 +- 1e-320 for x[0]'s true 6.5e-123; the float64 rule is 0 there too, so the "
+        "entry passes without going to mp"
+    ),
+)
+def test_the_float64_reference_of_an_exact_zero_by_cancellation_covers_the_truth() -> None:
+    program = LOG_SOFTMAX_OF_EXP_CANCELS
+    e = check_correct(program, "numpy").entries
+    true = _cancelling_gradient(program.point)
+    assert np.all(np.abs(e.reference - true) <= e.reference_error), (e.reference, true)
 
 
 # logsumexp of a log_softmax of a positive map of x, in bfloat16 (CI run, PyTorch): its

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ..reference.operand_moves import OPERAND_MOVES
+
 __all__ = ["MP_UFUNC_METHODS", "CONVERTING", "make_context", "mp_array", "shared_context"]
 
 
@@ -81,6 +83,7 @@ def make_context(dps: int) -> Any:
             setattr(ctx.mpf, ufunc_name, (lambda g: lambda self: g(self))(impl))
     ctx.mpf.__trunc__ = lambda self: int(self)
     _refuse_machine_floats(ctx.mpf)
+    _move_operands_when_asked(ctx)
     return ctx
 
 
@@ -116,6 +119,31 @@ def _refuse_machine_floats(mpf: type) -> None:
 
     mpf.__float__ = as_float  # type: ignore[attr-defined]
     mpf.__complex__ = as_complex  # type: ignore[attr-defined]
+
+
+def _move_operands_when_asked(ctx: Any) -> None:
+    """Make the additions and subtractions of ``ctx.mpf`` numbers move both operands by a
+    random relative ``u 2^(k - prec)`` while :data:`~polygrad.reference.operand_moves.
+    OPERAND_MOVES` is set (measuring ``f``'s round-off where it cancels; see
+    :mod:`polygrad.reference.operand_moves`); exact to the precision otherwise."""
+    mpf = ctx.mpf
+    add, mul = mpf.__add__, mpf.__mul__  # the exact operations, before wrapping
+
+    def moved(v: Any, moves: tuple[Any, int]) -> Any:
+        rng, bits = moves
+        return add(v, mul(v, ctx.ldexp(ctx.mpf(rng.uniform(-1.0, 1.0)), bits - ctx.prec)))
+
+    def wrap(op: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        def operation(self: Any, other: Any) -> Any:
+            moves = OPERAND_MOVES.get()
+            if moves is None or not isinstance(other, (mpf, int, float)):
+                return op(self, other)
+            return op(moved(self, moves), moved(ctx.mpf(other), moves))
+
+        return operation
+
+    for name in ("__add__", "__radd__", "__sub__", "__rsub__"):
+        setattr(mpf, name, wrap(getattr(mpf, name)))
 
 
 @functools.lru_cache(maxsize=8)

@@ -34,6 +34,7 @@ from .differences import (
     _size_of_values,
     _tableaus,
 )
+from .operand_moves import rounding_scale
 from .richardson import Estimate, TableauResult, step_ladder
 
 __all__ = ["expected_mp_evaluations", "mp_directional_derivatives", "quick_mp_derivatives"]
@@ -153,7 +154,10 @@ def mp_directional_derivatives(
     """
     zero = np.zeros_like(x0)
     f0_quick = evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS)
-    quick, settled = quick_mp_derivatives(evaluate_mp, x0, W, f0_quick, dps)
+    # f's round-off measured, not assumed relative to |f| (f can be a cancellation of
+    # far larger terms, to exactly 0 at any number of digits)
+    scale = rounding_scale(evaluate_mp, x0, dps + QUICK_EXTRA_DIGITS, f0_quick)
+    quick, settled = quick_mp_derivatives(evaluate_mp, x0, W, f0_quick, dps, scale=scale)
     if not np.all(settled):
         # once more at a far smaller step: a length scale shorter than the quick step
         # allows (a point 1e-7 from the edge of log1p(-x)'s domain) settles there, where
@@ -165,7 +169,7 @@ def mp_directional_derivatives(
         odd = _floats(quick.central.value_mp)[~settled] * QUICK_STEP  # (g(h) - g(-h)) / 2
         finer, settled_f = quick_mp_derivatives(
             evaluate_mp, x0, W[~settled], f0_quick, dps, QUICK_STEP * QUICK_RETRY_FACTOR, size,
-            odd_before=odd,
+            odd_before=odd, scale=scale,
         )  # fmt: skip
         quick = _merge(quick, finer, settled, evaluations=quick.central.evaluations)
         settled = settled.copy()
@@ -174,7 +178,9 @@ def mp_directional_derivatives(
         return quick
     # f(x) again in the ladder's own arithmetic: its noise model reads the rounding of f0
     f0 = evaluate_mp(x0, zero, dps)
-    rest = _ladder_derivatives(evaluate_mp, x0, W[~settled], f0, dps, h_max, levels, max_extensions)
+    rest = _ladder_derivatives(
+        evaluate_mp, x0, W[~settled], f0, dps, h_max, levels, max_extensions, scale
+    )
     return _merge(quick, rest, settled, evaluations=quick.central.evaluations + 1)
 
 
@@ -187,14 +193,17 @@ def _ladder_derivatives(
     h_max: float,
     levels: int,
     max_extensions: int,
+    scale: np.ndarray,
 ) -> DirectionalDerivatives:
-    """The full mp ladder and Richardson tableaus (see :func:`mp_directional_derivatives`)."""
+    """The full mp ladder and Richardson tableaus (see :func:`mp_directional_derivatives`);
+    ``scale`` (m,) is the size of ``f``'s round-off (:func:`rounding_scale`)."""
     m = f0.size
     d = W.shape[0]
     norms = np.sqrt(np.einsum("ij,ij->i", W, W))
     f0_float = np.array([float(v) for v in f0])
     unit = 10.0 ** (-dps)
-    sigma = np.broadcast_to(10.0 * unit * np.maximum(np.abs(f0_float), 1e-300), (d, m)).copy()
+    size = np.maximum(np.abs(f0_float), scale)
+    sigma = np.broadcast_to(10.0 * unit * np.maximum(size, 1e-300), (d, m)).copy()
 
     def ladder(k: int, hs: np.ndarray) -> np.ndarray:
         out = np.empty((hs.size, 2, m), dtype=object)
@@ -323,6 +332,7 @@ def quick_mp_derivatives(
     h: float = QUICK_STEP,
     size: np.ndarray | None = None,
     odd_before: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
 ) -> tuple[DirectionalDerivatives, np.ndarray]:
     """One mp central difference per direction, at a step far below any length scale.
 
@@ -375,6 +385,10 @@ def quick_mp_derivatives(
         At a retried step: the odd parts ``h D`` of these directions at the step
         before (float64). Without it, an odd part above :data:`MP_TARGET` of the
         values leaves its direction unsettled (to be retried).
+    scale : ndarray, shape (m,), optional
+        The size of ``f``'s round-off per output where it exceeds ``|f|`` (a
+        cancellation of larger terms; :func:`rounding_scale`): the round-off of the
+        difference is taken relative to it.
 
     Returns
     -------
@@ -386,6 +400,7 @@ def quick_mp_derivatives(
     """
     d, m = W.shape[0], f0.size
     digits = dps + QUICK_EXTRA_DIGITS
+    f0_size = np.abs(_floats(f0)) if scale is None else np.maximum(np.abs(_floats(f0)), scale)
     Y = np.empty((d, 2, m), dtype=object)  # g(h), g(-h)
     for k in range(d):
         for j, t in enumerate((h, -h)):
@@ -395,7 +410,7 @@ def quick_mp_derivatives(
     central, right, left = (gp - gm) / (2 * h), (gp - fz) / h, (fz - gm) / h
     with np.errstate(all="ignore"):
         mag = np.max(np.abs(_floats(Y)), axis=1)  # (d, m)
-        roundoff = 10.0 ** (1 - digits) * np.maximum(mag, np.abs(_floats(f0)))[None] / h
+        roundoff = 10.0 ** (1 - digits) * np.maximum(mag, f0_size[None]) / h
         roundoff = roundoff.reshape(d, m)
         if size is None:
             size = _size_of_values(_floats(central), np.sqrt(np.einsum("ij,ij->i", W, W)))
@@ -408,7 +423,7 @@ def quick_mp_derivatives(
         error = 0.5 * gap + roundoff + MP_TARGET * size
     settled = np.all(ok, axis=1)
     step = np.full((d, m), h)
-    sigma = np.broadcast_to(10.0 ** (-digits) * np.abs(_floats(f0)), (d, m)).copy()
+    sigma = np.broadcast_to(10.0 ** (-digits) * f0_size, (d, m)).copy()
 
     def est(value_mp: np.ndarray, err: np.ndarray) -> Estimate:
         value = _floats(value_mp)
