@@ -94,6 +94,24 @@ def test_machine_floats_are_refused_not_laundered(ctx: object) -> None:
         np.logaddexp(0.0, rounded + 1.0)
 
 
+def test_exact_float_zeros_are_constants_other_floats_are_refused(ctx: object) -> None:
+    """0 * 0.25 (np.zeros_like of an object array holds the integer 0, a leaky ReLU's
+    slope makes it 0.0) is exact in every precision; 0.5 made at machine precision is not."""
+    a = _mp(ctx, [0.3, -0.2])
+    zeros = np.zeros(2, dtype=object) * 0.25  # Python floats 0.0, as a rule's mask makes
+    assert all(type(v) is float and v == 0 for v in zeros)
+    assert np.all(np.exp(a + zeros) == np.exp(a))  # an ufunc takes them
+    with pytest.raises(TypeError, match="machine precision"):
+        np.exp(a + np.vectorize(lambda v: 0.5, otypes=[object])(a))
+    from polygrad.backends.mpmath import mp_evaluator
+
+    evaluate = mp_evaluator(lambda leaves: leaves[0] * 0 * 0.25, [(2,)])
+    assert [float(v) for v in evaluate(np.array([0.3, -0.2]), np.zeros(2), 30)] == [0, 0]
+    with pytest.raises(TypeError, match="machine precision"):
+        half = np.vectorize(lambda v: 0.5, otypes=[object])
+        mp_evaluator(lambda leaves: half(leaves[0]), [(2,)])(np.ones(2), np.zeros(2), 30)
+
+
 def _softplus_loss(W: np.ndarray, y: np.ndarray) -> tuple[object, object]:
     def loss(x: np.ndarray) -> np.ndarray:
         h = np.logaddexp(0.0, x @ W)  # softplus, as it is usually written

@@ -89,17 +89,19 @@ def _exact(ctx: Any, a: np.ndarray) -> np.ndarray:
     plain = a.view(np.ndarray)
     ints = False
     for v in plain.flat:
-        if isinstance(v, (float, np.floating)):
+        if isinstance(v, (float, np.floating)) and v != 0:  # an exact 0.0 is a constant
             raise TypeError(
                 f"the function produced a {type(v).__name__} value on mpmath input "
                 "(a conversion to machine precision)"
             )
-        ints = ints or (isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)))
+        ints = ints or (isinstance(v, (int, np.integer, float, np.floating))
+                        and not isinstance(v, (bool, np.bool_)))  # fmt: skip
     if not ints:
         return plain
     out = np.empty(plain.shape, dtype=object)
     for i, v in enumerate(plain.flat):
-        exact = isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+        exact = isinstance(v, (int, np.integer, float, np.floating))
+        exact = exact and not isinstance(v, (bool, np.bool_))
         out.flat[i] = ctx.mpf(int(v)) if exact else v
     return out
 

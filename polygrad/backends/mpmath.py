@@ -42,6 +42,14 @@ from ._mp_ufuncs import mp_array_type
 __all__ = ["MP_UFUNC_METHODS", "make_context", "mp_array", "mp_evaluator", "MpmathBackend"]
 
 
+def exact_zero(v: Any) -> bool:
+    """Whether ``v`` is a machine float that is exactly 0: a constant of the code, exact in
+    every precision (``0 * 0.25`` where a mask or ``np.zeros_like`` of an object array
+    left the integer 0), not a value rounded to machine precision (converting an mpmath
+    number raises while the user's code runs on them)."""
+    return isinstance(v, (float, np.floating)) and not isinstance(v, np.longdouble) and v == 0
+
+
 def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
     """Flatten a function's output to an object array; raise if precision was lost."""
     from .._pytree import flatten
@@ -62,6 +70,8 @@ def _collect_mp_outputs(ctx: Any, out: Any) -> np.ndarray:
                 # cast to float32 inside f would make a confident, wrong mp reference
                 machine = isinstance(v, (float, complex, np.floating, np.complexfloating))
                 if not machine and (isinstance(v, (int, np.integer)) or hasattr(v, "is_integer")):
+                    continue
+                if exact_zero(v):
                     continue
                 why = (
                     "a complex value: a real function outside its domain there, e.g. "
