@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -358,3 +360,37 @@ def test_noise_measured_where_f_crosses_zero():
     dd = directional_derivatives(fn, x, np.diag(s), f0, noise.sigma, EPS64, "float64", 0.25, 10)
     true = (1 - np.tanh(x) ** 2) * s
     assert np.all(np.abs(dd.central.value[:, 0] - true) <= dd.central.error[:, 0])
+
+
+def _layer_norm_of_sigmoids(X: np.ndarray) -> np.ndarray:
+    """erf (math.erf, as NumPy code calls it) of sin of a layer norm (eps 1e-5) of
+    sigmoids of 4 inputs, its outputs 1 to 3: at equal inputs they are 0, from terms near
+    0.5 that round at 2^-53, which the division by sqrt(1e-5) magnifies 316-fold."""
+    u = 1 / (1 + np.exp(-X))
+    c = u - np.mean(u, axis=1, keepdims=True)
+    y = np.sin(c / np.sqrt(np.mean(c * c, axis=1, keepdims=True) + 1e-5))[:, 1:]
+    return np.vectorize(math.erf)(y)
+
+
+def test_round_off_that_equal_spacing_hides_is_measured() -> None:
+    """At x = 2^-17 (every entry), the equally spaced ECnoise samples of the function above
+    along x_0 round alike (linear to 1e-25), while its values carry round-off near 1e-14;
+    a longer difference then sees the round-off as a bias of 1e-11 relative, and with the
+    noise at 1e-25 the reference claimed 1e-19 for it. The noise (measured at jittered
+    samples) and the reference's error bar must cover that."""
+    x = np.full(4, 2.0**-17)
+    s = np.full(4, 2.0**-17)
+    W = np.diag(s)[:1]
+    f0 = _layer_norm_of_sigmoids(x[None])[0]
+    noise = estimate_noise(_layer_norm_of_sigmoids, x, W, f0, EPS64, 2.0**-19)
+    assert np.all(noise.sigma[0] > 1e-15)  # 2^-53 / sqrt(12) x 316 / 4: the terms' rounding
+    dd = directional_derivatives(
+        _layer_norm_of_sigmoids, x, W, f0, noise.sigma, EPS64, "float64", 2.0**-2, 10
+    )
+    with mpmath.workdps(60):
+        v = mpmath.mpf(2.0**-17)
+        du = mpmath.exp(-v) / (1 + mpmath.exp(-v)) ** 2  # sigmoid'
+        scale = 2 / mpmath.sqrt(mpmath.pi) / mpmath.sqrt(mpmath.mpf(1e-5))  # erf'(0) sin'(0)
+        true = float(-du / 4 * scale * mpmath.mpf(2.0**-17))
+    value, error = dd.central.value[0], dd.central.error[0]
+    assert np.all(np.abs(value - true) <= error), (value - true, error)

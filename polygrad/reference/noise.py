@@ -332,9 +332,11 @@ def estimate_noise(
     offsets = np.arange(points + 1) - points // 2
     evals = 0
     bits = generic_bits(eps, step)
-    delta = np.full(d, float(step) * (1.0 + np.floor(GENERIC * 2.0**bits) / 2.0**bits))
+    delta0 = float(step) * (1.0 + np.floor(GENERIC * 2.0**bits) / 2.0**bits)
+    delta = np.full(d, delta0)
     best_sigma = np.zeros((d,) + f0.shape)
     best_inform = np.full((d,) + f0.shape, STEP_TOO_LARGE)
+    slope = np.zeros((d,) + f0.shape)  # |f'| along each direction, roughly
     todo = np.ones(d, dtype=bool)
     for _attempt in range(retries + 1):
         idx = np.flatnonzero(todo)
@@ -361,10 +363,25 @@ def estimate_noise(
         inf = np.where((inf == NOISE_DETECTED) & (eps > 0) & (sig > plausible), STEP_TOO_LARGE, inf)
         improve = (inf == NOISE_DETECTED) | (best_inform[idx] != NOISE_DETECTED)
         best_sigma[idx] = np.where(improve, sig, best_sigma[idx])
+        with np.errstate(invalid="ignore"):
+            moved = np.max(np.abs(Y - np.asarray(f0)[None, None, :]), axis=1)
+        slope[idx] = np.where(improve, moved / (offsets[-1] * delta[idx, None]), slope[idx])
         best_inform[idx] = np.where(improve, inf, best_inform[idx])
         again = np.any((best_inform[idx] == STEP_TOO_LARGE).reshape(idx.size, -1), axis=1)
         delta[idx[again]] /= 64.0
         todo[idx[~again]] = False
+    # ECnoise saw nothing above the floor, or f is near a zero of itself (smaller than
+    # its change over a unit step: terms that cancel, whose grid its own ulp hides); not
+    # where the step was too large
+    with np.errstate(invalid="ignore"):
+        near_zero = np.abs(np.asarray(f0))[None, :] < slope / NEAR_ZERO
+    unseen = (best_inform != STEP_TOO_LARGE) & (~(best_sigma > floor[None, :]) | near_zero)
+    redo = np.flatnonzero(np.any(unseen.reshape(d, -1), axis=1)) if eps > 0 else np.empty(0, int)
+    if redo.size:
+        first = np.full(redo.size, delta0)
+        fit = _irregular_noise(fn, x0, directions[redo], first, offsets, eps)
+        best_sigma[redo] = np.where(unseen[redo], np.fmax(best_sigma[redo], fit), best_sigma[redo])
+        evals += 2 * redo.size * offsets.size
     return NoiseEstimate(
         sigma=np.maximum(best_sigma, floor[None, :]),
         floor=floor,
@@ -372,3 +389,92 @@ def estimate_noise(
         step=float(np.min(delta)),
         evaluations=evals,
     )
+
+
+NEAR_ZERO = 16.0
+"""``f`` is near a zero of itself along a direction where ``|f| < |f'| / NEAR_ZERO``
+(``f'`` per unit of the direction, whose entries are the input's own scales)."""
+
+FIT_DEGREE = 3
+"""Degree of the polynomial whose residual is the noise at irregular samples."""
+
+
+def _irregular_noise(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    delta: np.ndarray,
+    offsets: np.ndarray,
+    eps: float,
+) -> np.ndarray:
+    """The noise ``(d, m)`` along directions where ECnoise may have missed it, from samples
+    moved off their equal spacing; 0 where it reads as the smooth part of ``f``.
+
+    Equally spaced samples round alike where an intermediate's increments are nearly
+    a whole number of cells of its grid (a sawtooth sampled once per tooth is a
+    line): a layer norm of equal values after a sigmoid, whose terms near 0.5 round
+    at ``2^-53`` and whose result is 0, is linear to ``1e-25`` at them, while its
+    values carry round-off of ``1e-14``, which a difference over a longer step sees
+    as a bias of ``1e-11``. Here sample ``i`` sits at ``t_i = i δ + ρ_i`` with ``ρ_i``
+    uniform in ``±δ/2`` (jittered), a multiple of ``2 eps`` so that the point stays
+    exact on the line, and the noise is the residual of a least-squares cubic in
+    ``t``: round-off shows however it is patterned. The same at ``δ / 4`` tells it
+    from the rest of ``f``: a residual of noise stays, one of a quartic remainder
+    falls 256-fold and one of a kink within the samples (``|t|`` is no cubic) 4-fold;
+    only a residual that falls less than :data:`FIT_FALL` times, and is a small part
+    of the values' move (:data:`SMALL_PART`), is noise.
+    """
+    wide, moved = _fit_residual(fn, x0, W, delta, offsets, eps)
+    narrow, _ = _fit_residual(fn, x0, W, delta / 4.0, offsets, eps)
+    with np.errstate(invalid="ignore"):
+        noise = (narrow * FIT_FALL >= wide) & (wide * SMALL_PART <= moved)
+    return np.where(noise & np.isfinite(narrow), narrow, 0.0)
+
+
+SMALL_PART = 64.0
+"""Round-off of a function differentiable at the point is a small part of its move over
+the samples: a residual above ``1 / SMALL_PART`` of it is a jump (``floor`` at 4) or a
+kink, which the ladder's own tests tell, not noise."""
+
+
+FIT_FALL = 3.0
+"""How far a fit residual may fall when the step shrinks 4-fold and still be noise (two
+estimates of the same noise from 5 degrees of freedom each differ by more than 3 times
+in about 2% of draws; then the noise is left to ECnoise, as before)."""
+
+
+def _fit_residual(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    delta: np.ndarray,
+    offsets: np.ndarray,
+    eps: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Residual ``(d, m)`` of a least-squares cubic through jittered samples (see
+    :func:`_irregular_noise`), and how far the values move over them ``(d, m)``."""
+    rng = np.random.default_rng([len(offsets), W.shape[1]])
+    half = np.floor(delta / (4.0 * eps))[:, None]  # δ/2 in units of 2 eps
+    rho = np.floor(rng.uniform(-1.0, 1.0, size=(delta.size, offsets.size)) * half) * (2.0 * eps)
+    t = offsets[None, :] * delta[:, None] + rho  # (d, p + 1), in direction units
+    most = rows_per_batch(x0.size, 1 << 30)  # as estimate_noise: within the byte budget
+    buf = np.empty((min(most, offsets.size), x0.size))
+    rows = []
+    for k in range(W.shape[0]):
+        for a in range(0, offsets.size, most):
+            tk = t[k, a : a + most]
+            X = buf[: tk.size]
+            np.multiply(tk[:, None], W[k][None, :], out=X)
+            X += x0
+            rows.append(fn(X))
+    Y = np.concatenate(rows).reshape(W.shape[0], offsets.size, -1)
+    out = np.zeros((W.shape[0], Y.shape[2]))
+    dof = offsets.size - FIT_DEGREE - 1
+    for k in range(W.shape[0]):
+        V = np.vander(t[k] / np.max(np.abs(t[k])), FIT_DEGREE + 1)
+        with np.errstate(all="ignore"):
+            coef, *_ = np.linalg.lstsq(V, np.nan_to_num(Y[k]), rcond=None)
+            out[k] = np.sqrt(np.sum((Y[k] - V @ coef) ** 2, axis=0) / dof)
+    with np.errstate(invalid="ignore"):
+        moved = np.max(Y, axis=1) - np.min(Y, axis=1)
+    return out, moved
