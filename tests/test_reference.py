@@ -394,3 +394,29 @@ def test_round_off_that_equal_spacing_hides_is_measured() -> None:
         true = float(-du / 4 * scale * mpmath.mpf(2.0**-17))
     value, error = dd.central.value[0], dd.central.error[0]
     assert np.all(np.abs(value - true) <= error), (value - true, error)
+
+
+def _saturating_erf(X: np.ndarray) -> np.ndarray:
+    """erf(exp(|x|)) per row (math.erf, as NumPy code calls it): at x = (1, 1, 1) the
+    argument is 5.65 and erf is 1 - 1.6e-15; a step of 2 or more along x_0 reaches
+    erf = 1 exactly at both ends."""
+    return np.vectorize(math.erf)(np.exp(np.sqrt(np.sum(X**2, axis=1))))[:, None]
+
+
+def test_a_plateau_that_looks_converged_is_not_a_confident_estimate() -> None:
+    """The differences at steps 2 to 8 are exactly 0 (both ends on the plateau) and their
+    tableau looks converged at 0 +- 3e-16, while the finer steps give 5e-14 to 3e-9: the
+    true derivative, 4.9e-14, must lie within the error bar of every estimate
+    (central, left, right) the reference reports."""
+    x = np.ones(3)
+    f0 = _saturating_erf(x[None])[0]
+    W = np.eye(3)[:1]
+    noise = estimate_noise(_saturating_erf, x, W, f0, EPS64, 2.0**-19)
+    dd = directional_derivatives(
+        _saturating_erf, x, W, f0, noise.sigma, EPS64, "float64", 2.0**-2, 10,
+        target_relative_error=1e-12,
+    )  # fmt: skip
+    u = math.exp(math.sqrt(3.0))
+    true = 2 / math.sqrt(math.pi) * math.exp(-(u**2)) * u / math.sqrt(3.0)  # 4.913e-14
+    for est in (dd.central, dd.right, dd.left):
+        assert abs(est.value[0, 0] - true) <= est.error[0, 0], (est.value, est.error, true)

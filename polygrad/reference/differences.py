@@ -547,9 +547,74 @@ def directional_derivatives(
         )
 
     sol = _solve(Y, f0, steps, sigma, eps, final=sol)
+    with np.errstate(all="ignore"):
+        h = steps[None, :, None]
+        central = (Y[:, :, 0] - Y[:, :, 1]) / (2.0 * h)
+        right, left = (Y[:, :, 0] - f0) / h, (f0 - Y[:, :, 1]) / h
+    plus, minus = Y[:, :, 0], Y[:, :, 1]
+    sol = replace(
+        sol,
+        c=_confirmed_by_finer_steps(sol.c, sol.step_c, central, (plus, minus), steps, sigma),
+        r=_confirmed_by_finer_steps(sol.r, sol.step_r, right, (plus,), steps, 2.0 * sigma),
+        l=_confirmed_by_finer_steps(sol.l, sol.step_l, left, (minus,), steps, 2.0 * sigma),
+    )
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+FINER_NOISE = 4.0
+"""A plain central difference at step ``h`` is allowed ``FINER_NOISE sigma / h`` of
+round-off in :func:`_confirmed_by_finer_steps`."""
+
+FINER_GROWTH = 4.0
+"""How far a finer step's truncation may exceed the chosen step's in
+:func:`_confirmed_by_finer_steps` (higher-order terms)."""
+
+
+def _confirmed_by_finer_steps(
+    c: TableauResult, step_c: np.ndarray, T: np.ndarray, ends: tuple[np.ndarray, ...],
+    steps: np.ndarray, sigma: np.ndarray,
+) -> TableauResult:  # fmt: skip
+    """``c`` with its error bar widened where a finer step contradicts it.
+
+    In the region where the tableau's assumption holds (``T(h) = D + c_k h^k + ...``),
+    a plain difference ``T(h)`` (central, or one-sided) at a step below the chosen one
+    is no further from the estimate ``D`` than the chosen step's own difference is,
+    beyond its round-off. A tableau whose steps all lie on a plateau of ``f`` (erf saturated to
+    1 at both ends: every difference there exactly 0, so it looks converged) chooses
+    ``D = 0 +- 3e-16`` while the steps between it and the finest ones give 5e-14 to
+    3e-9: those finer steps, not the plateau, are the Taylor region, and ``D`` is
+    unconfirmed. Its error bar is widened to the largest such excess, so that the
+    entry reads as unresolved instead of being decided on a wrong reference. Where
+    the end points at the chosen step hold exactly the values of the step above it
+    (``f`` constant there: a plateau, whose one-sided differences fall like ``1/h``
+    and pass for noise at every step), no round-off is granted to the finer steps.
+    ``T`` is ``(d, L, m)`` on ``steps`` (``(L,)``, largest first, NaN where a
+    direction has no value), ``ends`` the values ``(d, L, m)`` it is made of (both
+    ends of a central difference, one of a one-sided one); ``sigma`` ``(d, m)``
+    (the noise of one difference is ``sigma / h``); ``step_c`` ``(d, m)``.
+    """
+    with np.errstate(all="ignore"):
+        D = np.asarray(c.value, dtype=np.float64)[:, None, :]
+        at = np.abs(steps[None, :, None] - step_c[:, None, :]) <= 0.0  # the chosen step
+        above = np.roll(at, -1, axis=1)  # the step above the chosen one (twice as long)
+        above[:, -1] = False
+        flat = np.ones(c.value.shape, dtype=bool)
+        for g in ends:
+            here = np.nanmax(np.where(at, g, np.nan), axis=1)
+            there = np.nanmax(np.where(above, g, np.nan), axis=1)
+            flat &= here == there
+        grant = np.where(flat, 0.0, FINER_NOISE)[:, None, :]
+        off = np.abs(T - D) - grant * sigma[:, None, :] / steps[None, :, None]
+        own = np.nanmax(np.where(at, np.abs(T - D), np.nan), axis=1)
+        finer = steps[None, :, None] < step_c[:, None, :]
+        excess = np.nanmax(np.where(finer & np.isfinite(off), off, -np.inf), axis=1)
+        allowed = FINER_GROWTH * np.fmax(np.nan_to_num(own), c.error)
+        widen = np.isfinite(excess) & (excess > allowed) & np.isfinite(c.error)
+    if not np.any(widen):
+        return c
+    return replace(c, error=np.where(widen, np.maximum(c.error, excess), c.error))
 
 
 def _refinement_moves(
