@@ -271,8 +271,9 @@ def _fine_sides(
     source: Target, prep: Prepared, st: Setting, blocks: list[Entries], method: str,
     opts: Options, allowances: Any, details: dict[str, Any],
 ) -> tuple[Setting, list[Entries]]:  # fmt: skip
-    """Without mp, MISMATCH entries judged again on one-sided derivatives at fine steps
-    (see :mod:`polygrad.pipeline.sides`); a note says what changed."""
+    """Without mp, MISMATCH and INCONCLUSIVE entries judged again on one-sided
+    derivatives at fine steps (see :mod:`polygrad.pipeline.sides`); a note says what
+    changed."""
     rng = np.random.default_rng([opts.seed, 7])
     sharp = sharpen_sides(source, st.dd, blocks, _directions(st), method, st.s, rng)
     if sharp is None:
@@ -285,8 +286,9 @@ def _fine_sides(
     if kinks == 0:
         return st, blocks
     details["notes"].append(
-        f"the one-sided derivatives along the {len(sharp[1])} direction(s) of MISMATCH "
-        f"entries were estimated again in {method} at steps of {FINE_STEP:g} to "
+        f"the one-sided derivatives along the {len(sharp[1])} direction(s) of entries in "
+        f"doubt (MISMATCH or INCONCLUSIVE) were estimated again in {method} at steps of "
+        f"{FINE_STEP:g} to "
         f"{FINE_STEP * 2.0 ** (1 - FINE_LEVELS):g} times the direction, with the noise "
         f"measured there (mp did not re-examine them): {kinks} of those entries sit "
         f"at a kink of f that the first steps, crossing it, read as noise (NONSMOOTH)"

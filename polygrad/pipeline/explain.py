@@ -141,8 +141,9 @@ def detection_power(
     """What size of gradient error the projections would have caught."""
     tol = np.where(np.isfinite(entries.tolerance64), entries.tolerance64, entries.tolerance)
     tau = float(np.nanmin(tol)) if tol.size else float("nan")
-    # one wrong entry j shifts every Rademacher projection by |delta_j| s_j
-    single = tau / s
+    # one wrong entry j shifts every projection by |delta_j| s_j / 2 at least (its
+    # entries are s_j / 2, s_j or 2 s_j)
+    single = 2.0 * tau / s
     # an error spread over many entries: delta·w is about N(0, |delta ⊙ s|²); all k
     # projections miss with probability (sqrt(2/pi) tau / |delta ⊙ s|)^k
     spread = float(np.sqrt(2 / np.pi) * tau / 0.01 ** (1.0 / k))

@@ -39,10 +39,11 @@ from ..reference.richardson import Estimate
 from ..reference.steps import F64_EPS, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
 
-__all__ = ["MOST_DIRECTIONS", "mismatch_directions", "sharpen_sides"]
+__all__ = ["MOST_DIRECTIONS", "doubtful_directions", "sharpen_sides"]
 
 MOST_DIRECTIONS = 32
-"""Directions re-examined at most (those of the worst MISMATCH entries first)."""
+"""Directions re-examined at most (those of the worst MISMATCH entries first, then those
+of INCONCLUSIVE ones)."""
 FINE_STEP = 2.0**-12
 """Largest step of the fine ladder, in units of the direction."""
 FINE_LEVELS = 12
@@ -55,10 +56,17 @@ bars: only such a kink replaces the first sides (a staircase of f's rounded valu
 read with too small a noise, must not pass for one)."""
 
 _MISMATCH = SEVERITY[Verdict.MISMATCH]
+_INCONCLUSIVE = SEVERITY[Verdict.INCONCLUSIVE]
 
 
-def mismatch_directions(blocks: list[Entries], d: int) -> list[int]:
-    """Indices of the directions holding a MISMATCH entry, worst entry first.
+def doubtful_directions(blocks: list[Entries], d: int) -> list[int]:
+    """Indices of the directions holding a MISMATCH or an INCONCLUSIVE entry: those of
+    MISMATCH entries first, worst first.
+
+    An INCONCLUSIVE entry can sit at a kink that the first steps, crossing it, read
+    as noise: its rule moved by the size of the entry when the input moved by a few
+    ulps (ReLU pre-activations at 0 in a CNN at a digit), and its one-sided
+    derivatives, unresolved at those steps, did not show the kink.
 
     Parameters
     ----------
@@ -70,15 +78,16 @@ def mismatch_directions(blocks: list[Entries], d: int) -> list[int]:
     Returns
     -------
     list of int
-        At most :data:`MOST_DIRECTIONS` direction indices, by their worst ``badness``.
+        At most :data:`MOST_DIRECTIONS` direction indices.
     """
-    worst: dict[int, float] = {}
+    worst: dict[int, tuple[int, float]] = {}
     for b in blocks:
         per = b.status.size // d
-        for i in np.flatnonzero(b.status == _MISMATCH):
+        for i in np.flatnonzero(np.isin(b.status, (_MISMATCH, _INCONCLUSIVE))):
             k = int(i) // per
-            worst[k] = max(worst.get(k, -np.inf), float(np.nan_to_num(b.badness[i], nan=0.0)))
-    return sorted(worst, key=lambda k: -worst[k])[:MOST_DIRECTIONS]
+            key = (int(b.status[i] == _MISMATCH), float(np.nan_to_num(b.badness[i], nan=0.0)))
+            worst[k] = max(worst.get(k, key), key)
+    return sorted(worst, key=lambda k: (-worst[k][0], -worst[k][1]))[:MOST_DIRECTIONS]
 
 
 def _sharper(old: Estimate, new: Estimate, rows: np.ndarray, split: np.ndarray) -> Estimate:
@@ -106,7 +115,8 @@ def sharpen_sides(
     scales: np.ndarray,
     rng: np.random.Generator,
 ) -> tuple[DirectionalDerivatives, list[int]] | None:
-    """``dd`` with sharper one-sided derivatives along the MISMATCH directions, or None.
+    """``dd`` with sharper one-sided derivatives along the directions in doubt (MISMATCH or
+    INCONCLUSIVE entries), or None.
 
     Parameters
     ----------
@@ -129,10 +139,10 @@ def sharpen_sides(
     -------
     (DirectionalDerivatives, list of int) or None
         The merged estimates and the directions re-examined; None when no entry is
-        MISMATCH or the fine steps show no kink.
+        MISMATCH or INCONCLUSIVE, or the fine steps show no kink.
     """
     d, rows_of = directions
-    dirs = mismatch_directions(blocks, d)
+    dirs = doubtful_directions(blocks, d)
     if not dirs:
         return None
     wide = method == "float64" and target.evaluate64 is not None

@@ -101,7 +101,15 @@ def _random_bits(rng: np.random.Generator, size: int) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class RademacherDirections:
-    """``k`` random directions ``w_i = r_i ⊙ s`` (``r_i`` random signs), generated on demand.
+    """``k`` random directions ``w_i = r_i ⊙ 2^e_i ⊙ s`` (``r_i`` random signs, ``e_i``
+    random exponents in ``{-1, 0, 1}``), generated on demand.
+
+    The exponents make two entries of the same scale cancel in a projection (an error
+    ``+e`` at one and ``-e`` at the other: ``e s_a r_a - e s_b r_b = 0``) only where
+    their sign and exponent agree, with probability 1/6 instead of the 1/2 of signs
+    alone: all of 8 projections miss such a pair once in 1.7 million draws, not once in
+    256. Every entry is still a power of two times ±1, so ``x0 + h w`` is exact for
+    power-of-two steps ``h`` wherever ``h s_j / 2`` is a multiple of the input's ulp.
 
     Row ``i`` is drawn from its own generator, seeded with ``(*seed, i)``: any rows can
     be generated again, in any order, with the same values, so the ``(k, n)`` matrix
@@ -115,7 +123,8 @@ class RademacherDirections:
     k : int
         Number of directions.
     s : ndarray, shape (n,)
-        Direction scales (powers of two): every entry of ``w_i`` is ``±s_j``.
+        Direction scales (powers of two): every entry of ``w_i`` is ``±s_j / 2``,
+        ``±s_j`` or ``±2 s_j``.
     """
 
     seed: tuple[int, ...]
@@ -136,7 +145,7 @@ class RademacherDirections:
         return self.k
 
     def row(self, i: int) -> np.ndarray:
-        """Direction ``i``: ``(n,)`` float64, entries ``±s_j``."""
+        """Direction ``i``: ``(n,)`` float64, entries ``±2^e s_j``, ``e`` in ``{-1, 0, 1}``."""
         out = np.empty(self.s.size)
         self._fill(i, out)
         return out
@@ -146,14 +155,18 @@ class RademacherDirections:
 
         The signs are :func:`rademacher`'s draw (one random bit each, bit 0 for -1),
         applied by flipping the sign bit of ``s``: exactly ``r_i * s``, in two passes
-        over the row where a multiplication by a float64 array of signs takes five.
+        over the row where a multiplication by a float64 array of signs takes five;
+        the exponents, one byte each from the same generator, scale it exactly.
         """
         if not 0 <= i < self.k:
             raise IndexError(f"direction {i} of {self.k}")
-        bits = _random_bits(np.random.default_rng([*self.seed, int(i)]), self.s.size)
+        rng = np.random.default_rng([*self.seed, int(i)])
+        bits = _random_bits(rng, self.s.size)
         flip = np.left_shift(bits ^ 1, np.uint64(63), dtype=np.uint64)
         s = np.ascontiguousarray(self.s, dtype=np.float64)
         np.bitwise_xor(s.view(np.uint64), flip, out=out.view(np.uint64))
+        exponents = rng.integers(-1, 2, size=self.s.size, dtype=np.int8)
+        np.ldexp(out, exponents, out=out)
 
     def __getitem__(self, key: Any) -> np.ndarray:
         """Rows by integer (``(n,)``), slice or index array (``(len, n)``)."""
