@@ -170,6 +170,35 @@ def test_function_off_quad_falls_back_with_a_note(f, grad, why: str) -> None:
 
 
 @needs_quad
+def test_a_small_change_through_a_float64_function_is_not_taken_for_quad() -> None:
+    """tanh(erf(sum(sqrt(softplus(x) + 1)))) with math.erf: erf's argument near 4, its
+    derivative 1.5e-8, so float64 moves of 2^-20 and 2^-12 change f by fewer than 1e4
+    ulps and confirmed nothing; tanh adds quad digits to erf's float64 values, so they
+    were off float64's grid. The quad reference was taken, and its differences (0, the
+    float64 erf not moving) called the right rule MISMATCH; now quad is refused."""
+    erf = np.vectorize(math.erf, otypes=[object])
+
+    def f(x: np.ndarray) -> np.ndarray:
+        s = np.sum(np.sqrt(np.logaddexp(0.0, x) + 1.0))
+        return np.tanh(erf(s).astype(x.dtype))
+
+    x = np.array([0.2679433656340733, 0.0010568327501496153, -0.01996509310640015])
+    evaluate64 = lambda X: np.array([[f(v)] for v in X])  # noqa: E731
+    evaluate_quad = lambda X: np.array([[f(v)] for v in X])  # noqa: E731
+    assert not _quad_eval.follows_fine_moves(evaluate_quad, evaluate64, x)
+
+    def grad(x: np.ndarray) -> np.ndarray:
+        r = np.sqrt(np.logaddexp(0.0, x) + 1.0)
+        s = np.sum(r)
+        outer = (1 - np.tanh(math.erf(s)) ** 2) * 2 / math.sqrt(math.pi) * math.exp(-s * s)
+        return outer / (1 + np.exp(-x)) / (2 * r)
+
+    report = pg.check(f, x, grad=grad)
+    assert report.details.reference.method != "quad"
+    assert report.verdict != pg.Verdict.MISMATCH, str(report)
+
+
+@needs_quad
 def test_quad_value_disagreeing_with_float64_is_refused() -> None:
     """``@`` with a transposed quad operand ignores its strides in numpy-quaddtype 1.0.0:
     the value check at x refuses the quad evaluation, mp decides."""

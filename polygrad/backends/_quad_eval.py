@@ -155,10 +155,11 @@ ROUNDED_REASON = (
 FINE_MOVE = 2.0**-64
 """Relative size of the move that only a faithful quad evaluation of ``f`` follows."""
 
-COARSE_MOVES = (2.0**-20, 2.0**-12)
+COARSE_MOVES = (2.0**-20, 2.0**-12, 2.0**-6)
 """Relative sizes of the float64 moves that measure each output's change along the same
 direction (the first whose change is 1e4 ulps or more: far above float64's round-off,
-far below the function's length scale)."""
+far below the function's length scale; the largest for a small derivative, tanh of a
+saturated erf, whose change over the others stays below 1e4 ulps)."""
 
 FOLLOW_AGREEMENT = 1e-3
 """How closely the quad change over the fine move must match the float64 change over the
@@ -172,7 +173,8 @@ def follows_fine_moves(
 ) -> bool:
     """Whether ``f`` on quad arrays changes, under a move of :data:`FINE_MOVE` of its
     inputs, as its float64 values change under one of :data:`COARSE_MOVES` along the same
-    direction (scaled by the ratio of the moves), at every output that float64 sees move.
+    direction (scaled by the ratio of the moves), at every output that float64 sees move,
+    and float64 sees at least one move.
 
     A function that rounds to float64 on the way (``math.erf`` of each element through
     ``np.vectorize``, a float64 constant or cast) still returns quad arrays with the
@@ -204,4 +206,6 @@ def follows_fine_moves(
         # an output that is exactly constant (a ReLU at rest) is sent on too, which costs
         # the mp reference's time, never a verdict
         on_grid = np.all(fine.astype(np.float64).astype(q) == fine, axis=0)
-    return not np.any(off) and not np.any(on_grid)
+    # no output that float64 sees move: nothing confirms that quad follows (its values
+    # are sent on, as an exactly constant output's are)
+    return bool(np.any(seen)) and not np.any(off) and not np.any(on_grid)
