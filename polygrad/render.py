@@ -518,13 +518,18 @@ def _why_undecided(report: Report, k: int, n: int) -> str:
         return (
             f"the round-off allowed is of the size of the entries, so a wrong rule cannot be "
             f"told from round-off at {k} of {_entries(n)} (at {e.names[i]} the tolerance is "
-            f"±{_g(e.tolerance[i], 2)}, {_g(rel[i], 2)} of the entry, in {dtype}; "
+            f"±{_g(e.tolerance[i], 2)}, {_share(float(rel[i]))}, in {dtype}; "
             f"{_what_would_decide(dtype)}; the notes below say more)."
         )
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
         f"{_verb(k, 'it was', 'they were')} not judged ({_why_unresolved(report)})."
     )
+
+
+def _share(rel: float) -> str:
+    """A width relative to the entry, in words: "0.037 of the entry", "680 times the entry"."""
+    return f"{_g(rel, 2)} of the entry" if rel < 1 else f"{_g(rel, 2)} times the entry"
 
 
 def _overflow(report: Report) -> str:
@@ -574,7 +579,7 @@ def _why_unresolved(report: Report) -> str:
     i = int(undecided[int(np.nanargmax(np.where(np.isfinite(rel), rel, -1.0)))])
     return (
         f"at {e.names[i]} the reference's error bar is ±{_g(e.reference_error[i], 2)}, "
-        f"{_g(rel[undecided == i][0], 2)} of the entry: too coarse to tell a gradient error "
+        f"{_share(float(rel[undecided == i][0]))}: too coarse to tell a gradient error "
         f"from round-off in {report.details.working_dtype}{notes}"
     )
 
