@@ -257,3 +257,17 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(strategies)
     assert result.attempted >= 6 and result.failed == 0
+
+
+def test_a_product_bound_past_float64_rules_the_draw_out_instead_of_raising() -> None:
+    """The fuzzer's bound of prod over 6 entries of up to 3.9e55 is past float64 (a full
+    NumPy run raised OverflowError while drawing a program): it is infinite, which the
+    generator's limit rules out."""
+    import math
+
+    from polygrad.testing.programs import _reduce_bounds
+
+    lo, hi = _reduce_bounds("prod", 6, 2.57e-56, 3.89e55)
+    assert lo == 2.57e-56**6 and math.isinf(hi)
+    lo, hi = _reduce_bounds("prod", 6, -3.89e55, 1.0)
+    assert math.isinf(lo) and math.isinf(hi) and lo < 0 < hi

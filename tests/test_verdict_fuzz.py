@@ -416,6 +416,17 @@ def layer_norm_of_ties(program: Program) -> bool:
     return interp.degenerate
 
 
+def composite_kink_beyond_moves(program: Program) -> bool:
+    """Whether a half-precision program's layer norm sees ties at the point and a piecewise
+    operator sees its kink (``has_kink``): where the kinks cancel, ``f`` is differentiable
+    and autodiff's side of each kink is no derivative (Bolte & Pauwels); polygrad shows
+    that by the same rule agreeing at inputs moved a few ulps, but a float16 or bfloat16
+    ulp (1e-3 to 8e-3) is not small next to the layer norm's sqrt(1e-5) at a tie, so the
+    moves do not show it (COMPOSITE_KINK_BEYOND_MOVES)."""
+    narrow = program.dtype in ("float16", "bfloat16")
+    return narrow and layer_norm_of_ties(program) and has_kink(program)
+
+
 def has_kink(program: Program) -> bool:
     """Whether a piecewise operator sees its tie at the point (float64, or the working
     dtype where NumPy has it): the program may be not differentiable there."""
@@ -579,6 +590,10 @@ def assert_correct_passes(program: Program, framework: str) -> None:
         # the true statement about it)
         # (and its float32 gradient loses every digit there: UNSTABLE, a true statement)
         degenerate = layer_norm_of_ties(program) and report.verdict != pg.Verdict.MISMATCH
+        # a known limit (COMPOSITE_KINK_BEYOND_MOVES, a strict expected failure): at a
+        # half-precision layer norm of ties feeding a piecewise operator at its kink, the
+        # moves that show the rule agreeing a few ulps away are too coarse
+        degenerate = degenerate or composite_kink_beyond_moves(program)
         # UNSTABLE (the rule right, its working-dtype value not) is true where that value
         # is measured off the float64 Jacobian beyond this test's own bound
         degenerate = degenerate or unstable_is_true(report, program, framework)
@@ -1201,6 +1216,20 @@ TANH_ERF_SUM_SQRT = Program(
        p=(None,)))),
     (3,), "float64", (0.2679433656340733, 0.0010568327501496153, -0.01996509310640015),
 )  # fmt: skip
+# softmax(leaky(layer_norm(x))) at (1, 1) (CI budget, JAX, bfloat16): the layer norm of
+# the tie is exactly 0 and the leaky ReLU sees its kink at both entries, but the two kinks
+# cancel: f is differentiable, its derivative 40.76 where autodiff's side of each kink
+# gives 79.06. In float32 the rule agrees a few ulps away (NONSMOOTH: a conservative
+# gradient); a bfloat16 or float16 ulp moves the layer norm out of its linear regime
+SOFTMAX_LEAKY_LN_TIE_BF16 = Program(
+    op("softmax", op("leaky", op("layer_norm", X), p=(0.03125,))), (2,), "bfloat16", (1.0, 1.0)
+)
+COMPOSITE_KINK_BEYOND_MOVES = (
+    "polygrad limit: a half-precision layer norm of ties feeding a leaky ReLU at its kink; "
+    "f is differentiable (the kinks cancel) and autodiff's side of each is no derivative, "
+    "which moves of a few bfloat16 ulps cannot show (the layer norm leaves its linear "
+    "regime, sqrt(1e-5), within one ulp): MISMATCH, not NONSMOOTH"
+)
 # sin(exp(exp(logsumexp(x)))) in float32 (CI budget, PyTorch): the argument of sin,
 # about 403, is rounded to 3e-5, so f keeps a relative accuracy of 1e-5 and its
 # derivative, through cos(403.4) = 0.18, 4e-4: UNSTABLE at x[0, 0] (a move of x[0, 0]
@@ -1329,6 +1358,14 @@ FOUND = [
     _found("numpy", ERF_SIN_LN_SIGMOID_TIES),
     _found("numpy", ERF_EXP_NORM_SATURATED),
     _found("numpy", TANH_ERF_SUM_SQRT),
+    *[
+        _found(fw, SOFTMAX_LEAKY_LN_TIE_BF16, COMPOSITE_KINK_BEYOND_MOVES)
+        for fw in ("torch", "jax", "tensorflow")
+    ],
+    *[
+        _found(fw, replace(SOFTMAX_LEAKY_LN_TIE_BF16, dtype="float32"))
+        for fw in ("numpy", "torch", "jax")
+    ],
     *[_found(fw, PROD_LOG_SOFTMAX_DOMINANT) for fw in ("numpy", "torch", "jax")],
     _found("numpy", LOG_SOFTMAX),
     _found("torch", LOG_SOFTMAX),
@@ -1393,6 +1430,13 @@ def test_a_plant_that_overflows_float16_is_caught_as_nonfinite() -> None:
     assert_planted_caught(program, "torch")
     report = check_planted(program, "torch")
     assert report.verdict == pg.Verdict.NONFINITE and not report.ok
+
+
+def test_the_composite_kink_predicate_names_its_family_only() -> None:
+    program = SOFTMAX_LEAKY_LN_TIE_BF16
+    assert composite_kink_beyond_moves(program)
+    assert not composite_kink_beyond_moves(replace(program, dtype="float32"))
+    assert not composite_kink_beyond_moves(replace(program, point=(1.0, 0.5)))  # no tie
 
 
 def _cancelling_gradient(x: tuple[float, ...]) -> np.ndarray:

@@ -38,6 +38,7 @@ from ..reference.noise import output_resolution
 from ..reference.richardson import Estimate
 from ..reference.steps import F64_EPS, ecnoise_step
 from ..report import SEVERITY, Entries, Verdict
+from .plan import raising_points_as_nan
 
 __all__ = ["MOST_DIRECTIONS", "doubtful_directions", "sharpen_sides"]
 
@@ -146,8 +147,11 @@ def sharpen_sides(
     if not dirs:
         return None
     wide = method == "float64" and target.evaluate64 is not None
-    fn = target.evaluate64 if wide else target.evaluate
-    assert fn is not None
+    raw = target.evaluate64 if wide else target.evaluate
+    assert raw is not None
+    # points where f raises (a matrix a fine step from indefinite) are NaN, as on the
+    # first ladder: they are no reason to give up the kink's evidence
+    fn = raising_points_as_nan(raw, target.m, {})
     eps = F64_EPS if wide else target.eps
     idx = np.asarray(dirs)
     W = rows_of(idx)

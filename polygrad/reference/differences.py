@@ -546,21 +546,28 @@ def directional_derivatives(
             evaluations=evals,
         )
 
-    sol = _solve(Y, f0, steps, sigma, eps, final=sol)
+    sol = _confirmed(_solve(Y, f0, steps, sigma, eps, final=sol), Y, f0, steps, sigma)
+    right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
+    left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
+    return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _confirmed(
+    sol: _Solution, Y: np.ndarray, f0: np.ndarray, steps: np.ndarray, sigma: np.ndarray
+) -> _Solution:
+    """``sol`` with its central and one-sided estimates checked against the plain
+    differences of the finer steps (:func:`_confirmed_by_finer_steps`)."""
+    plus, minus = Y[:, :, 0], Y[:, :, 1]
     with np.errstate(all="ignore"):
         h = steps[None, :, None]
-        central = (Y[:, :, 0] - Y[:, :, 1]) / (2.0 * h)
-        right, left = (Y[:, :, 0] - f0) / h, (f0 - Y[:, :, 1]) / h
-    plus, minus = Y[:, :, 0], Y[:, :, 1]
-    sol = replace(
+        central = (plus - minus) / (2.0 * h)
+        right, left = (plus - f0) / h, (f0 - minus) / h
+    return replace(
         sol,
         c=_confirmed_by_finer_steps(sol.c, sol.step_c, central, (plus, minus), steps, sigma),
         r=_confirmed_by_finer_steps(sol.r, sol.step_r, right, (plus,), steps, 2.0 * sigma),
         l=_confirmed_by_finer_steps(sol.l, sol.step_l, left, (minus,), steps, 2.0 * sigma),
     )
-    right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
-    left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
-    return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
 
 
 FINER_NOISE = 4.0

@@ -216,8 +216,18 @@ def _reduce_bounds(op: str, k: int, lo: float, hi: float) -> tuple[float, float]
     if op == "logsumexp":
         return lo, hi + math.log(k)
     if op == "prod":
-        return (lo**k, hi**k) if lo >= 0 else (-(big**k), big**k)
+        return (_power(lo, k), _power(hi, k)) if lo >= 0 else (-_power(big, k), _power(big, k))
     return 0.0, math.sqrt(k) * big  # norm
+
+
+def _power(v: float, k: int) -> float:
+    """``v ** k`` for ``v >= 0``, ``inf`` beyond float64's range (``1e55 ** 6`` raises
+    OverflowError in Python): a bound that rules the draw out, as any bound past the
+    dtype's limit does."""
+    try:
+        return float(v**k)
+    except OverflowError:
+        return math.inf
 
 
 def _limit(dtype: str) -> float:
