@@ -92,3 +92,19 @@ def test_the_mp_error_bar_covers_a_derivative_lost_to_cancellation() -> None:
     value, error = dd.central.value[:, 0], dd.central.error[:, 0]
     assert np.all(np.abs(value - true) <= error), (value, error, true)
     assert np.all(error < 1e-30)  # and still far below anything a float64 check uses
+
+
+def test_a_function_that_raises_on_moved_operands_measures_nothing() -> None:
+    def strict(x0: np.ndarray, dx: np.ndarray, dps: int) -> np.ndarray:
+        ctx = shared_context(dps)
+        x = mp_array(ctx, x0) + mp_array(ctx, dx)
+        if x[0] - x[1] != 0:  # the moves make the difference nonzero
+            raise ValueError("inputs must be equal")
+        out = np.empty(1, dtype=object)
+        out[0] = ctx.exp(x[0])
+        return out
+
+    x = np.array([0.5, 0.5])
+    f0 = strict(x, np.zeros(2), 40)
+    assert rounding_scale(strict, x, 40, f0)[0] == 0
+    assert OPERAND_MOVES.get() is None

@@ -90,15 +90,19 @@ def rounding_scale(
         ``|f_k - f0| / 2^k`` relative to the unit ``2^-prec`` of ``dps`` digits (a size
         comparable to ``|f|``), where the responses at the two sizes of
         :data:`MOVE_BITS` agree (a smooth computation); 0 where they do not (a branch
-        flipped) or are not real numbers. Costs two evaluations of ``f``.
+        flipped) or are not real numbers, and everywhere where ``f`` raised on the moved
+        operands (the measurement is then left out). Costs two evaluations of ``f``.
     """
     zero = np.zeros_like(x0)
     unit = 2.0 ** -_prec(dps)
     responses = []
     for bits in MOVE_BITS:
-        with moving_operands(bits):
-            fk = evaluate_mp(x0, zero, dps)
-        responses.append(np.abs(_as_floats(fk - f0)) / (2.0**bits * unit))
+        try:
+            with moving_operands(bits):
+                fk = evaluate_mp(x0, zero, dps)
+            responses.append(np.abs(_as_floats(fk - f0)) / (2.0**bits * unit))
+        except Exception:  # noqa: BLE001 - f refused the moved operands: nothing measured
+            return np.zeros(np.size(f0))
     big, small = responses
     with np.errstate(invalid="ignore"):
         linear = np.abs(big - small) <= LINEAR * np.maximum(big, small)
