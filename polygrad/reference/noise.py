@@ -262,6 +262,26 @@ def generic_bits(eps: float, step: float) -> int:
     return int(min(20, max(0, room)))
 
 
+def _on_lines(
+    fn: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, W: np.ndarray, coef: np.ndarray
+) -> np.ndarray:
+    """``fn`` at the points ``x0 + coef[i, j] W[i]``, ``(k, p, m)`` for ``coef`` ``(k, p)``.
+
+    Directions are evaluated in blocks, so that a large input's points stay within the
+    byte budget (:func:`~polygrad.reference.differences.rows_per_batch`), and one
+    direction's points of a large input a batch at a time.
+    """
+    k, p = coef.shape
+    most = rows_per_batch(x0.size, 1 << 30)
+    per = max(1, most // p)
+    blocks, buf = [], np.empty((min(per, k), p, x0.size))
+    for a in range(0, k, per):
+        X = _samples(buf[: min(per, k - a)], x0, coef[a : a + per], W[a : a + per])
+        Y = np.concatenate([fn(X[b : b + most]) for b in range(0, X.shape[0], most)])
+        blocks.append(Y.reshape(-1, p, Y.shape[-1]))
+    return np.concatenate(blocks)
+
+
 def _samples(buf: np.ndarray, x0: np.ndarray, coef: np.ndarray, W: np.ndarray) -> np.ndarray:
     """The points ``x0 + coef[i, j] W[i]`` (``(k * p, n)``), built in ``buf`` (``(k, p, n)``).
 
@@ -342,18 +362,9 @@ def estimate_noise(
         idx = np.flatnonzero(todo)
         if idx.size == 0:
             break
-        # directions in blocks, so that a large input's points stay within BATCH_BYTES
-        most = rows_per_batch(x0.size, 1 << 30)
-        per = max(1, most // (points + 1))
-        blocks, buf = [], np.empty((min(per, idx.size), points + 1, x0.size))
-        for a in range(0, idx.size, per):
-            sub = idx[a : a + per]
-            X = _samples(buf[: sub.size], x0, offsets[None, :] * delta[sub, None], directions[sub])
-            # one direction's points of a large input are evaluated a batch at a time
-            Y = np.concatenate([fn(X[b : b + most]) for b in range(0, X.shape[0], most)])
-            blocks.append(Y.reshape(sub.size, points + 1, -1))
-            evals += X.shape[0]
-        Y = np.concatenate(blocks)  # (directions, p + 1, m): one table per direction
+        # (directions, p + 1, m): one table per direction
+        Y = _on_lines(fn, x0, directions[idx], offsets[None, :] * delta[idx, None])
+        evals += idx.size * offsets.size
         sig, inf = ecnoise(np.moveaxis(Y, 1, 0))
         # rounding noise above sqrt(eps) of the values is a function that varies on
         # the scale of the step (sin at x ~ 1e6 sampled 3 apart), not noise: a
@@ -457,17 +468,7 @@ def _fit_residual(
     half = np.floor(delta / (4.0 * eps))[:, None]  # δ/2 in units of 2 eps
     rho = np.floor(rng.uniform(-1.0, 1.0, size=(delta.size, offsets.size)) * half) * (2.0 * eps)
     t = offsets[None, :] * delta[:, None] + rho  # (d, p + 1), in direction units
-    most = rows_per_batch(x0.size, 1 << 30)  # as estimate_noise: within the byte budget
-    buf = np.empty((min(most, offsets.size), x0.size))
-    rows = []
-    for k in range(W.shape[0]):
-        for a in range(0, offsets.size, most):
-            tk = t[k, a : a + most]
-            X = buf[: tk.size]
-            np.multiply(tk[:, None], W[k][None, :], out=X)
-            X += x0
-            rows.append(fn(X))
-    Y = np.concatenate(rows).reshape(W.shape[0], offsets.size, -1)
+    Y = _on_lines(fn, x0, W, t)
     out = np.zeros((W.shape[0], Y.shape[2]))
     dof = offsets.size - FIT_DEGREE - 1
     for k in range(W.shape[0]):

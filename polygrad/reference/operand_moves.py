@@ -112,7 +112,9 @@ def rounding_scale(
 
 def _prec(dps: int) -> int:
     """mpmath's binary precision at ``dps`` decimal digits."""
-    return int(round((dps + 1) * 3.3219280948873626))  # as mpmath's dps_to_prec
+    from mpmath.libmp import dps_to_prec
+
+    return int(dps_to_prec(dps))
 
 
 def _as_floats(a: np.ndarray) -> np.ndarray:
