@@ -372,14 +372,16 @@ def _layer_norm_of_sigmoids(X: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf)(y)
 
 
-def test_round_off_that_equal_spacing_hides_is_measured() -> None:
+@pytest.mark.parametrize("k", [-17, -11])
+def test_round_off_that_equal_spacing_hides_is_measured(k: int) -> None:
     """At x = 2^-17 (every entry), the equally spaced ECnoise samples of the function above
     along x_0 round alike (linear to 1e-25), while its values carry round-off near 1e-14;
     a longer difference then sees the round-off as a bias of 1e-11 relative, and with the
     noise at 1e-25 the reference claimed 1e-19 for it. The noise (measured at jittered
-    samples) and the reference's error bar must cover that."""
-    x = np.full(4, 2.0**-17)
-    s = np.full(4, 2.0**-17)
+    samples) and the reference's error bar must cover that. At 2^-11 the equally spaced
+    samples round alike at a quarter of the step too: only the jitter shows the noise."""
+    x = np.full(4, 2.0**k)
+    s = np.full(4, 2.0**k)
     W = np.diag(s)[:1]
     f0 = _layer_norm_of_sigmoids(x[None])[0]
     noise = estimate_noise(_layer_norm_of_sigmoids, x, W, f0, EPS64, 2.0**-19)
@@ -388,10 +390,10 @@ def test_round_off_that_equal_spacing_hides_is_measured() -> None:
         _layer_norm_of_sigmoids, x, W, f0, noise.sigma, EPS64, "float64", 2.0**-2, 10
     )
     with mpmath.workdps(60):
-        v = mpmath.mpf(2.0**-17)
+        v = mpmath.mpf(2.0**k)
         du = mpmath.exp(-v) / (1 + mpmath.exp(-v)) ** 2  # sigmoid'
         scale = 2 / mpmath.sqrt(mpmath.pi) / mpmath.sqrt(mpmath.mpf(1e-5))  # erf'(0) sin'(0)
-        true = float(-du / 4 * scale * mpmath.mpf(2.0**-17))
+        true = float(-du / 4 * scale * mpmath.mpf(2.0**k))
     value, error = dd.central.value[0], dd.central.error[0]
     assert np.all(np.abs(value - true) <= error), (value - true, error)
 

@@ -56,7 +56,22 @@ SEED = 20_241_205
 @contextlib.contextmanager
 def moving_operands(bits: int, seed: int = SEED) -> Iterator[None]:
     """Within the block, mpmath additions and subtractions move their operands by a
-    random relative ``u 2^(bits - prec)`` (see the module docstring)."""
+    random relative ``u 2^(bits - prec)`` (see the module docstring).
+
+    Parameters
+    ----------
+    bits : int
+        Size of the moves in bits above the unit ``2^-prec`` of the context computing.
+    seed : int
+        Seed of the uniform ``u`` in ``[-1, 1]``: the same seed gives the same moves, in
+        the order the operations run.
+
+    Notes
+    -----
+    Only numbers of contexts made by :func:`polygrad.mpexec.context.make_context` are
+    moved; machine floats and other objects are untouched. The setting is a
+    :class:`contextvars.ContextVar`, so other threads and tasks compute exactly.
+    """
     token = OPERAND_MOVES.set((random.Random(seed), bits))
     try:
         yield
