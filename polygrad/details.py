@@ -267,6 +267,9 @@ class Escalation:
     decided_by : mapping of str to tuple of str, optional
         For each reference (``"mp"`` or the first one's method), the entries
         still in doubt that it decided.
+    deferred : int, optional
+        Directions in doubt that mp did not re-examine because those of the worst
+        entries, re-examined first, already confirmed a MISMATCH (None: none left).
     """
 
     reference: str
@@ -274,6 +277,7 @@ class Escalation:
     directions: tuple[int, ...]
     d: int
     decided_by: Mapping[str, tuple[str, ...]] | None = None
+    deferred: int | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Escalation:
@@ -284,10 +288,11 @@ class Escalation:
             directions=tuple(int(i) for i in d["directions"]),
             d=int(d["d"]),
             decided_by=None if by is None else {k: tuple(v) for k, v in by.items()},
+            deferred=None if d.get("deferred") is None else int(d["deferred"]),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return _fields_dict(self, optional=("decided_by",))
+        return _fields_dict(self, optional=("decided_by", "deferred"))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """A failing check decides as soon as its evidence is conclusive: the moves that measure a
 float64 rule's round-off stop growing once no larger move can explain the failure."""
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 import polygrad as pg
 import polygrad.pipeline.autodiff as autodiff
@@ -41,3 +44,119 @@ def test_a_right_rule_whose_value_does_not_move_still_gets_larger_moves(monkeypa
     report = pg.check(lambda v: np.sum(np.tanh(v)), x, grad=lambda v: 1 - np.tanh(v) ** 2)
     assert report.verdict == Verdict.PASS and report.ok
     np.testing.assert_allclose(report.entries.reference, 1 - t**2, rtol=1e-6)
+
+
+def _clamp_twin(planted: float, n: int = 64):
+    """clip(x, -1, 1) in float32 with its VJP supplied (planted: times ``planted``)."""
+    x = (1.5 * np.random.default_rng(0).standard_normal(n)).astype(np.float32)
+
+    def vjp(u, v):
+        return u * ((v > -1) & (v < 1)) * planted
+
+    return x, vjp
+
+
+def test_a_narrow_rule_wrong_in_float64_is_decided_at_the_first_move_size(monkeypatch):
+    """clip in float32 with its VJP times 1 + 1e-3: the derivatives are exactly 0 and 1, so
+    no move of a few ulps moves the working values; larger moves could only tell PASS from
+    UNSTABLE, while the float64 rule, off by 1e-3, already decides MISMATCH. One size."""
+    sizes = _count_move_sizes(monkeypatch)
+    x, vjp = _clamp_twin(1 + 1e-3)
+    report = pg.check(lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp)
+    assert report.verdict == Verdict.MISMATCH and not report.ok
+    assert sizes == [2]
+
+
+def test_mp_confirms_the_worst_directions_first_and_stops_there():
+    """The same planted clamp: every one of its in-range entries fails on the float64
+    reference; mp re-examines the directions of the worst four, confirms the MISMATCH and
+    stops; the other directions in doubt are named as resting on float64."""
+    from polygrad.pipeline.assess import FIRST_STAGE
+
+    x, vjp = _clamp_twin(1 + 1e-3)
+    report = pg.check(lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp)
+    esc = report.details.escalation
+    in_range = int(np.sum(np.abs(x) < 1))
+    assert report.verdict == Verdict.MISMATCH
+    assert len(esc.directions) == FIRST_STAGE and esc.deferred == in_range - FIRST_STAGE
+    assert np.sum(report.entries.status == 5) == in_range  # every in-range entry fails
+    assert any("rest on the float64 reference" in n for n in report.details["notes"])
+
+
+def test_a_right_rule_gets_every_direction_in_doubt_re_examined():
+    """The twin with the right rule: nothing fails, so nothing is staged or deferred."""
+    x, vjp = _clamp_twin(1.0)
+    report = pg.check(lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp)
+    assert report.verdict == Verdict.PASS and report.ok
+    esc = report.details.escalation
+    assert esc is None or not esc.deferred
+
+
+def test_a_first_stage_that_evidence_overturns_re_examines_every_direction(monkeypatch):
+    """Where a kink pass turns the first stage's confirmed MISMATCH entries NONSMOOTH, the
+    check would fail on finite differences alone: the judgment assesses again with every
+    direction in doubt re-examined by mp (here all of them are MISMATCH on mp too)."""
+    import polygrad.pipeline.judgment as judgment
+
+    real = judgment.gather_and_decide
+    seen = []
+
+    def overturn_first_stage(state, opts):
+        out = real(state, opts)
+        esc = out.judged.escalation
+        seen.append(None if esc is None else esc.deferred)
+        if esc is None or not esc.deferred:
+            return out
+        e = out.judged.entries
+        along = np.isin(np.arange(e.status.size) // (e.status.size // esc.d), esc.directions)
+        status = np.where(along & (e.status == 5), 2, e.status)  # NONSMOOTH, as a kink pass
+        entries = replace(e, status=status)
+        return replace(out, judged=replace(out.judged, entries=entries))
+
+    monkeypatch.setattr(judgment, "gather_and_decide", overturn_first_stage)
+    x, vjp = _clamp_twin(1 + 1e-3)
+    report = pg.check(lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp)
+    in_range = int(np.sum(np.abs(x) < 1))
+    assert seen[0] and seen[1] is None  # staged, then every direction at once
+    assert len(report.details.escalation.directions) == in_range
+    assert report.verdict == Verdict.MISMATCH
+
+
+def test_the_working_dtype_frame_is_not_run_where_the_rule_is_wrong_in_both_dtypes(monkeypatch):
+    """A torch float32 tanh rule times 1 + 1e-3 inside a weighted sum with weights from
+    1e-4 to 1: at the small weights the float32 value agrees with the reference while the
+    float64 one does not (the frame's precondition), at the large ones both are off alike,
+    which decides the check; the frame's working-dtype reference is never computed."""
+    torch = pytest.importorskip("torch")
+    import polygrad.pipeline.dtype_dependence as dtype_dependence
+    import polygrad.pipeline.judgment as judgment
+
+    computed, explicable = [], []
+    real_ref, real_frame = dtype_dependence.compute_reference, judgment.recheck_in_working_dtype
+
+    def frame(prep, plan, ref, judged, opts):
+        explicable.append(int(np.sum(dtype_dependence._explicable(judged.entries))))
+        return real_frame(prep, plan, ref, judged, opts)
+
+    monkeypatch.setattr(dtype_dependence, "compute_reference",
+                        lambda *a, **k: computed.append(1) or real_ref(*a, **k))  # fmt: skip
+    monkeypatch.setattr(judgment, "recheck_in_working_dtype", frame)
+
+    class Tanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = torch.tanh(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * 1.001
+
+    c = torch.logspace(-4, 0, 16)
+    x = torch.linspace(-1.5, 1.5, 16)
+    report = pg.check(lambda v: (c.to(v.dtype) * Tanh.apply(v)).sum(), x)
+    assert report.verdict == Verdict.MISMATCH and not report.ok
+    assert explicable and explicable[0] > 0  # the precondition held at some entries
+    assert computed == []

@@ -29,7 +29,7 @@ from .autodiff import (
 )
 from .judge import concat_entries, judge
 from .prepare import Options, Prepared
-from .reference import escalate, name_deciders
+from .reference import directions_in_doubt, escalate, name_deciders
 from .sides import FINE_LEVELS, FINE_STEP, sharpen_sides
 
 __all__ = ["Assessment", "assess", "judge_modes"]
@@ -89,6 +89,63 @@ def judge_modes(
             target, st, md, rng, allowance, opts.policy, mp_entries, opts.dps, opts.expected
         )))  # fmt: skip
     return blocks
+
+
+FIRST_STAGE = 4
+"""Directions mp re-examines first in a failing check: those of its worst MISMATCH entries.
+Where mp confirms a MISMATCH along one of them, the check is decided (MISMATCH) and the
+other directions in doubt keep the first reference's verdicts, which a note names."""
+
+
+def _worst_directions(blocks: list[Entries], st: Setting, kinks: bool) -> list[int] | None:
+    """The directions of the :data:`FIRST_STAGE` worst MISMATCH entries (by
+    ``|autodiff - reference| / tolerance``), or None where no stage is worth it (no
+    MISMATCH entry, or no more directions in doubt than that)."""
+    d = _directions(st)[0]
+    if len(directions_in_doubt(blocks, d, kinks)) <= FIRST_STAGE:
+        return None
+    worst: dict[int, float] = {}
+    for b in blocks:
+        per = b.status.size // d
+        for i in np.flatnonzero(b.status == SEVERITY[Verdict.MISMATCH]):
+            k = int(i) // per
+            worst[k] = max(worst.get(k, 0.0), float(np.nan_to_num(b.badness[i], nan=np.inf)))
+    if not worst:
+        return None
+    return sorted(sorted(worst, key=lambda k: -worst[k])[:FIRST_STAGE])
+
+
+def _confirmed(blocks: list[Entries], st: Setting, dirs: list[int]) -> bool:
+    """Whether some entry along ``dirs`` (re-examined with mp) is still MISMATCH."""
+    d = _directions(st)[0]
+    for b in blocks:
+        along = np.isin(np.arange(b.status.size) // (b.status.size // d), dirs)
+        if np.any(along & (b.status == SEVERITY[Verdict.MISMATCH])):
+            return True
+    return False
+
+
+def _escalated(
+    source: Target, prep: Prepared, st: Setting, blocks: list[Entries], opts: Options,
+    allowances: Any, details: dict[str, Any], kinks: bool, only: list[int] | None,
+    done: list[int] | None = None,
+) -> tuple[Setting, list[Entries], Any] | None:  # fmt: skip
+    """The blocks judged again on mp along ``only`` (every direction in doubt when None),
+    with the directions ``done`` before recorded beside them; None where mp did not run."""
+    merged = escalate(source, st.dd, blocks, _directions(st), opts, details, kinks, only)
+    if merged is None:
+        return None
+    if done:
+        esc = details["escalation"]
+        esc["directions"] = sorted({*esc["directions"], *done})
+    # f at the point on mpmath numbers (the escalation's probe) measures the digits f
+    # itself lost more exactly than its float64 value
+    f0_mp = _floats_or_none(details.pop("f0_mp", None))
+    st = replace(st, dd=merged, f0_mp=f0_mp if f0_mp is not None else st.f0_mp)
+    blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
+    if allowances is None:  # entries undecided before can fail on mp
+        blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
+    return st, blocks, allowances
 
 
 def _dither_note(opts: Options) -> str:
@@ -389,7 +446,10 @@ def assess(
     method : str
         The reference's source (``"mp"`` is never escalated).
     opts : Options
-        ``reference="auto"`` re-examines entries in doubt with mp.
+        ``reference="auto"`` re-examines entries in doubt with mp; with
+        ``mp_in_stages``, the directions of the worst MISMATCH entries first, stopping
+        there where mp confirms one (see :func:`_worst_directions`); else every
+        direction in doubt at once.
     ref_target : Target, optional
         The target the reference came from (default: ``prep.target``).
     """
@@ -400,15 +460,17 @@ def assess(
     if opts.reference == "auto" and method != "mp":
         # no entry fails on a finite-difference reference while a stronger one can be had
         kinks = _hidden(prep.target, st, opts)
-        merged = escalate(source, st.dd, blocks, _directions(st), opts, details, kinks)
-        if merged is not None:
-            # f at the point on mpmath numbers (the escalation's probe) measures the
-            # digits f itself lost more exactly than its float64 value
-            f0_mp = _floats_or_none(details.pop("f0_mp", None))
-            st = replace(st, dd=merged, f0_mp=f0_mp)
-            blocks = judge_modes(prep.target, st, prep.modes, opts, allowances)
-            if allowances is None:  # entries undecided before can fail on mp
-                blocks, allowances = _with_roundoff(prep, st, opts, blocks, details["notes"])
+        first = _worst_directions(blocks, st, kinks) if opts.mp_in_stages else None
+        escalated = _escalated(source, prep, st, blocks, opts, allowances, details, kinks, first)
+        if escalated is not None and first is not None and not _confirmed(escalated[1], st, first):
+            rest = sorted(set(directions_in_doubt(blocks, _directions(st)[0], kinks)) - set(first))
+            escalated = _escalated(source, prep, escalated[0], escalated[1], opts, escalated[2],
+                                   details, kinks, rest, first)  # fmt: skip
+        elif escalated is not None and first is not None:
+            doubt = directions_in_doubt(blocks, _directions(st)[0], kinks)
+            details["escalation"]["deferred"] = len(doubt) - len(first)
+        if escalated is not None:
+            st, blocks, allowances = escalated
         else:
             st, blocks = _fine_sides(source, prep, st, blocks, method, opts, allowances, details)
     if method == "mp":

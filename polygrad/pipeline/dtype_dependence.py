@@ -36,7 +36,7 @@ from .plan import Plan, make_plan
 from .prepare import Options, Prepared
 from .reference import Reference, compute_reference
 
-__all__ = ["WorkingRecheck", "recheck_in_working_dtype", "working_only"]
+__all__ = ["WorkingRecheck", "recheck_in_working_dtype", "working_only", "wrong_in_both"]
 
 _AGREE = (SEVERITY[Verdict.PASS], SEVERITY[Verdict.NONSMOOTH])
 _FLOAT64 = ("evaluate64", "vjp64", "jvp64")
@@ -103,6 +103,8 @@ def recheck_in_working_dtype(
     -------
     WorkingRecheck or None
         None when no failing entry could be explained so (see :func:`_explicable`),
+        when some entry is wrong in both dtypes alike (:func:`wrong_in_both`: then the
+        rule is wrong whatever the float64 run computes, and the check is decided),
         when the reference already is the working dtype's (or the working dtype is
         float64, or the user chose the reference), or when the working-dtype check does
         not show another function; otherwise the working-dtype check, whose verdict is
@@ -116,6 +118,7 @@ def recheck_in_working_dtype(
         or target.working_dtype == "float64"
         or target.evaluate64 is None
         or not np.any(failing)
+        or np.any(wrong_in_both(judged.entries))
     ):
         return None
     # mp serves the working-dtype check only as its reference (a small check) or to
@@ -146,6 +149,23 @@ def _explicable(e: Entries) -> np.ndarray:
         agrees = np.abs(e.autodiff - e.reference) <= e.tolerance
     unstable = e.status == SEVERITY[Verdict.UNSTABLE]
     return unstable | ((e.status == SEVERITY[Verdict.MISMATCH]) & agrees)
+
+
+def wrong_in_both(e: Entries) -> np.ndarray:
+    """``(K,)`` bool: MISMATCH entries at which the working-dtype and the float64
+    evaluations of the rule agree with each other (within the working tolerance) and
+    both lie beyond it from the reference.
+
+    Code that reads its dtype computes another function in float64, so its two
+    evaluations of a right rule differ from each other where the float64 reference
+    differs from the working program's; two evaluations that agree and are both wrong
+    are a wrong rule in both programs. One such entry decides the check (MISMATCH):
+    no frame that changes the reference can make the rule right there.
+    """
+    with np.errstate(invalid="ignore"):
+        both_far = (e.difference > e.tolerance) & (np.abs(e.autodiff64 - e.reference) > e.tolerance)
+        alike = np.abs(e.autodiff64 - e.autodiff) <= e.tolerance
+    return (e.status == SEVERITY[Verdict.MISMATCH]) & both_far & alike
 
 
 def another_function(wide: Entries, working: Entries, failing: np.ndarray) -> np.ndarray:

@@ -61,6 +61,7 @@ __all__ = [
     "PassRecord",
     "decide",
     "judgment",
+    "rests_on_deferred",
     "setting_of",
 ]
 
@@ -272,6 +273,27 @@ def judgment(
     """
     source = prep if ref_prep is None else ref_prep
     against = None if source is prep else source.target
-    judged = assess(prep, setting_of(plan, ref), ref.method, opts, against)
-    framed = run_frames(CheckState(prep, plan, ref, judged, source), opts)
-    return gather_and_decide(framed, opts)
+    for staged in (opts.mp_in_stages, False):
+        o = replace(opts, mp_in_stages=staged)
+        judged = assess(prep, setting_of(plan, ref), ref.method, o, against)
+        framed = run_frames(CheckState(prep, plan, ref, judged, source), o)
+        state = gather_and_decide(framed, o)
+        if not staged or not rests_on_deferred(state.judged, len(prep.modes)):
+            break
+    return state
+
+
+def rests_on_deferred(judged: Assessment, modes: int = 1) -> bool:
+    """Whether mp stopped after the directions of the worst entries (their MISMATCH
+    decided the check) but no MISMATCH is left along them after the evidence (a kink
+    measured there): the check would then fail on finite differences alone, and every
+    direction in doubt is re-examined (:func:`judgment` assesses again, unstaged).
+    ``modes``: the blocks (one per mode) the entries concatenate."""
+    esc = judged.escalation
+    if esc is None or not esc.deferred:
+        return False
+    e = judged.entries
+    block = e.status.size // max(modes, 1)  # entries per mode, grouped by direction
+    i = np.arange(e.status.size) % max(block, 1)
+    along = np.isin(i // max(block // esc.d, 1), esc.directions)
+    return not np.any(along & (e.status == SEVERITY[Verdict.MISMATCH]))

@@ -65,6 +65,11 @@ def symmetric_positions(symmetric: int | Sequence[int] | None) -> tuple[int, ...
 class Options:
     """The keyword options of :func:`polygrad.check`, validated on construction.
 
+    ``mp_in_stages`` is the judgment's own: mp re-examines the directions of the worst
+    MISMATCH entries first and stops there when it confirms one (see
+    :func:`polygrad.pipeline.assess.assess`); :func:`polygrad.pipeline.judgment.judgment`
+    sets it False to re-examine every direction in doubt.
+
     Raises
     ------
     ValueError
@@ -92,6 +97,7 @@ class Options:
     rtol: float | None = None
     atol: float | None = None
     surrogate: bool = False
+    mp_in_stages: bool = True
 
     @property
     def expected(self) -> Expected:

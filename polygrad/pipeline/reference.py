@@ -25,7 +25,15 @@ from .judge import DOUBT
 from .plan import Plan, coordinate_directions, raising_points_as_nan
 from .prepare import Options
 
-__all__ = ["Reference", "along", "compute_reference", "escalate", "name_deciders", "raised_note"]
+__all__ = [
+    "Reference",
+    "along",
+    "compute_reference",
+    "directions_in_doubt",
+    "escalate",
+    "name_deciders",
+    "raised_note",
+]
 
 
 @dataclass(frozen=True)
@@ -397,7 +405,9 @@ def _quad_note(unsettled: int, d: int, mp_missing: str | None) -> str:
     )
 
 
-def _doubtful_directions(blocks: list[Entries], d: int, kinks: bool = False) -> list[int]:
+def directions_in_doubt(blocks: list[Entries], d: int, kinks: bool = False) -> list[int]:
+    """The directions (of ``d``) along which some entry is MISMATCH, UNSTABLE or
+    INCONCLUSIVE (with ``kinks``, NONSMOOTH too), in increasing order."""
     codes = [SEVERITY[v] for v in DOUBT] + ([SEVERITY[Verdict.NONSMOOTH]] if kinks else [])
     return sorted({int(i) // (b.status.size // d) for b in blocks
                    for i in np.flatnonzero(np.isin(b.status, codes))})  # fmt: skip
@@ -406,7 +416,7 @@ def _doubtful_directions(blocks: list[Entries], d: int, kinks: bool = False) -> 
 def escalate(
     target: Target, dd: DirectionalDerivatives, blocks: list[Entries],
     directions: tuple[int, Callable[[np.ndarray], np.ndarray]], opts: Options,
-    details: dict[str, Any], kinks: bool = False,
+    details: dict[str, Any], kinks: bool = False, only: list[int] | None = None,
 ) -> DirectionalDerivatives | None:  # fmt: skip
     """``dd`` with the directions of the entries in doubt re-estimated by mp, or None.
 
@@ -420,10 +430,11 @@ def escalate(
     records what was done; notes go to ``details["notes"]``. With ``kinks``
     (``f`` itself lost digits to hidden cancellation, so that its float64 values
     can form a staircase whose one-sided differences look like a kink), the
-    directions of NONSMOOTH entries are re-estimated too.
+    directions of NONSMOOTH entries are re-estimated too. ``only``: re-estimate these
+    directions instead (a stage of :func:`polygrad.pipeline.assess.assess`).
     """
     d, rows = directions
-    dirs = _doubtful_directions(blocks, d, kinks)
+    dirs = directions_in_doubt(blocks, d, kinks) if only is None else only
     if not dirs:
         return None
     p = opts.policy
@@ -487,10 +498,18 @@ def name_deciders(
         for i in np.flatnonzero(np.isin(b.status, codes)):
             by["mp" if int(i) // per in redone else method].append(tag + b.names[i])
     esc["decided_by"] = by
+    deferred = int(esc.get("deferred", 0))
+    why = (
+        "(no entry fails on finite differences alone)"
+        if not deferred
+        else f"(those of the worst entries first: mp confirmed a MISMATCH there, which "
+        f"decides the check, so the other {deferred} direction(s) in doubt were not "
+        f"re-examined and their entries rest on the {method} reference; pass "
+        "reference='mp' to have every entry decided by mp)"
+    )
     text = (
         f"entries that did not pass on the {method} reference were re-examined with mp at "
-        f"{esc['dps']} digits along their {len(redone)} direction(s) (no entry fails on "
-        "finite differences alone)"
+        f"{esc['dps']} digits along {len(redone)} direction(s) {why}"
     )
     for who, names in by.items():
         if names:
