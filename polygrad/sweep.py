@@ -45,9 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from ._args import normalize_argnums
 from ._random_state import preserving_random_state
-from .backends import reject_number_lists, select_backend
+from .backends import front_door
 from .backends.base import Supplied, Target
 from .backends.validate import validate_target
 from .progress import progress
@@ -661,11 +660,7 @@ def sweep(
         As for :func:`polygrad.check` (``f`` not finite at the point, or not
         deterministic: no curve is measured).
     """
-    if not args:
-        raise TypeError("sweep(f, *args): pass the point at which to sweep")
-    argnums_t = normalize_argnums(argnums, len(args))
-    reject_number_lists(f, args, argnums_t)
-    be = select_backend(args, backend)
+    be, argnums_t = front_door("sweep", f, args, argnums, backend)
     supplied = Supplied(grad, jac, vjp, jvp)
     if not be.supports_autodiff and not supplied.given():
         supplied = Supplied(jvp=_zero_jvp(f))  # a sweep needs no derivative

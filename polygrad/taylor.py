@@ -37,8 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ._args import normalize_argnums
-from .backends import reject_number_lists, select_backend
+from .backends import front_door
 from .backends.base import Supplied, Target
 from .backends.validate import validate_target
 from .reference import estimate_noise
@@ -421,13 +420,9 @@ def taylor_test(
         As for :func:`polygrad.check` (``f`` not finite at the point, or not
         deterministic: no slope is measured).
     """
-    if not args:
-        raise TypeError("taylor_test(f, *args): pass the point at which to test")
     if mode not in ("auto", "rev", "fwd"):
         raise ValueError(f"mode={mode!r}; choose 'auto', 'rev' or 'fwd'")
-    argnums_t = normalize_argnums(argnums, len(args))
-    reject_number_lists(f, args, argnums_t)
-    be = select_backend(args, backend)
+    be, argnums_t = front_door("taylor_test", f, args, argnums, backend)
     target = be.make_target(f, args, argnums_t, Supplied(grad, jac, vjp, jvp), batch_size, wrt)
     validate_target(target)  # the front door's checks, as check() runs them
     return taylor_target(target, mode=mode, steps=steps, direction=direction, seed=seed)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .._args import normalize_argnums
 from .._install import pip_install
 from .._names import argument_names
 from .._pytree import flatten
@@ -46,6 +47,7 @@ __all__ = [
     "backend_class",
     "backend_entries",
     "canonical_name",
+    "front_door",
     "get_backend",
     "owning_backend",
     "register_backend",
@@ -385,6 +387,46 @@ def reject_number_lists(f: Any, args: tuple[Any, ...], argnums: tuple[int, ...])
                 "inputs). Pass an array of your framework, e.g. np.asarray(x), jnp.asarray(x), "
                 "torch.tensor(x, dtype=torch.float64) or tf.constant(x, tf.float64)."
             )
+
+
+def front_door(
+    caller: str, f: Any, args: tuple[Any, ...], argnums: int | tuple[int, ...], backend: str | None
+) -> tuple[Backend, tuple[int, ...]]:
+    """What every entry point (``check``, ``sweep``, ``taylor_test``) does first: the
+    point given, ``argnums`` normalized, no list of numbers checked, the backend chosen.
+
+    Parameters
+    ----------
+    caller : str
+        The entry point's name, for the error message (``"check"``).
+    f, args, argnums, backend
+        As passed to it.
+
+    Returns
+    -------
+    (Backend, tuple of int)
+        The backend and the checked argument positions.
+
+    Raises
+    ------
+    TypeError
+        No arguments, or arrays of several frameworks.
+    ValueError, InputTypeError, MissingBackendError
+        As :func:`polygrad._args.normalize_argnums`, :func:`reject_number_lists` and
+        :func:`select_backend` raise them.
+    """
+    if not args:
+        raise TypeError(f"{caller}(f, *args): pass the point at which to {_VERBS[caller]}")
+    argnums_t = normalize_argnums(argnums, len(args))
+    reject_number_lists(f, args, argnums_t)
+    return select_backend(args, backend), argnums_t
+
+
+_VERBS = {
+    "check": "check the derivative",
+    "sweep": "sweep",
+    "taylor_test": "test",
+}
 
 
 def select_backend(args: tuple[Any, ...], name: str | None = None) -> Backend:

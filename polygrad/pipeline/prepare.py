@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._args import normalize_argnums
-from ..backends import reject_number_lists, select_backend
+from ..backends import front_door
 from ..backends.base import Backend, Supplied, Target, building_a_gradient_target
 from ..backends.validate import check_deterministic, validate_target
 from ..policy import DEFAULT_POLICY, Policy
@@ -240,11 +239,7 @@ def prepare(
     TypeError, ValueError, InputTypeError, InputValueError, NondeterministicFunctionError
         As documented for :func:`polygrad.check`.
     """
-    if not args:
-        raise TypeError("check(f, *args): pass the point at which to check the derivative")
-    argnums_t = normalize_argnums(argnums, len(args))
-    reject_number_lists(f, args, argnums_t)
-    be = select_backend(args, backend)
+    be, argnums_t = front_door("check", f, args, argnums, backend)
     from ..complex import ComplexInfo, name_pairs, realify
 
     cinfo = ComplexInfo()
