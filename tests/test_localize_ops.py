@@ -141,27 +141,16 @@ def _xlogy_point():
 
 def test_tf_xlogy_at_x_zero_is_located_to_the_primitive():
     """d/dx xlogy(x, y) = log(y) also at x = 0 (x log y is smooth there); TensorFlow's
-    rule gives 0 at x = 0. The check reads these entries as NONSMOOTH (below), so the
-    walk is run here with :func:`locate`."""
-    report = pg.check(_xlogy_loss, _xlogy_point())
-    assert report.verdict is pg.Verdict.NONSMOOTH
-    loc = locate(report.checked_call, report, nonfinite=False)
+    rule gives 0 at x = 0: MISMATCH, and the walk names the op (it was NONSMOOTH while
+    the square's power at a base of 0 was taken for a kink of an intermediate)."""
+    report = pg.check(_xlogy_loss, _xlogy_point(), localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH and not report.ok
+    loc = report.localize()
     c = loc.located
     assert c is not None and (c.site.op, c.site.kind) == ("Xlogy", "primitive")
     assert f"{HERE}:{_line_of(_xlogy_loss, 'tf.math.xlogy')}" in c.site.source
     assert c.arithmetic == "float64" and c.error > 1e9 * c.tolerance
     assert [k.site.op for k in loc.checked] == ["Xlogy"]  # the softmax reads no argument
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the check reads xlogy's rule at x = 0 as a kink of an intermediate "
-    "(NONSMOOTH, its mpmath run meets an operation at x = 0), so localize=True does not "
-    "run the wrong-rule walk",
-)
-def test_tf_xlogy_at_x_zero_is_a_mismatch():
-    report = pg.check(_xlogy_loss, _xlogy_point(), localize=True)
-    assert report.verdict is pg.Verdict.MISMATCH
 
 
 # ---------------------------------------------------------------- PyTorch

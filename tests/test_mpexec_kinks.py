@@ -13,6 +13,7 @@ from polygrad.mpexec.kinks import (
     at_values,
     at_zero,
     note_operation,
+    power_at_zero,
     recording_kinks,
     repeated,
     suspended,
@@ -36,6 +37,18 @@ def test_the_tests_on_exact_values():
     assert not at_zero(_mp([np.nextafter(0.0, 1.0)])) and not at_integer(
         _mp([np.nextafter(2.0, 3.0)])
     )
+
+
+def test_a_power_is_at_a_kink_at_zero_only_for_an_exponent_that_is_not_whole():
+    """x ** 2, x ** 1 and x ** 0 are polynomials, smooth at 0; x ** 0.5 has an infinite
+    slope there and x ** 1.5 no left side; a base away from 0 is never at a kink."""
+    base = _mp([0.0, 0.5])
+    for whole in (2, 1, 0, 2.0, mpmath.mpf(3), _mp([2.0, 0.5])):
+        assert not power_at_zero(base, whole), whole
+    for fractional in (0.5, 1.5, -1.0, mpmath.mpf("0.25"), _mp([0.5, 2.0])):
+        assert power_at_zero(base, fractional), fractional
+    assert not power_at_zero(_mp([0.25, 0.5]), 0.5)
+    assert power_at_zero(base, None)  # no exponent known: a base of 0 is suspect
 
 
 def test_operations_are_noted_only_while_recording():
@@ -106,3 +119,59 @@ def test_every_kinked_tensorflow_op_is_covered():
     from polygrad.mpexec.tf_graph import KINKED_OPS, supported_ops
 
     assert KINKED_OPS <= supported_ops()
+
+
+def _special_cased_at_zero(framework):
+    """sin(x) + x ** 2 (written as each framework's user writes a square), whose rule for
+    sin returns 0 where x == 0 instead of cos(0) = 1, checked at a point with zeros: f is
+    smooth there, the rule is wrong at x == 0 alone; x ** 2 at 0 is no kink."""
+    x = np.array([0.0, 0.3, 0.0, -0.7])
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+
+        class Sin(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, v):
+                ctx.save_for_backward(v)
+                return torch.sin(v)
+
+            @staticmethod
+            def backward(ctx, g):
+                (v,) = ctx.saved_tensors
+                return g * torch.where(v == 0, torch.zeros_like(v), torch.cos(v))
+
+        return lambda v: (Sin.apply(v) + v**2).sum(), torch.tensor(x)
+    if framework == "jax":
+        jax = pytest.importorskip("jax")
+        jnp = jax.numpy
+
+        @jax.custom_vjp
+        def sin(v):
+            return jnp.sin(v)
+
+        sin.defvjp(lambda v: (jnp.sin(v), v),
+                   lambda v, g: (g * jnp.where(v == 0, 0.0, jnp.cos(v)),))  # fmt: skip
+        return lambda v: jnp.sum(sin(v) + jnp.power(v, 2.0)), jnp.asarray(x)
+    tf = pytest.importorskip("tensorflow")
+
+    @tf.custom_gradient
+    def sin(v):
+        return tf.sin(v), lambda g: g * tf.where(v == 0, tf.zeros_like(v), tf.cos(v))
+
+    return lambda v: tf.reduce_sum(sin(v) + v**2), tf.constant(x)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
+def test_a_rule_special_cased_at_a_square_s_zero_is_a_mismatch(framework):
+    """Was NONSMOOTH: the square's power at a base of 0 was taken for a kink of an
+    intermediate, which excused the wrong rule there."""
+    import polygrad as pg
+
+    f, x = _special_cased_at_zero(framework)
+    report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.MISMATCH and not report.ok
+    e = report.entries
+    by_name = {n: (s, r) for n, s, r in zip(e.names, e.status, e.reference, strict=True)}
+    assert sorted(n for n, (s, _) in by_name.items() if s == 5) == ["x[0]", "x[2]"]
+    # the reference is d/dx (sin x + x^2) = cos 0 + 0 = 1 at both zeros
+    np.testing.assert_allclose([by_name["x[0]"][1], by_name["x[2]"][1]], [1.0, 1.0], rtol=1e-8)

@@ -104,6 +104,7 @@ from .kinks import (
     at_zero,
     is_recording,
     note_operation,
+    power_at_zero,
     region_at_kink,
     repeated,
     suspended,
@@ -468,7 +469,8 @@ _JAX_KINKS: dict[str, Callable[[list[Any]], bool]] = {
         ("max", "min", "eq", "ne", "gt", "ge", "lt", "le"), lambda a: len(a) == 2 and tie(*a)
     ),  # fmt: skip
     # abs, sign and roots at 0; a fractional power at a base of 0
-    **dict.fromkeys(("abs", "sign", "sqrt", "rsqrt", "cbrt", "pow"), lambda a: at_zero(a[0])),
+    **dict.fromkeys(("abs", "sign", "sqrt", "rsqrt", "cbrt"), lambda a: at_zero(a[0])),
+    "pow": lambda a: power_at_zero(a[0], a[1]),
     **dict.fromkeys(
         (
             "reduce_max",

@@ -15,6 +15,8 @@ Tests, on object arrays of ``mpf`` (or exact integers):
 * :func:`tie`: two arguments equal somewhere (``max``, ``min``, comparisons that a
   ``where`` reads);
 * :func:`at_zero`: an argument 0 (``abs``, ``sign``, ReLU, ``sqrt``);
+* :func:`power_at_zero`: a power's base 0 where its exponent is not a whole number
+  (``x ** 0.5``; ``x ** 2`` is smooth at 0);
 * :func:`at_integer`: an integer (``floor``, ``ceil``, ``trunc``); with an offset of
   one half, a half-integer (rounding to nearest);
 * :func:`repeated`: two equal entries anywhere in an argument (reductions to an extreme,
@@ -42,6 +44,7 @@ __all__ = [
     "floating",
     "is_recording",
     "note_operation",
+    "power_at_zero",
     "recording_kinks",
     "region_at_kink",
     "repeated",
@@ -133,6 +136,24 @@ def tie(a: Any, b: Any) -> bool:
 def at_zero(a: Any) -> bool:
     """Whether an entry of ``a`` is 0."""
     return _any(np.equal(_objects(a), 0))
+
+
+def power_at_zero(base: Any, exponent: Any) -> bool:
+    """Whether an entry of ``base`` is 0 where its exponent (broadcast) is not a whole
+    number >= 0: ``x ** a`` is smooth at 0 for ``a = 0, 1, 2, ...`` (a polynomial), and
+    has an infinite slope (``0 < a < 1``) or no left side (other ``a``) there."""
+    if exponent is None:
+        return at_zero(base)
+    b, e = np.broadcast_arrays(_objects(base), _objects(exponent))
+    return any(v == 0 and not _whole(a) for v, a in zip(b.ravel(), e.ravel(), strict=True))
+
+
+def _whole(a: Any) -> bool:
+    """Whether ``a`` is a whole number >= 0 (an exact int, a float or an mpf)."""
+    try:
+        return bool(a >= 0 and a == int(a))
+    except (TypeError, ValueError, OverflowError):
+        return False
 
 
 def at_values(a: Any, *values: Any) -> bool:

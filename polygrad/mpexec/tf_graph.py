@@ -69,6 +69,7 @@ from .kinks import (
     floating,
     is_recording,
     note_operation,
+    power_at_zero,
     region_at_kink,
     repeated,
     tie,
@@ -436,9 +437,10 @@ _TF_TIES = ("Maximum", "Minimum", "Equal", "NotEqual", "Greater", "GreaterEqual"
 _TF_KINKS: dict[str, Callable[[list[Any]], bool]] = {
     **dict.fromkeys(_TF_TIES, lambda a: tie(a[0], a[1])),
     **dict.fromkeys(
-        ("Abs", "Sign", "Relu", "LeakyRelu", "Elu", "Selu", "Sqrt", "Rsqrt", "Pow"),
+        ("Abs", "Sign", "Relu", "LeakyRelu", "Elu", "Selu", "Sqrt", "Rsqrt"),
         lambda a: at_zero(a[0]),
     ),  # fmt: skip
+    "Pow": lambda a: power_at_zero(a[0], a[1]),
     **dict.fromkeys(
         ("DivNoNan", "MulNoNan", "ReluGrad", "EluGrad", "SeluGrad"), lambda a: at_zero(a[1])
     ),  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .kinks import at_integer, at_values, at_zero, floating, repeated, tie
+from .kinks import at_integer, at_values, at_zero, floating, power_at_zero, repeated, tie
 
 __all__ = ["KINKED_OPERATORS", "kink_test"]
 
@@ -98,7 +98,9 @@ KINKED_OPERATORS: dict[str, Test] = {
     "softplus": _softplus,
     "logit": _logit,
     "hypot": _hypot,
-    "pow": lambda a: isinstance(a["self"], np.ndarray) and _self(at_zero)(a),
+    "pow": lambda a: (
+        isinstance(a["self"], np.ndarray) and power_at_zero(a["self"], a.get("exponent"))
+    ),
     **dict.fromkeys(
         (
             "amax",
