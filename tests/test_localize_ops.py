@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import polygrad as pg
-from polygrad.localize import locate
 
 HERE = "test_localize_ops.py"
 
