@@ -273,8 +273,14 @@ def explain(
             details, projections=detection_power(a.entries, opts.projections, plan.W, plan.s)
         )
     strong = ref.method in ("mp", "quad")  # error bars far below float64's resolution
-    if not strong and t.working_dtype == "float64" and verdict == Verdict.PASS:
-        resolution = opts.policy.tolerance_factor * details.reference.median_relative_error
+    resolution = opts.policy.tolerance_factor * details.reference.median_relative_error
+    # (no relative resolution where every reference value is 0: floor's, a constant's)
+    if (
+        not strong
+        and t.working_dtype == "float64"
+        and verdict == Verdict.PASS
+        and np.isfinite(resolution)
+    ):
         details = replace(details, reference=replace(details.reference, resolution=resolution))
         notes.append(_resolution_note(t, ref.method, plan.small, resolution))
     if plan.raised:
