@@ -112,6 +112,30 @@ def test_exact_float_zeros_are_constants_other_floats_are_refused(ctx: object) -
         mp_evaluator(lambda leaves: half(leaves[0]), [(2,)])(np.ones(2), np.zeros(2), 30)
 
 
+def test_constants_cast_to_the_input_s_dtype_run_on_mp() -> None:
+    """np.asarray(W, dtype=x.dtype), the usual way to match a weight to the input, makes
+    an object array of machine floats on mpmath input: constants of the code, like a float
+    scalar, not values computed at machine precision (those are refused as they are
+    made). A softplus layer written so gets an mp reference and passes; its rule planted
+    x (1 + 1e-9), far below what float64 differences resolve here, is MISMATCH."""
+    W = np.array([[0.25], [1.0], [-0.5]])
+    x = np.array([[3.0517578125e-05, 3.0517578125e-05, 3.0517578125e-05],
+                  [-0.0012375924824215478, -0.017917899050888544, 0.00012448652124206127]])  # fmt: skip
+
+    def f(v: np.ndarray) -> np.ndarray:
+        return np.logaddexp(0.0, v * v) @ np.asarray(W, dtype=v.dtype)
+
+    def vjp(u: np.ndarray, v: np.ndarray, planted: float = 1.0) -> np.ndarray:
+        sigmoid = 1.0 / (1.0 + np.exp(-v * v))
+        return (u @ W.T) * sigmoid * 2.0 * v * planted
+
+    report = pg.check(f, x, vjp=vjp)
+    assert report.details["reference"]["method"] == "mp"
+    assert report.verdict == pg.Verdict.PASS and report.ok
+    planted = pg.check(f, x, vjp=lambda u, v: vjp(u, v, 1 + 1e-9))
+    assert planted.verdict == pg.Verdict.MISMATCH and not planted.ok
+
+
 def _softplus_loss(W: np.ndarray, y: np.ndarray) -> tuple[object, object]:
     def loss(x: np.ndarray) -> np.ndarray:
         h = np.logaddexp(0.0, x @ W)  # softplus, as it is usually written

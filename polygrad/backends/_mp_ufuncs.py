@@ -81,29 +81,45 @@ def _implementations(ctx: Any) -> dict[str, Callable[..., Any]]:
 
 
 def _exact(ctx: Any, a: np.ndarray) -> np.ndarray:
-    """A plain object array ``a`` with its integers as mpmath numbers (``np.maximum(u, 0)``
-    leaves the int 0, which has no ``exp`` method); ``TypeError`` where it holds a
-    machine float: a value computed at machine precision (``math.erf`` of an mpmath
-    number), which the conversion of constants in :func:`_plain` would otherwise turn,
-    unseen, into an mpmath number."""
+    """An object array ``a`` as a plain one with its numbers as mpmath numbers
+    (``np.maximum(u, 0)`` leaves the int 0, which has no ``exp`` method).
+
+    A machine float in an :class:`MpArray` (a result of the mpmath input) was computed at
+    machine precision (``math.erf`` of an mpmath number through ``np.vectorize``):
+    ``TypeError``, which the conversion of constants in :func:`_plain` would otherwise
+    hide. In a plain object array it is a constant of the code, as a float scalar is
+    (``np.asarray(W, dtype=x.dtype)`` with ``x`` of dtype object): no mpmath number
+    becomes a machine float unseen, since every conversion (``float()``, ``math.*``,
+    ``np.float64()``) raises while ``f`` runs (see :mod:`polygrad.backends.mpmath`).
+    """
     plain = a.view(np.ndarray)
-    ints = False
+    constant = type(a) is np.ndarray
+    numbers = False
     for v in plain.flat:
-        if isinstance(v, (float, np.floating)) and v != 0:  # an exact 0.0 is a constant
+        if isinstance(v, (float, np.floating)) and v != 0 and not constant:
+            # (an exact 0.0 is a constant anywhere)
             raise TypeError(
                 f"the function produced a {type(v).__name__} value on mpmath input "
                 "(a conversion to machine precision)"
             )
-        ints = ints or (isinstance(v, (int, np.integer, float, np.floating))
-                        and not isinstance(v, (bool, np.bool_)))  # fmt: skip
-    if not ints:
+        numbers = numbers or _machine_number(v)
+    if not numbers:
         return plain
     out = np.empty(plain.shape, dtype=object)
     for i, v in enumerate(plain.flat):
-        exact = isinstance(v, (int, np.integer, float, np.floating))
-        exact = exact and not isinstance(v, (bool, np.bool_))
-        out.flat[i] = ctx.mpf(int(v)) if exact else v
+        out.flat[i] = _as_mpf(ctx, v) if _machine_number(v) else v
     return out
+
+
+def _machine_number(v: Any) -> bool:
+    """An int or a machine float (not a bool): a constant to convert to an mpf."""
+    numeric = isinstance(v, (int, np.integer, float, np.floating))
+    return numeric and not isinstance(v, (bool, np.bool_))
+
+
+def _as_mpf(ctx: Any, v: Any) -> Any:
+    """An int or a machine float as the mpmath number of the same value."""
+    return ctx.mpf(int(v)) if isinstance(v, (int, np.integer)) else ctx.mpf(float(v))
 
 
 def _plain(ctx: Any, a: Any) -> Any:
