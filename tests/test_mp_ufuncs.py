@@ -119,8 +119,9 @@ def test_constants_cast_to_the_input_s_dtype_run_on_mp() -> None:
     made). A softplus layer written so gets an mp reference and passes; its rule planted
     x (1 + 1e-9), far below what float64 differences resolve here, is MISMATCH."""
     W = np.array([[0.25], [1.0], [-0.5]])
-    x = np.array([[3.0517578125e-05, 3.0517578125e-05, 3.0517578125e-05],
-                  [-0.0012375924824215478, -0.017917899050888544, 0.00012448652124206127]])  # fmt: skip
+    tiny = 3.0517578125e-05
+    x = np.array([[tiny, tiny, tiny], [-0.0012375924824215478, -0.017917899050888544,
+                                       0.00012448652124206127]])  # fmt: skip
 
     def f(v: np.ndarray) -> np.ndarray:
         return np.logaddexp(0.0, v * v) @ np.asarray(W, dtype=v.dtype)
