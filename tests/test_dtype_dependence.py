@@ -156,3 +156,49 @@ def test_a_model_loss_with_the_dtype_eps_passes_on_its_own_program():
     gap = np.abs(report.entries.reference - want.numpy().ravel())
     assert np.all(gap <= report.entries.reference_error + 1e-9), (gap, report.entries)
     assert model64 is model
+
+
+def _selu_layer(scale: float, seed: int):
+    """A float32 SELU layer whose torch.autograd.Function has backward scale ``scale``
+    (the right one, 1.0507009873554805, or a typo, 1.0507: a relative error of 9.4e-7,
+    within float32's tolerance), with one pre-activation 2.3e-4 from the kink."""
+    import torch
+
+    alpha, right = 1.6732632423543772, 1.0507009873554805
+
+    class Selu(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, z):
+            ctx.save_for_backward(z)
+            return right * torch.where(z > 0, z, alpha * torch.expm1(z))
+
+        @staticmethod
+        def backward(ctx, g):
+            (z,) = ctx.saved_tensors
+            return g * scale * torch.where(z > 0, torch.ones_like(z), alpha * torch.exp(z))
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 6, generator=gen)
+    W1 = torch.randn(6, 5, generator=gen) / 2
+    w2 = torch.randn(5, generator=gen) / 2
+    W1[0, 0] -= ((x @ W1)[0, 0] - 2.3e-4) / x[0, 0]
+    return (lambda v: (Selu.apply(v @ W1) @ w2).pow(2).mean()), x
+
+
+@pytest.mark.polygrad_backends("torch")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_working_differences_across_a_kink_are_not_another_function(seed):
+    """The typo's float64 rule is off beyond the float64 tolerance (MISMATCH); float32
+    differences along an input cross the kink of the pre-activation 2.3e-4 from 0, where
+    float64 ones do not, so the two references differ there and the float32 check is
+    NONSMOOTH: that is no other float64 function (autodiff is not within the float32
+    check's tolerance of its central difference). It was judged on float32 alone:
+    INCONCLUSIVE, with a note saying autodiff agreed with the float32 check."""
+    wrong, x = _selu_layer(1.0507, seed)
+    report = pg.check(wrong, x)
+    assert report.verdict is Verdict.MISMATCH and not report.ok
+    assert report.details.reference.method == "float64"
+    assert ANOTHER not in str(report)
+    right, x = _selu_layer(1.0507009873554805, seed)
+    report = pg.check(right, x)
+    assert report.verdict is Verdict.PASS and report.ok
