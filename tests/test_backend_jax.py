@@ -598,6 +598,27 @@ def test_a_numpy_float64_constant_with_x64_off_is_checked_in_the_users_own_mode(
     assert not planted.ok and planted.verdict is not pg.Verdict.PASS, planted
 
 
+def test_a_numpy_integer_index_with_x64_off_is_checked_in_the_users_own_mode():
+    """Labels as a NumPy int64 array (z[labels, 0], x64 off): after the trace under x64,
+    JAX's cached conversion meets its own int32 in lax.add and raised a dtype TypeError out
+    of the check. Now the check clears the caches and traces f in the user's mode: PASS on
+    the closed form (2 z at the picked entries), and f and jax.grad(f) still run after."""
+    assert not jax.config.read("jax_enable_x64")
+    labels = np.array([0, 1, 2])
+
+    def loss(z):
+        return jnp.sum(z[labels, 0] ** 2)
+
+    z = jnp.asarray(np.linspace(0.1, 1.2, 12).reshape(3, 4), jnp.float32)
+    report = pg.check(loss, z)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    want = np.zeros((3, 4))
+    want[labels, 0] = 2 * np.asarray(z, np.float64)[labels, 0]
+    np.testing.assert_allclose(report.entries.reference, want.ravel(), rtol=1e-6, atol=1e-12)
+    assert float(loss(z)) == pytest.approx(float(np.sum(np.asarray(z)[labels, 0] ** 2)))
+    np.testing.assert_allclose(np.asarray(jax.grad(loss)(z)), want, rtol=1e-6)
+
+
 def test_while_loop_checks_forward_mode_under_auto():
     """lax.while_loop has no transpose: JAX cannot differentiate it in reverse mode.
     mode='auto' finds that out (abstractly, before any reference is computed) and checks

@@ -325,11 +325,22 @@ class _ModeMismatchError(InputTypeError):
 
 def _mode_mismatch(exc: BaseException) -> bool:
     """Whether ``exc`` is JAX refusing a NumPy constant converted for the other x64 mode
-    (an executable's buffer, or a jit lowering with mixed float widths)."""
+    (an executable's buffer, a jit lowering with mixed float widths, or a primitive
+    meeting a NumPy index array still int64 beside JAX's int32: ``z[labels, 0]`` with
+    ``labels = np.array([0, 1, 2])``, x64 off, after a trace with it on)."""
     text = str(exc)
-    return "RuntimeProgramInputMismatch" in text or (
-        "verifier errors" in text and "requires compatible types" in text
+    return (
+        "RuntimeProgramInputMismatch" in text
+        or ("verifier errors" in text and "requires compatible types" in text)
+        or _mixed_widths(text)
     )
+
+
+def _mixed_widths(text: str) -> bool:
+    """Whether a JAX dtype error names a 64-bit and a 32-bit dtype of one kind."""
+    if "requires arguments to have the same dtypes" not in text:
+        return False
+    return any(f"{k}64" in text and f"{k}32" in text for k in ("int", "uint", "float"))
 
 
 def _not_a_number(leaf: Any) -> bool:
@@ -441,7 +452,7 @@ class _FlatFunction:
             out = self.f(*full)
         except _tracer_conversion_errors(jax) as exc:
             raise InputTypeError(_TRACER_CONVERSION.format(kind=type(exc).__name__)) from exc
-        except (jax.errors.JaxRuntimeError, ValueError) as exc:
+        except (jax.errors.JaxRuntimeError, ValueError, TypeError) as exc:
             if not _mode_mismatch(exc):
                 raise
             raise _ModeMismatchError(_MODE_MISMATCH) from exc
