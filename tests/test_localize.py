@@ -65,6 +65,21 @@ def test_torch_function_in_mlp_is_located(bug):
     assert str(report).splitlines()[1].startswith("Localized: the first node")
 
 
+def test_torch_function_in_mlp_is_located_by_parameters_with_its_layer_path():
+    """wrt="parameters" with the model passed as an argument, f(net, x): the layer is
+    named by the argument, as on the input (it read "Sequential > MyLinear", which does
+    not say which layer of the model)."""
+    import torch
+
+    model, _ = _torch_model("transposed")
+    x = torch.randn(3, 4, dtype=torch.float32)
+    report = pg.check(lambda net, x: net(x).sum(), model, x, wrt="parameters", localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    c = report.localization.located
+    assert c is not None and c.wrong and c.site.op == "torch.autograd.Function LinearFn"
+    assert c.site.path == "net.4 (MyLinear)"
+
+
 def test_torch_correct_mlp_flags_no_node():
     import torch
 

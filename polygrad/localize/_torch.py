@@ -42,7 +42,7 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
     custom: list[RecordedCall] = []
     prims: list[RecordedCall] = []
     flow = Flow()
-    with _recording(torch, _names(torch, call.f), custom, prims, flow):
+    with _recording(torch, _names(torch, call.f, args), custom, prims, flow):
         result = call.f(*args)
     outputs = flow.reads(_tensors(torch, _flat(result)))
     steps = sorted(((c.index, Step(c.site, c.reads)) for c in (*custom, *prims)),
@@ -100,10 +100,17 @@ def _fresh(torch: Any, a: Any) -> Any:
     return a
 
 
-def _names(torch: Any, f: Callable[..., Any]) -> dict[int, str]:
-    """``id(module) -> "root.sub.2"`` for every module reachable from ``f``."""
+def _names(torch: Any, f: Callable[..., Any], args: Sequence[Any] = ()) -> dict[int, str]:
+    """``id(module) -> "root.sub.2"`` for every module reachable from ``f`` or passed to
+    it as an argument (``wrt="parameters"``: ``f(model, x)``), named as the code names
+    it."""
+    from .._names import argument_names
+
+    is_module = lambda o: isinstance(o, torch.nn.Module)  # noqa: E731
+    params = argument_names(f, len(args))
+    passed = [(params[i] or f"arg{i}", a) for i, a in enumerate(args) if is_module(a)]
     out: dict[int, str] = {}
-    for label, obj in reachable_roots(f, lambda o: isinstance(o, torch.nn.Module)):
+    for label, obj in [*passed, *reachable_roots(f, is_module)]:
         for name, m in obj.named_modules():
             out.setdefault(id(m), f"{label}.{name}" if name else label)
     return out
