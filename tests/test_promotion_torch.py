@@ -715,3 +715,61 @@ def test_random_draws_in_the_inputs_dtype_are_drawn_so_for_the_reference(kind):
     np.testing.assert_allclose(report.entries.reference, want, rtol=1e-6, atol=1e-9)
     assert any("draws random numbers" in n for n in report.notes)
     assert pg.check(make(_ScaledExp.apply), x).verdict is pg.Verdict.MISMATCH
+
+
+def _linear_fn(factor: float, new_style: bool):
+    """x @ w.T as a torch.autograd.Function (old style: ctx in forward; new style:
+    setup_context), its input gradient times ``factor``."""
+
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w * factor, g.T @ x
+
+    if new_style:
+
+        class New(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(x, w):
+                return x @ w.T
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(*inputs)
+
+        New.backward = staticmethod(backward)
+        return New
+
+    class Old(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x @ w.T
+
+    Old.backward = staticmethod(backward)
+    return Old
+
+
+@pytest.mark.parametrize("new_style", [False, True])
+def test_a_function_given_a_closed_over_float32_weight_runs_its_rule_in_float64(new_style):
+    """Fn.apply(x, W) with W a float32 tensor the loss closes over: apply's arguments are
+    now cast to float64 in the float64 run, so the rule's backward (g @ w) is evaluated
+    in float64 (it raised a dtype error there, and the rule was judged in float32 only).
+    The right rule PASSes against the closed form; a 1e-3 plant is MISMATCH by its
+    float64 evaluation; W is left as it was."""
+    gen = torch.Generator().manual_seed(0)
+    W, x = torch.randn(3, 4, generator=gen), torch.randn(2, 4, generator=gen)
+    before = W.clone()
+    right = _linear_fn(1.0, new_style)
+    report = pg.check(lambda v: torch.tanh(right.apply(v, W)).sum(), x)
+    assert report.verdict is pg.Verdict.PASS and report.ok, report
+    assert not any("evaluation of the rule failed" in n for n in report.notes)
+    W64, x64 = W.double(), x.double()
+    want = (1 - torch.tanh(x64 @ W64.T) ** 2) @ W64
+    np.testing.assert_allclose(report.entries.reference, want.numpy().ravel(), rtol=1e-6)
+    wrong = _linear_fn(1 + 1e-3, new_style)
+    planted = pg.check(lambda v: torch.tanh(wrong.apply(v, W)).sum(), x)
+    assert planted.verdict is pg.Verdict.MISMATCH and not planted.ok
+    assert np.all(np.isfinite(planted.entries.autodiff64))  # judged by its float64 rule
+    assert W.dtype == torch.float32 and torch.equal(W, before)

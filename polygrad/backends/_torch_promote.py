@@ -252,8 +252,44 @@ def float64_scope(torch: Any, log: PromotionLog, draws: Any = None) -> Iterator[
     log.failed = None
     with contextlib.ExitStack() as stack:
         _run_eagerly(torch, stack)
+        stack.enter_context(_functions_widened(torch))
         stack.enter_context(_mode_class(torch)(log, draws))
         yield
+
+
+@contextlib.contextmanager
+def _functions_widened(torch: Any) -> Iterator[None]:
+    """While inside, a custom ``torch.autograd.Function`` gets its floating tensor
+    arguments as float64 (complex as complex128): exact copies, the user's tensors are
+    not changed.
+
+    ``Function.apply`` does not pass through a :class:`TorchFunctionMode`, so the mode
+    widens the operators of ``forward`` but not its arguments: a weight closed over in
+    float32 and passed to ``apply`` was saved for the backward pass in float32, and the
+    backward, which runs outside the mode, met the float64 cotangent with it (``g @ w``:
+    a dtype error, and no float64 evaluation of the rule). Every floating argument is
+    cast, whatever its dtype reads: inside the mode ``w.dtype`` reads float64 on
+    purpose. The class attribute is restored on exit (as :mod:`polygrad.localize` does
+    while it records)."""
+    fn_cls = torch.autograd.function.Function
+    original = fn_cls.__dict__["apply"]
+
+    def wide(a: Any) -> Any:
+        if not isinstance(a, torch.Tensor):
+            return a
+        if a.is_complex():
+            return a.to(torch.complex128)
+        return a.to(torch.float64) if a.is_floating_point() else a
+
+    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        args = tuple(wide(a) for a in args)
+        return original.__func__(cls, *args, **{k: wide(v) for k, v in kwargs.items()})
+
+    fn_cls.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        fn_cls.apply = original
 
 
 # random operators, by how they take what they draw from: "new" (a shape or a tensor to
