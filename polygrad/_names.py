@@ -95,10 +95,11 @@ def leaf_name(names: Sequence[str | None], i: int, path: str, argnums: Sequence[
     Returns
     -------
     str
-        ``"x"`` for the only checked argument when it is a plain array;
-        otherwise the parameter's name (or ``arg<i>``) followed by ``path``.
+        ``"x"`` for the only argument when it is a plain array; otherwise the
+        parameter's name (or ``arg<i>``) followed by ``path``, so that a check of one
+        of several arguments (``argnums=1`` of ``loss(weights, bias)``) names it.
     """
-    if len(argnums) == 1 and not path:
+    if len(argnums) == 1 and not path and len(names) <= 1:
         return "x"
     base = names[i] if i < len(names) and names[i] else f"arg{i}"
     return f"{base}{path}"

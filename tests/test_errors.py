@@ -266,6 +266,24 @@ def test_setup_context_style_function_and_methods_named_too():
     assert r.ok and r.details["input_names"] == ["weights", "inputs"]
 
 
+def test_one_of_several_arguments_is_named_by_its_parameter():
+    """loss(weights, bias) checked in bias alone (argnums=1): the entries are bias[i], not
+    x[i], which read as the other argument; a function of one argument keeps x."""
+
+    def loss(weights, bias):
+        return np.sum(np.tanh(2.0 * weights + bias))
+
+    w, b = np.array([0.1, -0.3, 0.7]), np.array([0.2, 0.2, 0.2])
+    wrong = pg.check(loss, w, b, argnums=1, grad=lambda w, b: 1.01 / np.cosh(2 * w + b) ** 2)
+    assert wrong.verdict is pg.Verdict.MISMATCH and wrong.details["input_names"] == ["bias"]
+    assert wrong.entries.names == ["bias[0]", "bias[1]", "bias[2]"]
+    assert "bias[" in str(wrong).splitlines()[0]
+    first = pg.check(loss, w, b, grad=lambda w, b: 2 / np.cosh(2 * w + b) ** 2)
+    assert first.ok and first.details["input_names"] == ["weights"]
+    alone = pg.check(lambda v: np.sum(np.sin(v)), w, grad=np.cos)
+    assert alone.ok and alone.details["input_names"] == ["x"]
+
+
 @pytest.mark.polygrad_backends("torch", "jax", "tensorflow", require="all")
 @pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
 def test_dict_outputs_named_by_key(framework):
