@@ -160,3 +160,31 @@ def test_the_working_dtype_frame_is_not_run_where_the_rule_is_wrong_in_both_dtyp
     assert report.verdict == Verdict.MISMATCH and not report.ok
     assert explicable and explicable[0] > 0  # the precondition held at some entries
     assert computed == []
+
+
+def test_a_first_stage_not_confirmed_where_mp_cannot_take_the_rest_is_judged_without_mp(
+    monkeypatch,
+):
+    """Where mp clears the worst directions but the rest is beyond policy.mp_auto_seconds,
+    the check is judged as if mp could take none (the fine one-sided steps, as before the
+    stages), not on a mix: no escalation is recorded, and the verdicts are those of the
+    same check with mp's budget at 0."""
+    import polygrad.pipeline.assess as assess
+    import polygrad.pipeline.reference as reference
+    from polygrad.policy import Policy
+
+    real_seconds = reference.mp_seconds_at_least
+    monkeypatch.setattr(assess, "_confirmed", lambda *a: False)  # mp cleared the first four
+    monkeypatch.setattr(
+        reference, "mp_seconds_at_least",
+        lambda n, evaluations: 1e9 if evaluations > 40 else real_seconds(n, evaluations),
+    )  # fmt: skip
+    x, vjp = _clamp_twin(1 + 1e-3)
+    report = pg.check(lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp)
+    assert report.details.escalation is None
+    assert any("were not re-examined with mp" in n for n in report.details["notes"])
+    without = pg.check(
+        lambda v: np.clip(v, -1.0, 1.0), x, vjp=vjp, policy=Policy(mp_auto_seconds=0)
+    )
+    assert report.verdict is without.verdict is Verdict.MISMATCH
+    np.testing.assert_array_equal(report.entries.status, without.entries.status)

@@ -466,6 +466,8 @@ def assess(
             rest = sorted(set(directions_in_doubt(blocks, _directions(st)[0], kinks)) - set(first))
             escalated = _escalated(source, prep, escalated[0], escalated[1], opts, escalated[2],
                                    details, kinks, rest, first)  # fmt: skip
+            if escalated is None:  # mp cannot take the rest (its note says why): as if it
+                details.pop("escalation", None)  # could take none, the fine sides decide
         elif escalated is not None and first is not None:
             doubt = directions_in_doubt(blocks, _directions(st)[0], kinks)
             details["escalation"]["deferred"] = len(doubt) - len(first)

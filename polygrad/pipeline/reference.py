@@ -498,18 +498,20 @@ def name_deciders(
         for i in np.flatnonzero(np.isin(b.status, codes)):
             by["mp" if int(i) // per in redone else method].append(tag + b.names[i])
     esc["decided_by"] = by
-    deferred = int(esc.get("deferred", 0))
-    why = (
-        "(no entry fails on finite differences alone)"
-        if not deferred
-        else f"(those of the worst entries first: mp confirmed a MISMATCH there, which "
-        f"decides the check, so the other {deferred} direction(s) in doubt were not "
-        f"re-examined and their entries rest on the {method} reference; pass "
-        "reference='mp' to have every entry decided by mp)"
-    )
+    deferred = int(esc.get("deferred") or 0)
+    why = ""
+    if deferred:
+        why = (
+            f" (those of the worst entries first: mp confirmed a MISMATCH there, which "
+            f"decides the check, so the other {deferred} direction(s) in doubt were not "
+            f"re-examined and their entries rest on the {method} reference; pass "
+            "reference='mp' to have every entry decided by mp)"
+        )
+    elif not by[method]:
+        why = " (no entry fails on finite differences alone)"
     text = (
         f"entries that did not pass on the {method} reference were re-examined with mp at "
-        f"{esc['dps']} digits along {len(redone)} direction(s) {why}"
+        f"{esc['dps']} digits along {len(redone)} direction(s){why}"
     )
     for who, names in by.items():
         if names:
