@@ -224,23 +224,31 @@ def _setup_lines(report: Report) -> list[str]:
     return lines
 
 
+NAME_WIDTH = 48
+"""Widest entry column of the table of worst entries; longer names keep their ends."""
+
+
 def _worst_lines(report: Report, max_rows: int, color: bool) -> list[str]:
     """The table of the worst entries, with one-sided derivatives and float64 values."""
     e = report.entries
+    rows = e.worst(max_rows)
+    # the entry column fits the names shown (a Keras path, "sequential/dense/kernel[1, 3]"),
+    # from 28 to NAME_WIDTH characters
+    w = min(max([28, *(len(e.names[i]) for i in rows)]), NAME_WIDTH)
     lines = [
         "  worst entries:",
-        f"  {'entry':<28} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} "
+        f"  {'entry':<{w}} {'verdict':<12} {'autodiff':>12} {'reference':>12} {'± error':>10} "
         f"{'|diff|':>10} {'tolerance':>10}",
     ]
     verdicts = e.verdicts()
-    for i in e.worst(max_rows):
+    for i in rows:
         name = e.names[i]
-        if len(name) > 28:  # keep the end: the index tells the entries of one leaf apart
-            name = name[:10] + "..." + name[-15:]
+        if len(name) > w:  # keep the end: the index tells the entries of one leaf apart
+            name = name[:16] + "..." + name[-(w - 19) :]
         v = str(verdicts[i])
         vtxt = _paint(f"{v:<12}", _COLORS.get(v, "0"), color)
         lines.append(
-            f"  {name:<28} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
+            f"  {name:<{w}} {vtxt} {_g(e.autodiff[i], 6):>12} {_g(e.reference[i], 6):>12} "
             f"{_g(e.reference_error[i], 2):>10} {_g(e.difference[i], 2):>10} "
             f"{_g(e.tolerance[i], 2):>10}"
         )

@@ -342,3 +342,35 @@ def test_an_undecided_float64_entry_does_not_ask_for_a_float64_rule():
     assert "a float64 evaluation of the rule" not in head, head
     if report.verdict == pg.Verdict.INCONCLUSIVE:
         assert "moved that far when the input moved by a few ulps" in head, head
+
+
+def test_the_entry_column_fits_long_names_and_keeps_the_ends_beyond_its_width():
+    """A parameter path of 40 characters (a Keras kernel, an encoder's weights) is shown
+    whole: it was cut to 28 (``sequential...se/kernel[1, 3]`` lost the layer); beyond 48
+    characters a name keeps its start and its index."""
+    import numpy as np
+
+    import polygrad as pg
+    from polygrad.render import NAME_WIDTH
+
+    def loss(encoder_projection_weights_in_block_1, bias):
+        return np.sum(np.tanh(encoder_projection_weights_in_block_1 + bias))
+
+    w, b = np.array([0.1, -0.3, 0.7]), np.array([0.2, 0.1, 0.0])
+    wrong = pg.check(loss, w, b, grad=lambda w, b: 1.01 / np.cosh(w + b) ** 2)
+    assert wrong.verdict is pg.Verdict.MISMATCH
+    table = str(wrong).split("worst entries:")[1].splitlines()
+    header, rows = table[1], [r for r in table[2:] if "MISMATCH" in r]
+    name = "encoder_projection_weights_in_block_1[0]"
+    assert any(r.split()[0] == name for r in rows)
+    assert header.index("verdict") == rows[0].index("MISMATCH")  # the columns line up
+
+    def long_loss(a_parameter_whose_name_is_far_longer_than_any_table_column, bias):
+        return np.sum(np.tanh(a_parameter_whose_name_is_far_longer_than_any_table_column + bias))
+
+    wrong = pg.check(long_loss, w, b, grad=lambda w, b: 1.01 / np.cosh(w + b) ** 2)
+    shown = [r.split()[0] for r in str(wrong).split("worst entries:")[1].splitlines()[2:]
+             if "MISMATCH" in r]  # fmt: skip
+    assert shown and all(len(s) == NAME_WIDTH and s.startswith("a_parameter_whos...")
+                         for s in shown)  # fmt: skip
+    assert any(s.endswith("_column[0]") for s in shown)
