@@ -54,6 +54,7 @@ __all__ = [
     "narrowest_computed",
     "op_name",
     "outer_mutations",
+    "replaced_function_apply",
 ]
 
 
@@ -271,8 +272,6 @@ def _functions_widened(torch: Any) -> Iterator[None]:
     cast, whatever its dtype reads: inside the mode ``w.dtype`` reads float64 on
     purpose. The class attribute is restored on exit (as :mod:`polygrad.localize` does
     while it records)."""
-    fn_cls = torch.autograd.function.Function
-    original = fn_cls.__dict__["apply"]
 
     def wide(a: Any) -> Any:
         if not isinstance(a, torch.Tensor):
@@ -281,15 +280,32 @@ def _functions_widened(torch: Any) -> Iterator[None]:
             return a.to(torch.complex128)
         return a.to(torch.float64) if a.is_floating_point() else a
 
-    def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        args = tuple(wide(a) for a in args)
-        return original.__func__(cls, *args, **{k: wide(v) for k, v in kwargs.items()})
+    def widening(call: Callable[..., Any]) -> Callable[..., Any]:
+        def apply(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            args = tuple(wide(a) for a in args)
+            return call(cls, *args, **{k: wide(v) for k, v in kwargs.items()})
 
-    fn_cls.apply = classmethod(apply)
+        return apply
+
+    with replaced_function_apply(torch, widening):
+        yield
+
+
+@contextlib.contextmanager
+def replaced_function_apply(
+    torch: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
+    """While inside, ``torch.autograd.Function.apply`` is ``make(call)``: a function
+    ``(cls, *args, **kwargs)`` given ``call``, the ``apply`` it replaces (torch's own, or
+    an enclosing replacement), to call the Function with. Restored on exit. The float64
+    run (:func:`float64_scope`) and :mod:`polygrad.localize` replace it so."""
+    fn_cls = torch.autograd.function.Function
+    saved = fn_cls.__dict__["apply"]
+    fn_cls.apply = classmethod(make(saved.__func__))
     try:
         yield
     finally:
-        fn_cls.apply = original
+        fn_cls.apply = saved
 
 
 # random operators, by how they take what they draw from: "new" (a shape or a tensor to

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..backends._torch_promote import replaced_function_apply
 from ._core import Flow, Node, RecordedCall, Site, Step, with_cotangents
 from ._names import reachable_roots, source_line
 
@@ -135,8 +136,6 @@ def _recording(
 
     stack: list[Any] = []
     state = _State()
-    fn_cls = torch.autograd.function.Function
-    original = fn_cls.__dict__["apply"]
 
     def path() -> str:
         if not stack:
@@ -145,27 +144,30 @@ def _recording(
         return f"{names.get(id(m), '?')} ({type(m).__name__})" if id(m) in names else \
             " > ".join(type(s).__name__ for s in stack)  # fmt: skip
 
-    def apply(cls: Any, *a: Any, **k: Any) -> Any:
-        index = -1
-        if state.depth == 0:
-            site = Site(
-                f"torch.autograd.Function {cls.__name__}",
-                "custom rule",
-                path(),
-                source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
-            )
-            index = len(custom) + len(prims)
-            custom.append(RecordedCall(lambda *x, **y: original.__func__(cls, *x, **y),
-                                       _clone(torch, a), dict(k), site, index,
-                                       flow.reads(_tensors(torch, a))))  # fmt: skip
-        state.depth += 1
-        try:
-            out = original.__func__(cls, *a, **k)
-        finally:
-            state.depth -= 1
-        if index >= 0:
-            flow.made_by(index, _tensors(torch, _flat(out)))
-        return out
+    def recorded(original: Callable[..., Any]) -> Callable[..., Any]:
+        def apply(cls: Any, *a: Any, **k: Any) -> Any:
+            index = -1
+            if state.depth == 0:
+                site = Site(
+                    f"torch.autograd.Function {cls.__name__}",
+                    "custom rule",
+                    path(),
+                    source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
+                )
+                index = len(custom) + len(prims)
+                custom.append(RecordedCall(lambda *x, **y: original(cls, *x, **y),
+                                           _clone(torch, a), dict(k), site, index,
+                                           flow.reads(_tensors(torch, a))))  # fmt: skip
+            state.depth += 1
+            try:
+                out = original(cls, *a, **k)
+            finally:
+                state.depth -= 1
+            if index >= 0:
+                flow.made_by(index, _tensors(torch, _flat(out)))
+            return out
+
+        return apply
 
     def enter(m: Any, i: Any) -> None:
         stack.append(m)
@@ -176,12 +178,13 @@ def _recording(
 
     pre = mod.register_module_forward_pre_hook(enter)
     post = mod.register_module_forward_hook(leave)
-    fn_cls.apply = classmethod(apply)
     try:
-        with _PrimitiveMode(torch, state, (custom, prims), path, flow):
+        with (
+            replaced_function_apply(torch, recorded),
+            _PrimitiveMode(torch, state, (custom, prims), path, flow),
+        ):
             yield
     finally:
-        fn_cls.apply = original
         pre.remove()
         post.remove()
 
