@@ -165,7 +165,7 @@ def test_a_first_stage_not_confirmed_where_mp_cannot_take_the_rest_is_judged_wit
     from polygrad.policy import Policy
 
     real_seconds = reference.mp_seconds_at_least
-    monkeypatch.setattr(assess, "_confirmed", lambda *a: False)  # mp cleared the first four
+    monkeypatch.setattr(assess, "mismatch_along", lambda *a: False)  # mp cleared the first four
     monkeypatch.setattr(
         reference, "mp_seconds_at_least",
         lambda n, evaluations: 1e9 if evaluations > 40 else real_seconds(n, evaluations),

@@ -7,7 +7,7 @@ implementation against the one reference).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,7 +32,7 @@ from .prepare import Options, Prepared
 from .reference import directions_in_doubt, escalate, name_deciders
 from .sides import FINE_LEVELS, FINE_STEP, sharpen_sides
 
-__all__ = ["Assessment", "assess", "judge_modes"]
+__all__ = ["Assessment", "assess", "judge_modes", "mismatch_along"]
 
 
 @dataclass(frozen=True)
@@ -97,12 +97,11 @@ Where mp confirms a MISMATCH along one of them, the check is decided (MISMATCH) 
 other directions in doubt keep the first reference's verdicts, which a note names."""
 
 
-def _worst_directions(blocks: list[Entries], st: Setting, kinks: bool) -> list[int] | None:
-    """The directions of the :data:`FIRST_STAGE` worst MISMATCH entries (by
+def _worst_directions(blocks: list[Entries], d: int, doubt: list[int]) -> list[int] | None:
+    """The directions (of ``d``) of the :data:`FIRST_STAGE` worst MISMATCH entries (by
     ``|autodiff - reference| / tolerance``), or None where no stage is worth it (no
-    MISMATCH entry, or no more directions in doubt than that)."""
-    d = _directions(st)[0]
-    if len(directions_in_doubt(blocks, d, kinks)) <= FIRST_STAGE:
+    MISMATCH entry, or no more directions in ``doubt`` than that)."""
+    if len(doubt) <= FIRST_STAGE:
         return None
     worst: dict[int, float] = {}
     for b in blocks:
@@ -115,9 +114,9 @@ def _worst_directions(blocks: list[Entries], st: Setting, kinks: bool) -> list[i
     return sorted(sorted(worst, key=lambda k: -worst[k])[:FIRST_STAGE])
 
 
-def _confirmed(blocks: list[Entries], st: Setting, dirs: list[int]) -> bool:
-    """Whether some entry along ``dirs`` (re-examined with mp) is still MISMATCH."""
-    d = _directions(st)[0]
+def mismatch_along(blocks: list[Entries], d: int, dirs: Sequence[int]) -> bool:
+    """Whether some entry along the directions ``dirs`` (of ``d``) is MISMATCH, in the
+    per-mode ``blocks`` (each grouped by direction)."""
     for b in blocks:
         along = np.isin(np.arange(b.status.size) // (b.status.size // d), dirs)
         if np.any(along & (b.status == SEVERITY[Verdict.MISMATCH])):
@@ -460,17 +459,19 @@ def assess(
     if opts.reference == "auto" and method != "mp":
         # no entry fails on a finite-difference reference while a stronger one can be had
         kinks = _hidden(prep.target, st, opts)
-        first = _worst_directions(blocks, st, kinks) if opts.mp_in_stages else None
+        d = _directions(st)[0]
+        doubt = directions_in_doubt(blocks, d, kinks)
+        first = _worst_directions(blocks, d, doubt) if opts.mp_in_stages else None
         escalated = _escalated(source, prep, st, blocks, opts, allowances, details, kinks, first)
-        if escalated is not None and first is not None and not _confirmed(escalated[1], st, first):
-            rest = sorted(set(directions_in_doubt(blocks, _directions(st)[0], kinks)) - set(first))
-            escalated = _escalated(source, prep, escalated[0], escalated[1], opts, escalated[2],
-                                   details, kinks, rest, first)  # fmt: skip
-            if escalated is None:  # mp cannot take the rest (its note says why): as if it
-                details.pop("escalation", None)  # could take none, the fine sides decide
-        elif escalated is not None and first is not None:
-            doubt = directions_in_doubt(blocks, _directions(st)[0], kinks)
-            details["escalation"]["deferred"] = len(doubt) - len(first)
+        if escalated is not None and first is not None:
+            if mismatch_along(escalated[1], d, first):  # decided: the rest is deferred
+                details["escalation"]["deferred"] = len(doubt) - len(first)
+            else:
+                rest = sorted(set(doubt) - set(first))
+                escalated = _escalated(source, prep, escalated[0], escalated[1], opts,
+                                       escalated[2], details, kinks, rest, first)  # fmt: skip
+                if escalated is None:  # mp cannot take the rest (its note says why): as if
+                    details.pop("escalation", None)  # it could take none: the fine sides
         if escalated is not None:
             st, blocks, allowances = escalated
         else:

@@ -44,9 +44,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..report import SEVERITY, Verdict
-from .assess import Assessment, assess
+from .assess import Assessment, assess, mismatch_along
 from .autodiff import Setting
 from .dtype_dependence import recheck_in_working_dtype
+from .judge import split_entries
 from .kinks import hidden_kinks, kinks_of_intermediates
 from .plan import Plan
 from .prepare import Options, Prepared
@@ -292,8 +293,4 @@ def rests_on_deferred(judged: Assessment, modes: int = 1) -> bool:
     esc = judged.escalation
     if esc is None or not esc.deferred:
         return False
-    e = judged.entries
-    block = e.status.size // max(modes, 1)  # entries per mode, grouped by direction
-    i = np.arange(e.status.size) % max(block, 1)
-    along = np.isin(i // max(block // esc.d, 1), esc.directions)
-    return not np.any(along & (e.status == SEVERITY[Verdict.MISMATCH]))
+    return not mismatch_along(split_entries(judged.entries, modes), esc.d, esc.directions)
