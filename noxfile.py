@@ -86,6 +86,7 @@ def tests_jax(session: nox.Session) -> None:
         "jax",
         "tests/test_backend_jax.py",
         "tests/test_mp_jax.py",
+        "tests/test_quad_jax.py",
         "tests/test_promotion_jax.py",
         "tests/test_low_precision_rules.py",
         *TESTING_TESTS,

@@ -24,7 +24,7 @@ from .._pytree import flatten
 from ..reference.quad import quad_dtype, quad_missing_reason
 from ._common import PointFunction
 
-__all__ = ["defer_quad", "quad_evaluator"]
+__all__ = ["defer_quad", "disagreement", "quad_evaluator"]
 
 QUAD_AGREEMENT = 1e-6
 """Largest difference, relative to the largest ``|f(x)|`` in float64, allowed between
@@ -84,7 +84,7 @@ def _row_values(f: Callable[..., Any], pf: PointFunction, row: np.ndarray, q: An
 
 
 def quad_evaluator(
-    f: Callable[..., Any], pf: PointFunction, y64: np.ndarray
+    f: Callable[..., Any], pf: PointFunction
 ) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
     """``f`` on quad rows (``Target.evaluate_quad``), or None and the reason it is not.
 
@@ -94,15 +94,14 @@ def quad_evaluator(
         The user's NumPy function.
     pf : PointFunction
         ``f`` as a function of its flat checked inputs.
-    y64 : ndarray, shape (m,), float64
-        ``f(x0)`` evaluated in float64 (the check against garbage).
 
     Returns
     -------
     evaluate_quad : callable or None
-        ``(B, n)`` quad -> ``(B, m)`` quad; ``f`` is called once per row.
+        ``(B, n)`` quad -> ``(B, m)`` quad; ``f`` is called once per row (not yet
+        vetted: see :func:`defer_quad`).
     reason : str or None
-        Why ``f`` does not run on quad arrays (where ``evaluate_quad`` is None).
+        Why there is no quad evaluation (where ``evaluate_quad`` is None).
     """
     q = quad_dtype()
     if q is None:
@@ -111,37 +110,60 @@ def quad_evaluator(
     def evaluate_quad(X: np.ndarray) -> np.ndarray:
         return np.stack([_row_values(f, pf, row, q) for row in X])
 
+    return evaluate_quad, None
+
+
+def disagreement(
+    evaluate_quad: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, y64: np.ndarray
+) -> str | None:
+    """Why ``evaluate_quad`` at ``x0`` is not ``f``: it fails, changes the output size, or
+    differs from the float64 values ``y64`` by more than :data:`QUAD_AGREEMENT`; None when
+    it agrees."""
+    q = quad_dtype()
     try:
         with np.errstate(all="ignore"):
-            y = evaluate_quad(pf.x0.astype(q)[None, :])[0].astype(np.float64)
+            y = evaluate_quad(x0.astype(q)[None, :])[0].astype(np.float64)
     except Exception as exc:  # noqa: BLE001 - any failure means: no quad reference
-        return None, f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}"
     if y.shape != y64.shape:
-        return None, "the output size changed on quad input"
+        return "the output size changed on quad input"
     with np.errstate(all="ignore"):
         off = np.max(np.abs(y - y64), initial=0.0)
         scale = np.max(np.abs(y64), initial=0.0)
     if not (np.all(np.isfinite(y)) and np.all(np.isfinite(y64)) and off <= QUAD_AGREEMENT * scale):
-        return None, (
+        return (
             f"its quad value at x differs from its float64 value by {off:.2g} (largest "
             f"|f(x)| {scale:.2g}), beyond what float64 round-off explains"
         )
-    return evaluate_quad, None
+    return None
 
 
-def defer_quad(target: Any, f: Callable[..., Any], pf: PointFunction) -> None:
+QuadMaker = Callable[[], tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]]
+"""Builds a target's quad evaluation: ``() -> (evaluate_quad or None, reason or None)``."""
+
+
+def defer_quad(target: Any, make: QuadMaker) -> None:
     """Leave the quad evaluator of ``target`` to be built when a check asks for it
-    (:meth:`~polygrad.backends.base.Target.quad_mode`)."""
+    (:meth:`~polygrad.backends.base.Target.quad_mode`): ``make()`` builds it, and it is
+    kept only where it agrees with the float64 evaluation at the point
+    (:func:`disagreement`) and follows moves below float64's resolution
+    (:func:`follows_fine_moves`)."""
 
     def build(t: Any) -> None:
         if t.evaluate64 is None:
             t.quad_unavailable_reason = "the function has no float64 evaluation to check it by"
             return
-        y64 = t.evaluate64(t.x0[None, :])[0]
-        t.evaluate_quad, t.quad_unavailable_reason = quad_evaluator(f, pf, y64)
-        if t.evaluate_quad is not None and not follows_fine_moves(t.evaluate_quad,
-                                                                  t.evaluate64, t.x0):  # fmt: skip
-            t.evaluate_quad, t.quad_unavailable_reason = None, ROUNDED_REASON
+        evaluate_quad, reason = make()
+        if evaluate_quad is not None:
+            reason = disagreement(evaluate_quad, t.x0, t.evaluate64(t.x0[None, :])[0])
+        if evaluate_quad is not None and reason is None:
+            try:
+                follows = follows_fine_moves(evaluate_quad, t.evaluate64, t.x0)
+            except Exception as exc:  # noqa: BLE001 - as above
+                follows, reason = False, f"{type(exc).__name__}: {exc}"
+            reason = reason or (None if follows else ROUNDED_REASON)
+        t.evaluate_quad = evaluate_quad if reason is None else None
+        t.quad_unavailable_reason = reason
 
     target.deferred["quad"] = build
 
@@ -155,11 +177,17 @@ ROUNDED_REASON = (
 FINE_MOVE = 2.0**-64
 """Relative size of the move that only a faithful quad evaluation of ``f`` follows."""
 
-COARSE_MOVES = (2.0**-20, 2.0**-12, 2.0**-6)
+COARSE_MOVES = (2.0**-36, 2.0**-30, 2.0**-24, 2.0**-18, 2.0**-12, 2.0**-6)
 """Relative sizes of the float64 moves that measure each output's change along the same
-direction (the first whose change is 1e4 ulps or more: far above float64's round-off,
-far below the function's length scale; the largest for a small derivative, tanh of a
-saturated erf, whose change over the others stays below 1e4 ulps)."""
+direction, by a central difference: the smallest whose change is :data:`RESOLVED_ULPS`
+or more (far above float64's round-off, as far below the function's length scale as
+float64 allows: a relative move is an absolute one of ``|x|`` times it, and ``sin`` near
+``1e6`` has a length scale of 1); the largest for a small derivative, tanh of a
+saturated erf, whose change over the others stays below that."""
+
+RESOLVED_ULPS = 1e5
+"""Change (in float64 ulps of the output) at which a float64 difference is resolved: its
+round-off, a few ulps, is then within :data:`FOLLOW_AGREEMENT` of it."""
 
 FOLLOW_AGREEMENT = 1e-3
 """How closely the quad change over the fine move must match the float64 change over the
@@ -173,15 +201,15 @@ def follows_fine_moves(
 ) -> bool:
     """Whether ``f`` on quad arrays changes, under a move of :data:`FINE_MOVE` of its
     inputs, as its float64 values change under one of :data:`COARSE_MOVES` along the same
-    direction (scaled by the ratio of the moves), at every output that float64 sees move,
-    and float64 sees at least one move.
+    direction (central differences, scaled by the ratio of the moves), at every output
+    that float64 sees move, and float64 sees at least one move.
 
     A function that rounds to float64 on the way (``math.erf`` of each element through
     ``np.vectorize``, a float64 constant or cast) still returns quad arrays with the
     right value at ``x``, but its values stay on float64's grid: a move far below
     float64's resolution changes them by 0 (or by a whole float64 ulp), and its quad
     differences are float64 differences whose error bars say otherwise. So an output
-    whose values are float64 numbers at the point and at two points moved by multiples
+    whose values are float64 numbers at the point and at three points moved by multiples
     of :data:`FINE_MOVE` is not followed either.
     """
     from ..reference.steps import pow2_scales
@@ -191,14 +219,17 @@ def follows_fine_moves(
     w = signs * pow2_scales(x0)
     with np.errstate(all="ignore"):
         xq = x0.astype(q)
-        fine = evaluate_quad(np.stack([xq + (k * FINE_MOVE * w).astype(q) for k in range(3)]))
-        change_q = (fine[1] - fine[0]).astype(np.float64)
+        fine = evaluate_quad(np.stack([xq + (k * FINE_MOVE * w).astype(q) for k in (0, 1, -1, 2)]))
+        change_q = ((fine[1] - fine[2]) / 2).astype(np.float64)
+        rows = [x0] + [x0 + s * move * w for move in COARSE_MOVES for s in (1.0, -1.0)]
+        coarse = evaluate64(np.stack(rows))
+        resolved = 2 * RESOLVED_ULPS * np.spacing(np.abs(coarse[0]))
         seen = np.zeros(fine.shape[1], dtype=bool)
         off = np.zeros(fine.shape[1], dtype=bool)
-        for move in COARSE_MOVES:  # the first move whose float64 change is well resolved
-            coarse = evaluate64(np.stack([x0, x0 + move * w]))
-            change64 = (coarse[1] - coarse[0]) * (FINE_MOVE / move)
-            now = ~seen & (np.abs(coarse[1] - coarse[0]) > 1e4 * np.spacing(np.abs(coarse[0])))
+        for k, move in enumerate(COARSE_MOVES):  # the smallest well-resolved move
+            diff = coarse[1 + 2 * k] - coarse[2 + 2 * k]
+            now = ~seen & (np.abs(diff) > resolved)
+            change64 = diff / 2 * (FINE_MOVE / move)
             off |= now & (np.abs(change_q - change64) > FOLLOW_AGREEMENT * np.abs(change64))
             seen |= now
         # values that stay on float64's grid at every point, moved or not, were rounded to

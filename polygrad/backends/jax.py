@@ -47,6 +47,7 @@ from ._common import as_float_output, output_layout
 from ._flow import steps_only
 from ._jax_programs import compiled_for
 from ._jax_state import guarded, state_cells
+from ._quad_eval import defer_quad
 from .base import (
     Backend,
     Layout,
@@ -964,7 +965,7 @@ class JaxBackend(Backend):
         evaluate_mp, mp_reason = CAPTURES.get(
             "jax.mp", flat.capture_key(), flat.frozen(), lambda: _mp_evaluator(flat)
         )
-        return Target(
+        target = Target(
             x0=flat.x0,
             y0=y0,
             working_dtype=wd.name,
@@ -987,6 +988,8 @@ class JaxBackend(Backend):
             },  # fmt: skip
             symmetric_reads=lambda: _symmetric_reads(flat, working_ctx),
         )
+        defer_quad(target, lambda: _quad_evaluator(flat))  # built when a check asks for it
+        return target
 
     @staticmethod
     def _plain_call(flat: _FlatFunction, ctx: Callable[[], Any]) -> list[Any]:
@@ -1185,6 +1188,56 @@ def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None
         if ev2 is not None or not (why2 or "").startswith("f could not be traced"):
             return ev2, why2
     return ev, why
+
+
+def _quad_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+    """``evaluate_quad`` from ``f``'s jaxpr vmapped over the check's points
+    (:mod:`polygrad.mpexec.jaxpr_quad`), cached like the mp evaluator; or None and why.
+
+    ``f`` is traced as the mp evaluator traces it: in float64, or in the working dtypes
+    where only that works, or in the user's mode where ``f`` is traced only there.
+    """
+    from ..reference.quad import quad_dtype, quad_missing_reason
+
+    q = quad_dtype()
+    if q is None:
+        return None, quad_missing_reason()
+    return CAPTURES.get(  # type: ignore[no-any-return]
+        "jax.quad", flat.capture_key(), flat.frozen(), lambda: _traced_quad(flat, q)
+    )
+
+
+def _traced_quad(flat: _FlatFunction, q: Any) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+    """The quad evaluator of :func:`_quad_evaluator` (built once per function)."""
+    import jax
+
+    from ..mpexec.jaxpr_quad import quad_jaxpr_evaluator, quad_unsupported
+
+    shapes = [tuple(np.shape(a)) for a in flat.leaves]
+
+    def of_leaves(*leaves: Any) -> list[Any]:
+        return list(flat(*leaves, args=flat.promoted_args()))
+
+    tries = [(flat, list(flat.dtypes), False)] if flat.user_mode_only else [
+        (of_leaves, [np.float64] * len(shapes), True), (flat, list(flat.dtypes), True)]  # fmt: skip
+    why = "f could not be traced to a jaxpr"
+    for fn, dtypes, x64 in tries:
+
+        def trace(B: int, fn: Any = fn, dtypes: Any = dtypes, x64: bool = x64) -> Any:
+            avals = [jax.ShapeDtypeStruct((B, *s), d) for s, d in zip(shapes, dtypes, strict=True)]
+            with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+                return jax.make_jaxpr(jax.vmap(lambda *a: list(fn(*a))))(*avals)
+
+        try:
+            closed = trace(1)
+        except Exception as exc:  # noqa: BLE001 - untraceable under vmap: no quad reference
+            why = f"f could not be traced to a batched jaxpr ({type(exc).__name__}: {exc})"
+            continue
+        bad = quad_unsupported(closed)
+        if bad:
+            return None, "no quad rule for " + "; ".join(bad[:3])
+        return quad_jaxpr_evaluator(trace, shapes, q), None
+    return None, why
 
 
 def _set_vjp_mp(target: Target, flat: _FlatFunction) -> None:

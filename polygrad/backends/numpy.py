@@ -18,7 +18,7 @@ from ..errors import ShapeMismatchError
 from ..policy import DEFAULT_POLICY
 from ._common import PointFunction, as_float_output, check_not_mutated, output_layout
 from ._mp_ufuncs import mp_array_type, recording_kinks
-from ._quad_eval import defer_quad
+from ._quad_eval import defer_quad, quad_evaluator
 from ._supplied_mp import supplied_vjp_mp
 from .base import Backend, Supplied, Target, computed_in_note, dtype_eps
 from .mpmath import _shared_context, mp_evaluator
@@ -135,7 +135,7 @@ class NumpyBackend(Backend):
             notes=notes,
         )
         target.intermediate_kinks = lambda: _intermediates_at_a_kink(f, pf)
-        defer_quad(target, f, pf)  # f on quad arrays, tried when a check asks for it
+        defer_quad(target, lambda: quad_evaluator(f, pf))  # f on quad arrays, tried when a check asks for it
         # f runs once on mpmath numbers to show that it can: a large input, whose check
         # considers mp only to re-examine entries in doubt, pays that when it does
         if pf.x0.size > EAGER_MP_PROBE_INPUTS:

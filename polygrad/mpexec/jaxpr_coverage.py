@@ -51,6 +51,7 @@ _MOVES = (
     "gather",
     "scatter",
     "split",
+    "stack",
     "tile",
 )
 _SCATTER_COMBINE = (
