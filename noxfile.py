@@ -72,6 +72,7 @@ def tests_torch(session: nox.Session) -> None:
         "torch",
         "tests/test_backend_torch.py",
         "tests/test_mp_torch.py",
+        "tests/test_quad_torch.py",
         "tests/test_promotion_torch.py",
         "tests/test_low_precision_rules.py",
         *TESTING_TESTS,

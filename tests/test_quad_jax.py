@@ -64,10 +64,23 @@ PROGRAMS = {
     "indexing": lambda x: x[jnp.array([4, 0, 2])] * x[1:4] + x[::2].sum(),
     "where clamp": lambda x: jnp.where(x > 0.1, jnp.clip(x, -0.7, 0.7), x**3),
     "integer_pow": lambda x: x**5 - 1 / x**2 + lax.integer_pow(x, 3),
-    "transcendental": lambda x: jnp.concatenate([
-        jnp.exp(x), jnp.log1p(x**2), jnp.expm1(x), jnp.arctan(x), jnp.sinh(x), jnp.cosh(x),
-        jnp.arcsinh(x), jax.nn.sigmoid(x), lax.rsqrt(1 + x**2), jnp.cbrt(x), jnp.tanh(x),
-        jnp.arctan2(x, x[::-1]), jnp.power(1.5 + x, 0.3 + x[::-1] ** 2)]),  # fmt: skip
+    "transcendental": lambda x: jnp.concatenate(
+        [
+            jnp.exp(x),
+            jnp.log1p(x**2),
+            jnp.expm1(x),
+            jnp.arctan(x),
+            jnp.sinh(x),
+            jnp.cosh(x),
+            jnp.arcsinh(x),
+            jax.nn.sigmoid(x),
+            lax.rsqrt(1 + x**2),
+            jnp.cbrt(x),
+            jnp.tanh(x),
+            jnp.arctan2(x, x[::-1]),
+            jnp.power(1.5 + x, 0.3 + x[::-1] ** 2),
+        ]
+    ),  # fmt: skip
     "custom rules": lambda x: jax.nn.softplus(x) + jax.nn.gelu(x) + jax.nn.silu(x),
     "logsumexp": lambda x: jax.scipy.special.logsumexp(x.reshape(2, 3), axis=1),
     "rounding": lambda x: jnp.round(3 * x) + jnp.floor(2 * x) * jnp.ceil(x) + jnp.sign(x),

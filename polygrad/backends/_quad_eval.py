@@ -142,12 +142,17 @@ QuadMaker = Callable[[], tuple[Callable[[np.ndarray], np.ndarray] | None, str | 
 """Builds a target's quad evaluation: ``() -> (evaluate_quad or None, reason or None)``."""
 
 
-def defer_quad(target: Any, make: QuadMaker) -> None:
+def defer_quad(target: Any, make: QuadMaker, interpreted: bool = False) -> None:
     """Leave the quad evaluator of ``target`` to be built when a check asks for it
-    (:meth:`~polygrad.backends.base.Target.quad_mode`): ``make()`` builds it, and it is
-    kept only where it agrees with the float64 evaluation at the point
-    (:func:`disagreement`) and follows moves below float64's resolution
-    (:func:`follows_fine_moves`)."""
+    (:meth:`~polygrad.backends.base.Target.quad_mode`).
+
+    ``make()`` builds it, and it is kept only where it agrees with the float64 evaluation
+    at the point (:func:`disagreement`) and, unless ``interpreted``, follows moves below
+    float64's resolution (:func:`follows_fine_moves`). An *interpreted* evaluator runs
+    every operation of the captured program on quad arrays by construction (the jaxpr,
+    the ATen graph; constants enter exactly), so no value of ``f`` can round to float64 on
+    the way, which is what the moves detect in a user's NumPy code.
+    """
 
     def build(t: Any) -> None:
         if t.evaluate64 is None:
@@ -156,7 +161,7 @@ def defer_quad(target: Any, make: QuadMaker) -> None:
         evaluate_quad, reason = make()
         if evaluate_quad is not None:
             reason = disagreement(evaluate_quad, t.x0, t.evaluate64(t.x0[None, :])[0])
-        if evaluate_quad is not None and reason is None:
+        if evaluate_quad is not None and reason is None and not interpreted:
             try:
                 follows = follows_fine_moves(evaluate_quad, t.evaluate64, t.x0)
             except Exception as exc:  # noqa: BLE001 - as above

@@ -988,7 +988,8 @@ class JaxBackend(Backend):
             },  # fmt: skip
             symmetric_reads=lambda: _symmetric_reads(flat, working_ctx),
         )
-        defer_quad(target, lambda: _quad_evaluator(flat))  # built when a check asks for it
+        # built when a check asks for it
+        defer_quad(target, lambda: _quad_evaluator(flat), interpreted=True)
         return target
 
     @staticmethod
@@ -1207,7 +1208,9 @@ def _quad_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | No
     )
 
 
-def _traced_quad(flat: _FlatFunction, q: Any) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+def _traced_quad(
+    flat: _FlatFunction, q: Any
+) -> tuple[Callable[..., np.ndarray] | None, str | None]:
     """The quad evaluator of :func:`_quad_evaluator` (built once per function)."""
     import jax
 

@@ -79,6 +79,7 @@ from ..errors import InputMutationError, InputTypeError, NondeterministicFunctio
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._flow import steps_only
+from ._quad_eval import defer_quad
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
     SMALL_BATCH,
@@ -920,7 +921,7 @@ class TorchBackend(Backend):
         checked = argnums if wrt == "inputs" else None
         deferred = self._deferred(work, wide, primals, x0, y0.size, key,
                                   lambda: frozen_state(f, args, checked))  # fmt: skip
-        return Target(
+        target = Target(
             x0=x0,
             y0=y0,
             working_dtype=str(wd).removeprefix("torch."),
@@ -939,6 +940,9 @@ class TorchBackend(Backend):
             custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
+        # built when a check asks for it
+        defer_quad(target, lambda: _quad_from_graph(target), interpreted=True)
+        return target
 
     def _deferred(
         self, work: _Program, wide: _Program | None, primals: list[Any], x0: np.ndarray,
@@ -1266,3 +1270,29 @@ def _working_dtype(
         notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
         wd = narrow[0]
     return wd
+
+
+def _quad_from_graph(
+    target: Target,
+) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
+    """``evaluate_quad`` from the ATen graph the mp reference runs
+    (:mod:`polygrad.mpexec.torch_quad`), built once per captured graph; or None and why."""
+    from ..mpexec.torch_quad import quad_graph_evaluator
+    from ..reference.quad import quad_dtype, quad_missing_reason
+
+    q = quad_dtype()
+    if q is None:
+        return None, quad_missing_reason()
+    if not target.mp_mode():
+        return None, f"no ATen graph to run on quad arrays ({target.mp_unavailable_reason})"
+    program = getattr(target.evaluate_mp, "program", None)
+    if program is None:
+        return None, "no ATen graph to run on quad arrays"
+    built = getattr(program, "quad", None)
+    if built is None:
+        try:
+            built = (quad_graph_evaluator(program, q), None)
+        except Exception as exc:  # noqa: BLE001 - any failure means: no quad reference
+            built = (None, str(exc))
+        program.quad = built
+    return built  # type: ignore[no-any-return]

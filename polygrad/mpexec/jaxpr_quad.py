@@ -25,7 +25,8 @@ Covered primitives
   (their primal computation); any equation on integers or booleans only runs in JAX.
 
 Anything else (special functions quad has no loop for, convolutions, loops, linear
-algebra) raises :class:`NoQuadRuleError` before the first quad operation, and the check's reference goes on to mpmath.
+algebra) raises :class:`NoQuadRuleError` before the first quad operation, and the
+check's reference goes on to mpmath.
 """
 
 from __future__ import annotations
@@ -86,8 +87,12 @@ OTHER = frozenset(
 )  # fmt: skip
 """Float primitives with a rule of their own here."""
 
-SUPPORTED = frozenset(UNARY) | frozenset(BINARY) | OTHER | frozenset(_IDENTITY) | frozenset(
-    m for m in _MOVES if not m.startswith("scatter")
+SUPPORTED = (
+    frozenset(UNARY)
+    | frozenset(BINARY)
+    | OTHER
+    | frozenset(_IDENTITY)
+    | frozenset(m for m in _MOVES if not m.startswith("scatter"))
 )
 """Every float primitive the quad interpreter runs."""
 
