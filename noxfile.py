@@ -104,6 +104,7 @@ def tests_tensorflow(session: nox.Session) -> None:
         "tests/test_promotion_tensorflow.py",
         "tests/test_low_precision_rules.py",
         "tests/test_mp_tensorflow.py",
+        "tests/test_quad_tensorflow.py",
         *TESTING_TESTS,
     )
 

@@ -24,7 +24,7 @@ from .._pytree import flatten
 from ..reference.quad import quad_dtype, quad_missing_reason
 from ._common import PointFunction
 
-__all__ = ["defer_quad", "disagreement", "quad_evaluator"]
+__all__ = ["defer_quad", "disagreement", "quad_evaluator", "quad_of_mp_program"]
 
 QUAD_AGREEMENT = 1e-6
 """Largest difference, relative to the largest ``|f(x)|`` in float64, allowed between
@@ -136,6 +136,31 @@ def disagreement(
             f"|f(x)| {scale:.2g}), beyond what float64 round-off explains"
         )
     return None
+
+
+def quad_of_mp_program(
+    target: Any, build: Callable[[Any, Any], Callable[[np.ndarray], np.ndarray]]
+) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
+    """The quad evaluator of a backend whose mp reference interprets a captured program
+    (``target.evaluate_mp``, built first): ``build(evaluate_mp, q)``, once per captured
+    program (kept on ``evaluate_mp``, which the capture cache keeps); or None and why."""
+    q = quad_dtype()
+    if q is None:
+        return None, quad_missing_reason()
+    if not target.mp_mode():
+        return None, f"no captured program to run on quad arrays ({target.mp_unavailable_reason})"
+    evaluate_mp = target.evaluate_mp
+    built = getattr(evaluate_mp, "quad", None)
+    if built is None:
+        try:
+            built = (build(evaluate_mp, q), None)
+        except Exception as exc:  # noqa: BLE001 - any failure means: no quad reference
+            built = (None, str(exc))
+        try:
+            evaluate_mp.quad = built
+        except AttributeError:  # not a function object: built again next time
+            pass
+    return built  # type: ignore[no-any-return]
 
 
 QuadMaker = Callable[[], tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]]

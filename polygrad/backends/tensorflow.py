@@ -102,6 +102,7 @@ from ..errors import (
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import PointFunction, check_not_mutated, output_layout
 from ._flow import steps_only
+from ._quad_eval import defer_quad, quad_of_mp_program
 from ._tf_flow import missing_derivatives
 from ._tf_promote import (
     Float64Graph,
@@ -805,7 +806,7 @@ class TensorflowBackend(Backend):
         rng = np.random.default_rng(0)
         failed: list[str] = []  # notes on reverse-mode rules that failed their probe
         fns = _rule_functions(programs, rules64, cached, y0.size, notes, failed)
-        return Target(
+        target = Target(
             x0=x0,
             y0=y0,
             working_dtype=wd.name,
@@ -826,6 +827,9 @@ class TensorflowBackend(Backend):
                 "tf.symmetric", lambda: symmetric_reads(self.tf, call, specs)
             ),
         )
+        # built when a check asks for it
+        defer_quad(target, lambda: quad_of_mp_program(target, _quad_from_graph), interpreted=True)
+        return target
 
     def _plain_calls(
         self,
@@ -1335,3 +1339,11 @@ def _rule_functions(
             failed_notes.append(failed)
         fns["jvp" + suffix] = prog.jvp
     return fns
+
+
+def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """``evaluate_quad`` from the frozen float64 graph the mp reference runs
+    (:mod:`polygrad.mpexec.tf_quad`)."""
+    from ..mpexec.tf_quad import quad_tf_evaluator
+
+    return quad_tf_evaluator(evaluate_mp.program, evaluate_mp.shapes, q)

@@ -79,7 +79,7 @@ from ..errors import InputMutationError, InputTypeError, NondeterministicFunctio
 from ._capture_cache import CAPTURES, frozen_state
 from ._common import check_not_mutated, output_layout
 from ._flow import steps_only
-from ._quad_eval import defer_quad
+from ._quad_eval import defer_quad, quad_of_mp_program
 from ._torch_promote import PromotionLog, float64_scope, narrowest_computed, outer_mutations
 from .base import (
     SMALL_BATCH,
@@ -941,7 +941,7 @@ class TorchBackend(Backend):
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
         # built when a check asks for it
-        defer_quad(target, lambda: _quad_from_graph(target), interpreted=True)
+        defer_quad(target, lambda: quad_of_mp_program(target, _quad_from_graph), interpreted=True)
         return target
 
     def _deferred(
@@ -1272,27 +1272,9 @@ def _working_dtype(
     return wd
 
 
-def _quad_from_graph(
-    target: Target,
-) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
+def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:
     """``evaluate_quad`` from the ATen graph the mp reference runs
-    (:mod:`polygrad.mpexec.torch_quad`), built once per captured graph; or None and why."""
+    (:mod:`polygrad.mpexec.torch_quad`)."""
     from ..mpexec.torch_quad import quad_graph_evaluator
-    from ..reference.quad import quad_dtype, quad_missing_reason
 
-    q = quad_dtype()
-    if q is None:
-        return None, quad_missing_reason()
-    if not target.mp_mode():
-        return None, f"no ATen graph to run on quad arrays ({target.mp_unavailable_reason})"
-    program = getattr(target.evaluate_mp, "program", None)
-    if program is None:
-        return None, "no ATen graph to run on quad arrays"
-    built = getattr(program, "quad", None)
-    if built is None:
-        try:
-            built = (quad_graph_evaluator(program, q), None)
-        except Exception as exc:  # noqa: BLE001 - any failure means: no quad reference
-            built = (None, str(exc))
-        program.quad = built
-    return built  # type: ignore[no-any-return]
+    return quad_graph_evaluator(evaluate_mp.program, q)

@@ -853,4 +853,6 @@ def tf_mp_evaluator(
         parts = [mp_array(ctx, o).ravel() for o in outs]
         return np.concatenate(parts) if parts else np.empty(0, dtype=object)
 
+    evaluate.program = program  # type: ignore[attr-defined]
+    evaluate.shapes = [tuple(s) for s in shapes]  # type: ignore[attr-defined]
     return evaluate
