@@ -502,11 +502,14 @@ def test_check_autograd_function_passes_and_a_1e_9_bug_is_a_mismatch():
         pg.assert_gradients(lambda x: ExpTimesWrong.apply(x).sum(), x, reference="mp")
 
 
-def test_auto_uses_mp_for_a_covered_float64_function():
+def test_auto_uses_a_high_precision_reference_for_a_covered_float64_function():
+    """ "auto" takes the quad tier (the ATen graph on binary128 arrays); "mp" the graph
+    on mpmath numbers."""
     x = torch.tensor([0.3, -0.7, 1.1], dtype=torch.float64)
-    report = pg.check(lambda x: torch.tanh(x).sum(), x)
-    assert _reference(report)["method"] == "mp"
-    assert report.verdict == pg.Verdict.PASS
+    for reference, method in (("auto", "quad"), ("mp", "mp")):
+        report = pg.check(lambda x: torch.tanh(x).sum(), x, reference=reference)
+        assert _reference(report)["method"] == method
+        assert report.verdict == pg.Verdict.PASS
 
 
 def test_parameters_of_a_module_use_the_mp_reference():

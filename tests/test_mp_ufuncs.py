@@ -130,11 +130,15 @@ def test_constants_cast_to_the_input_s_dtype_run_on_mp() -> None:
         sigmoid = 1.0 / (1.0 + np.exp(-v * v))
         return (u @ W.T) * sigmoid * 2.0 * v * planted
 
-    report = pg.check(f, x, vjp=vjp)
-    assert report.details["reference"]["method"] == "mp"
-    assert report.verdict == pg.Verdict.PASS and report.ok
-    planted = pg.check(f, x, vjp=lambda u, v: vjp(u, v, 1 + 1e-9))
-    assert planted.verdict == pg.Verdict.MISMATCH and not planted.ok
+    for reference in ("mp", "auto"):  # "auto" takes the quad tier where it runs
+        report = pg.check(f, x, vjp=vjp, reference=reference)
+        assert (
+            report.details["reference"]["method"]
+            in {"mp": ("mp",), "auto": ("quad", "mp")}[reference]
+        )
+        assert report.verdict == pg.Verdict.PASS and report.ok
+        planted = pg.check(f, x, vjp=lambda u, v: vjp(u, v, 1 + 1e-9), reference=reference)
+        assert planted.verdict == pg.Verdict.MISMATCH and not planted.ok
 
 
 def _softplus_loss(W: np.ndarray, y: np.ndarray) -> tuple[object, object]:

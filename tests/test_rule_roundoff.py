@@ -106,7 +106,7 @@ def test_the_frameworks_own_rule_with_hidden_round_off_passes(framework):
     report = _check(framework, None)
     truth = _truth()
     np.testing.assert_allclose(report.entries.reference, [truth], rtol=1e-12)
-    assert report.details["reference"]["method"] == "mp"
+    assert report.details["reference"]["method"] in ("quad", "mp")  # high precision
     # the float64 rule keeps about 4 digits: it is off by far more than 64 ulps
     assert abs(report.entries.autodiff[0] - truth) > 1e-6 * abs(truth)
     assert report.verdict == Verdict.PASS and report.ok, str(report)

@@ -163,15 +163,17 @@ def quad_of_mp_program(
     return built  # type: ignore[no-any-return]
 
 
-QuadMaker = Callable[[], tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]]
-"""Builds a target's quad evaluation: ``() -> (evaluate_quad or None, reason or None)``."""
+QuadMaker = Callable[[Any], tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]]
+"""Builds a target's quad evaluation: ``target -> (evaluate_quad or None, reason or None)``
+(the target is an argument, not closed over: a target that holds a closure holding it
+would be garbage only the cyclic collector frees, with the tensors it holds)."""
 
 
 def defer_quad(target: Any, make: QuadMaker, interpreted: bool = False) -> None:
     """Leave the quad evaluator of ``target`` to be built when a check asks for it
     (:meth:`~polygrad.backends.base.Target.quad_mode`).
 
-    ``make()`` builds it, and it is kept only where it agrees with the float64 evaluation
+    ``make(target)`` builds it, and it is kept only where it agrees with the float64 evaluation
     at the point (:func:`disagreement`) and, unless ``interpreted``, follows moves below
     float64's resolution (:func:`follows_fine_moves`). An *interpreted* evaluator runs
     every operation of the captured program on quad arrays by construction (the jaxpr,
@@ -183,7 +185,7 @@ def defer_quad(target: Any, make: QuadMaker, interpreted: bool = False) -> None:
         if t.evaluate64 is None:
             t.quad_unavailable_reason = "the function has no float64 evaluation to check it by"
             return
-        evaluate_quad, reason = make()
+        evaluate_quad, reason = make(t)
         if evaluate_quad is not None:
             reason = disagreement(evaluate_quad, t.x0, t.evaluate64(t.x0[None, :])[0])
         if evaluate_quad is not None and reason is None and not interpreted:

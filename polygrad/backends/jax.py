@@ -989,7 +989,7 @@ class JaxBackend(Backend):
             symmetric_reads=lambda: _symmetric_reads(flat, working_ctx),
         )
         # built when a check asks for it
-        defer_quad(target, lambda: _quad_evaluator(flat), interpreted=True)
+        defer_quad(target, lambda _: _quad_evaluator(flat), interpreted=True)
         return target
 
     @staticmethod

@@ -136,7 +136,7 @@ class NumpyBackend(Backend):
         )
         target.intermediate_kinks = lambda: _intermediates_at_a_kink(f, pf)
         # f on quad arrays, tried when a check asks for it
-        defer_quad(target, lambda: quad_evaluator(f, pf))
+        defer_quad(target, lambda _: quad_evaluator(f, pf))
         # f runs once on mpmath numbers to show that it can: a large input, whose check
         # considers mp only to re-examine entries in doubt, pays that when it does
         if pf.x0.size > EAGER_MP_PROBE_INPUTS:
