@@ -545,11 +545,14 @@ def test_graph_interpreter_raises_naming_every_missing_op() -> None:
         )
 
 
-def test_auto_uses_mp_for_small_float64_functions() -> None:
+def test_auto_uses_a_high_precision_reference_for_small_float64_functions() -> None:
+    """"auto" takes the quad tier (the graph on binary128 arrays); "mp" the graph on
+    mpmath numbers."""
     case = next(c for c in CASES if c.name == "tf.function")
-    report = pg.check(case.f, tf.constant(case.x))
-    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
-    assert report.details["reference"]["method"] == "mp"
+    for reference, method in (("auto", "quad"), ("mp", "mp")):
+        report = pg.check(case.f, tf.constant(case.x), reference=reference)
+        assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+        assert report.details["reference"]["method"] == method
 
 
 def test_parameters_of_a_float64_keras_model_with_mp_reference() -> None:
