@@ -546,7 +546,7 @@ def test_graph_interpreter_raises_naming_every_missing_op() -> None:
 
 
 def test_auto_uses_a_high_precision_reference_for_small_float64_functions() -> None:
-    """"auto" takes the quad tier (the graph on binary128 arrays); "mp" the graph on
+    """ "auto" takes the quad tier (the graph on binary128 arrays); "mp" the graph on
     mpmath numbers."""
     case = next(c for c in CASES if c.name == "tf.function")
     for reference, method in (("auto", "quad"), ("mp", "mp")):

@@ -217,3 +217,14 @@ def test_without_a_quad_rule_the_check_uses_mp_and_says_why() -> None:
     assert report.details.reference.method == "mp"
     assert any("quad-precision reference is unavailable (no quad rule for aten.erf" in n
                for n in report.notes), report.notes  # fmt: skip
+
+
+def test_the_quad_evaluator_is_built_once_per_captured_graph() -> None:
+    from polygrad.backends.base import Supplied
+    from polygrad.backends.torch import TorchBackend
+
+    x = torch.tensor(X6)
+    t1 = TorchBackend().make_target(mlp_loss, (x,), (0,), Supplied(), 64)
+    t2 = TorchBackend().make_target(mlp_loss, (x,), (0,), Supplied(), 64)
+    assert t1.quad_mode() and t2.quad_mode()
+    assert t1.evaluate_quad is t2.evaluate_quad
