@@ -189,3 +189,50 @@ def test_the_quad_evaluator_is_built_once_per_function() -> None:
     t2 = JaxBackend().make_target(mlp_loss, (x,), (0,), Supplied(), 64)
     assert t1.quad_mode() and t2.quad_mode()
     assert t1.evaluate_quad is t2.evaluate_quad
+
+
+def _masked_softmax_loss(scale: float) -> Any:
+    """A masked softmax (a -inf logit) beside a softplus with a rule planted
+    ``x (1 + scale)``: the quad points step across the -inf."""
+
+    @jax.custom_vjp
+    def softplus(v: Any) -> Any:
+        return jnp.logaddexp(0.0, v)
+
+    softplus.defvjp(lambda v: (softplus(v), v), lambda v, g: (g * jax.nn.sigmoid(v) * (1 + scale),))
+    mask = jnp.array([True, True, False, True])
+
+    def f(x: Any) -> Any:
+        p = jax.nn.softmax(jnp.where(mask, x, -jnp.inf))
+        return jnp.sum(softplus(x) * 2.0) + jnp.sum(p * jnp.arange(4.0))
+
+    return f
+
+
+def test_warnings_as_errors_change_no_verdict() -> None:
+    """Under ``warnings.simplefilter("error")`` (pytest's ``-W error``) the quad
+    interpreter's floating-point warnings at -inf used to make the quad reference fail,
+    and float64 differences, which cannot see a 3e-12 plant, passed it."""
+    import warnings
+
+    x = _x64([0.3, -1.2, 0.5, 2.0])
+    for scale, verdict in ((0.0, pg.Verdict.PASS), (3e-12, pg.Verdict.MISMATCH)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            report = pg.check(_masked_softmax_loss(scale), x, cache=False)
+        assert report.verdict == verdict, str(report)
+        assert report.details.reference.method == "quad"
+
+
+def test_a_quad_reference_that_fails_hands_over_to_mp(monkeypatch: Any) -> None:
+    from polygrad.pipeline import reference
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise FloatingPointError("invalid value")
+
+    monkeypatch.setattr(reference, "_quad_along", failing)
+    report = pg.check(_masked_softmax_loss(3e-12), _x64([0.3, -1.2, 0.5, 2.0]), cache=False)
+    assert report.verdict == pg.Verdict.MISMATCH, str(report)
+    assert report.details.reference.method == "mp"
+    assert any("the quad reference failed (FloatingPointError: invalid value); mp used" in n
+               for n in report.notes), report.notes  # fmt: skip

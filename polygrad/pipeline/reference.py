@@ -347,6 +347,29 @@ def _read_resolution(
     )  # fmt: skip
 
 
+def _next_in_line(
+    failed: str, exc: Exception, fn: Callable[..., Any], target: Target, plan: Plan,
+    opts: Options, info: dict[str, Any], prep: Any, notes: list[str],
+) -> tuple[DirectionalDerivatives, str]:  # fmt: skip
+    """The reference after ``failed`` (quad or mp) raised ``exc``: mp after quad where
+    the function runs on mpmath numbers, then float64 differences (the working dtype's
+    where there is no float64 evaluation); a note says which and why."""
+    last = "float64" if target.evaluate64 is not None else "working"
+    chain = (["mp"] if failed == "quad" and target.mp_mode() else []) + [last]
+    for method in chain:
+        used = "mp" if method == "mp" else f"{method} differences"
+        notes.append(f"the {failed} reference failed ({type(exc).__name__}: {exc}); {used} used")
+        if method not in STRONG and "_resolution" not in info:
+            _read_resolution(fn, target, plan, opts, info)
+        try:
+            return _directional(method, fn, target, plan, opts, info, prep), method
+        except Exception as again:  # noqa: BLE001 - mp failed too: differences next
+            if method not in STRONG:
+                raise
+            failed, exc = method, again
+    raise AssertionError("unreachable: the chain ends in differences")  # pragma: no cover
+
+
 def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = None) -> Reference:
     """The reference along every direction of ``plan``; mp falls back to differences.
 
@@ -373,15 +396,10 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
             _read_resolution(counted, target, plan, opts, info)
         try:
             dd = _directional(method, counted, target, plan, opts, info, prep)
-        except Exception as exc:  # noqa: BLE001 - any failure of mp evaluation: fall back
+        except Exception as exc:  # noqa: BLE001 - any failure of quad or mp: the next in line
             if method not in STRONG:
                 raise
-            notes.append(f"the {method} reference failed ({type(exc).__name__}: {exc}); "
-                         "float64 differences used")  # fmt: skip
-            method = "float64" if target.evaluate64 is not None else "working"
-            if "_resolution" not in info:
-                _read_resolution(counted, target, plan, opts, info)
-            dd = _directional(method, counted, target, plan, opts, info, prep)
+            dd, method = _next_in_line(method, exc, counted, target, plan, opts, info, prep, notes)
     info.pop("_resolution", None)
     if info.get("quad_unsettled"):
         why = None if target.mp_mode() else target.mp_unavailable_reason
