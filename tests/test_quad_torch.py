@@ -131,6 +131,23 @@ PROGRAMS = {
             torch.stack([x[0], x[5]]),
         ]
     ),  # fmt: skip
+    "activations and norms": lambda x: torch.cat(
+        [
+            F.softplus(x),
+            F.softplus(x, beta=2.0, threshold=1.0),
+            F.gelu(x, approximate="tanh"),
+            F.leaky_relu(x, 0.2),
+            F.elu(x),
+            F.hardtanh(x, -0.5, 0.5),
+            torch.logit(torch.sigmoid(x)),
+            F.layer_norm(x.reshape(2, 3), (3,), T_W1[0, :3], T_B1[:3]).reshape(-1),
+            F.layer_norm(x, (6,)),
+            torch.split(x, 4)[1],
+            torch.split(x, [1, 5])[1],
+            torch.unbind(x.reshape(2, 3))[1],
+            torch.where(~(x > 0), x, 2 * x),
+        ]
+    ),  # fmt: skip
     "rounding": lambda x: torch.round(3 * x) + torch.floor(2 * x) * torch.ceil(x) + torch.sign(x),
 }
 
@@ -228,3 +245,19 @@ def test_the_quad_evaluator_is_built_once_per_captured_graph() -> None:
     t2 = TorchBackend().make_target(mlp_loss, (x,), (0,), Supplied(), 64)
     assert t1.quad_mode() and t2.quad_mode()
     assert t1.evaluate_quad is t2.evaluate_quad
+
+
+def test_a_layer_normed_model_with_its_loss_object_runs_on_quad() -> None:
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(5, 8), torch.nn.LayerNorm(8), torch.nn.SiLU(), torch.nn.Linear(8, 3)
+    ).double()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    labels = torch.tensor([0, 2])
+    x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    report = pg.check(lambda v: loss_fn(model(v), labels), x, cache=False)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    assert report.details.reference.method == "quad"
+    params = pg.check(lambda m: loss_fn(m(x.detach()), labels), model, wrt="parameters",
+                      cache=False)  # fmt: skip
+    assert params.verdict == pg.Verdict.PASS and params.ok, str(params)

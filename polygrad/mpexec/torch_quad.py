@@ -194,6 +194,106 @@ def _logical_not(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     return np.logical_not(a["self"])
 
 
+@_rule("bitwise_not.default", "logical_and.default", "logical_or.default", "logical_xor.default",
+       "bitwise_and.Tensor", "bitwise_or.Tensor")  # fmt: skip
+def _logical(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    """Boolean masks (``~mask``, ``mask & other``); integer bit operations exactly."""
+    name = Q.op.split(".")[1]
+    if name == "bitwise_not":
+        x = np.asarray(a["self"])
+        return np.logical_not(x) if x.dtype == bool else np.invert(x)
+    r = _rank(val)
+    x, y = np.asarray(_align(a["self"], r)), np.asarray(_align(a["other"], r))
+    fn = {"logical_and": np.logical_and, "logical_or": np.logical_or,
+          "logical_xor": np.logical_xor, "bitwise_and": np.bitwise_and,
+          "bitwise_or": np.bitwise_or}[name]  # fmt: skip
+    return fn(x, y)
+
+
+@_rule("softplus.default")
+def _softplus(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    """PyTorch's softplus: ``log1p(exp(beta x)) / beta``, and ``x`` itself where
+    ``beta x > threshold``."""
+    x = Q.F(a["self"])
+    beta, threshold = Q.F(float(a.get("beta", 1))), float(a.get("threshold", 20))
+    bx = beta * x
+    soft = (np.maximum(bx, 0 * bx) + np.log1p(np.exp(-np.abs(bx)))) / beta
+    return np.where(bx > Q.F(threshold), x, soft)
+
+
+@_rule("gelu.default")
+def _gelu(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    """The tanh approximation only (the exact GELU needs erf, which quad lacks)."""
+    if a.get("approximate", "none") != "tanh":
+        raise NoQuadRuleError("aten.gelu (exact: erf has no quad loop)")
+    x = Q.F(a["self"])
+    c = np.sqrt(Q.F(2.0) / np.arccos(Q.F(-1.0)))  # sqrt(2 / pi) to quad precision
+    return Q.F(0.5) * x * (1 + np.tanh(c * (x + Q.F(0.044715) * x * x * x)))
+
+
+@_rule("leaky_relu.default")
+def _leaky_relu(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    x = Q.F(a["self"])
+    return np.where(x > 0, x, x * Q.F(float(a.get("negative_slope", 0.01))))
+
+
+@_rule("elu.default")
+def _elu(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    x = Q.F(a["self"])
+    alpha, scale = Q.F(float(a.get("alpha", 1))), Q.F(float(a.get("scale", 1)))
+    input_scale = Q.F(float(a.get("input_scale", 1)))
+    return scale * np.where(x > 0, x, alpha * np.expm1(x * input_scale))
+
+
+@_rule("hardtanh.default")
+def _hardtanh(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    x = Q.F(a["self"])
+    lo, hi = Q.F(float(a.get("min_val", -1))), Q.F(float(a.get("max_val", 1)))
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+@_rule("logit.default")
+def _logit(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    x = Q.F(a["self"])
+    if a.get("eps") is not None:
+        e = Q.F(float(a["eps"]))
+        x = np.minimum(np.maximum(x, e), 1 - e)
+    return np.log(x / (1 - x))
+
+
+@_rule("native_layer_norm.default")
+def _layer_norm(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    """``(out, mean, rstd)`` over the trailing ``normalized_shape`` dims (biased
+    variance, as PyTorch)."""
+    x = Q.F(a["input"])
+    k = len(a["normalized_shape"])
+    axes = tuple(range(x.ndim - k, x.ndim))
+    count = Q.F(float(np.prod([x.shape[i] for i in axes])))
+    mean = np.sum(x, axis=axes, keepdims=True) / count
+    d = x - mean
+    rstd = 1 / np.sqrt(np.sum(d * d, axis=axes, keepdims=True) / count + Q.F(float(a["eps"])))
+    out = d * rstd
+    if a.get("weight") is not None:
+        out = out * Q.F(_align(a["weight"], x.ndim - 1))
+    if a.get("bias") is not None:
+        out = out + Q.F(_align(a["bias"], x.ndim - 1))
+    return (out, mean, rstd)
+
+
+@_rule("split.Tensor", "split_with_sizes.default", "unbind.int")
+def _split(Q: _Q, a: dict[str, Any], val: Any) -> Any:
+    x = a["self"]
+    ax = _axis(a.get("dim", 0), x.ndim - 1)
+    if Q.op.startswith("aten.unbind"):
+        return [np.take(x, i, axis=ax) for i in range(x.shape[ax])]
+    size = a.get("split_size", a.get("split_sizes"))
+    sizes = [int(s) for s in size] if isinstance(size, (list, tuple)) else None
+    if sizes is None:
+        step = int(size)
+        sizes = [min(step, x.shape[ax] - i) for i in range(0, x.shape[ax], step)]
+    return np.split(x, np.cumsum(sizes)[:-1], axis=ax)
+
+
 # -- shapes and indexing ----------------------------------------------------------------
 def _reshaped(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     x = a["self"]
