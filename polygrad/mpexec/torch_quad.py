@@ -286,7 +286,7 @@ def _split(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     ax = _axis(a.get("dim", 0), x.ndim - 1)
     if Q.op.startswith("aten.unbind"):
         return [np.take(x, i, axis=ax) for i in range(x.shape[ax])]
-    size = a.get("split_size", a.get("split_sizes"))
+    size: Any = a.get("split_size", a.get("split_sizes"))
     sizes = [int(s) for s in size] if isinstance(size, (list, tuple)) else None
     if sizes is None:
         step = int(size)

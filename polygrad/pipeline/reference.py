@@ -380,7 +380,7 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
         vouched = 0.0 if hit.method in STRONG else plan.accuracy
         return Reference(hit.dd, hit.method, vouched, dict(hit.noise_info), 0.0,
                          list(hit.notes), cached=True)  # fmt: skip
-    t0, notes = time.perf_counter(), []
+    t0, notes = time.perf_counter(), list[str]()
     info: dict[str, Any] = {"evaluations": 0, "detected": 0, "total": 0}
     rows = plan.d * (2 * plan.ladder[1] + (9 if plan.shared_noise_dirs is None else 0))
     show = rows * plan.t_row > opts.policy.progress_after_seconds
