@@ -775,16 +775,25 @@ SHARED_NOTE = (
     "absolute times are inflated"
 )
 ALTERNATED = ": read the ratios, whose two sides were alternated call by call"
-JOB_KINDS = {"loss": "the scalar-loss rows", "twin": "the failing twins"}
+JOB_KINDS = {
+    "small": "the n = 10 elementwise rows",
+    "loss": "the scalar-loss rows",
+    "twin": "the failing twins",
+}
 
 
 def _rows_label(rows: list[dict[str, Any]], block: list[dict[str, Any]]) -> str:
-    """Which of the ``block``'s rows ``rows`` are: all of a kind of job, or by their jobs."""
-    kinds = {_row_job(r).split(":")[0] for r in rows}
-    if len(kinds) == 1 and kinds <= set(JOB_KINDS):
-        (kind,) = kinds
-        if all(r in rows for r in block if _row_job(r).startswith(kind + ":")):
-            return JOB_KINDS[kind]
+    """Which of the ``block``'s rows ``rows`` are: every row of some kinds of job, or by
+    their jobs."""
+    kinds = list(dict.fromkeys(_row_job(r).split(":")[0] for r in rows))
+
+    def whole(kind: str) -> bool:
+        return kind in JOB_KINDS and all(
+            r in rows for r in block if _row_job(r).startswith(kind + ":")
+        )
+
+    if all(whole(k) for k in kinds):
+        return " and ".join(JOB_KINDS[k] for k in kinds)
     return "the rows of " + ", ".join(dict.fromkeys(_row_job(r) for r in rows))
 
 
