@@ -401,6 +401,8 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
                 raise
             dd, method = _next_in_line(method, exc, counted, target, plan, opts, info, prep, notes)
     info.pop("_resolution", None)
+    if method == "quad" and info.get("quad_unsettled", 0) >= plan.d and target.mp_mode():
+        method = "mp"  # quad settled no direction: every estimate is mp's, and so is its name
     if info.get("quad_unsettled"):
         why = None if target.mp_mode() else target.mp_unavailable_reason
         notes.append(_quad_note(info["quad_unsettled"], plan.d, why))
