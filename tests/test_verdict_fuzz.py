@@ -556,6 +556,50 @@ def _loses_digits64(program: Program) -> bool:
     return bool(np.any(rel > DEFAULT_POLICY.c_ad * EPS["float64"]))
 
 
+KERNEL_ULPS = 4.0
+"""Ulps (of the exact value) by which a framework's float64 intermediate may be further
+from the exact value than NumPy's before its kernel counts as less accurate."""
+
+
+def framework_kernel_off64(program: Program, framework: str) -> bool:
+    """Whether, at some intermediate of a float64 program, the framework's own float64
+    value is further from the exact value (polygrad's mp evaluation of the NumPy program)
+    than NumPy's float64 value is, by more than :data:`KERNEL_ULPS` ulps: a kernel less
+    accurate than NumPy's (XLA's float64 ``tanh`` near saturation is about 7 ulps off).
+    A right rule computed from that value (``1 - tanh²`` at saturation, far smaller than
+    its terms) is off by as much, relative to its tiny size, and polygrad, which
+    re-executes the rule with every kernel exact, cannot tell it from a wrong rule."""
+    if program.dtype != "float64" or framework == "numpy":
+        return False
+    nodes = [node for node in _topological(program.root) if node.op != "x"]
+    return any(_framework_off(replace(program, root=node), framework) for node in nodes)
+
+
+def _framework_off(program: Program, framework: str) -> bool:
+    x = program.x().astype(np.float64)
+    be = select_backend((x,), "numpy")
+    t = be.make_target(build(program, "numpy"), (x,), (0,), Supplied(vjp=numpy_vjp(program)),
+                       4096, "inputs")  # fmt: skip
+    if not t.mp_mode():
+        return False
+    assert t.evaluate_mp is not None
+    y_mp = np.array([float(v) for v in t.evaluate_mp(t.x0, np.zeros_like(t.x0), 40)])
+    with _x64(framework):
+        y_fw = np.asarray(build(program, framework)(to_input(program, framework)))
+    y_fw, y_np = y_fw.astype(np.float64).ravel(), evaluate64(program).ravel()
+    with np.errstate(all="ignore"):
+        worse = np.abs(y_fw - y_mp) - np.abs(y_np - y_mp)
+        return bool(np.any(worse > KERNEL_ULPS * np.spacing(np.abs(y_mp))))
+
+
+def _x64(framework: str) -> Any:
+    if framework != "jax":
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.enable_x64(True)
+
+
 def nonfinite_is_true(report: pg.Report, program: Program) -> bool:
     """Whether the report is NONFINITE only at entries where the framework's own
     working-dtype gradient is NaN or infinite and the float64 Jacobian is finite: a
@@ -599,6 +643,11 @@ def assert_correct_passes(program: Program, framework: str) -> None:
         # mpmath numbers tells a float64 kernel's lost digits from a wrong rule
         degenerate = degenerate or (
             report.verdict == pg.Verdict.MISMATCH and kernel_loses_digits64(program, framework)
+        )
+        # a known limit (KERNEL_LESS_ACCURATE, a strict expected failure): a framework's
+        # float64 kernel less accurate than NumPy's, whose error a right rule inherits
+        degenerate = degenerate or (
+            report.verdict == pg.Verdict.MISMATCH and framework_kernel_off64(program, framework)
         )
         assert degenerate or report.verdict not in wrong, f"{program!r}\n{report}"
         return
@@ -1298,6 +1347,22 @@ PROD_LOG_SOFTMAX_DOMINANT_F32 = Program(
 PROD_LOG_SOFTMAX_DOMINANT = Program(
     op("prod", op("log_softmax", X), p=(None,)), (4,), "float64", (1.0, 1.0, 1.0, 32.0)
 )
+# exp(tanh(z)) with z = -19.4 (x² (1.5 x² - 1) of 2.3 behind a matmul): XLA's float64 tanh
+# there is about 7 ulps off, and JAX's rule (1 + tanh)(1 - tanh) turns that into 1.9e-14
+# where the exact entry is 6.8e-16 (PyTorch, TensorFlow and NumPy round tanh to -1: 0)
+SATURATED_TANH_MATMUL_F64 = Program(
+    op("exp", op("tanh", op("matmul", op("mul", op("square", X),
+                                         op("affine", op("square", X), p=(1.5, -1.0))),
+                            p=(((-1.0,), (-1.0,), (-0.5,)),)))),
+    (3, 3), "float64", (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.3023784599059653),
+)  # fmt: skip
+KERNEL_LESS_ACCURATE = (
+    "polygrad limit: XLA's float64 tanh near saturation is about 7 ulps off, the right "
+    "rule 1 - tanh² inherits that as a relative error of 28 at its tiny size, and the rule "
+    "re-executed with exact kernels cannot tell a kernel's error from a wrong rule: MISMATCH"
+)
+
+
 TF_KERNEL_LOSES_DIGITS = (
     "polygrad limit (no rule on mpmath numbers in TensorFlow): a float64 log_softmax "
     "loses 2e-4 of a dominant entry, the float64 rule inherits it, and without the rule "
@@ -1311,6 +1376,8 @@ FOUND = [
     _found("torch", LSE_OF_LOG_SOFTMAX_BF16),
     *[_found(fw, LSE_OF_LOG_SOFTMAX_F32) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("tensorflow", EXP3_TANH_EXP2),
+    _found("jax", SATURATED_TANH_MATMUL_F64, KERNEL_LESS_ACCURATE),
+    *[_found(fw, SATURATED_TANH_MATMUL_F64) for fw in ("numpy", "torch", "tensorflow")],
     # the float64 rule's round-off at the exact zero is the odd one out; bfloat16 autodiff
     # agrees with the reference and is judged against bfloat16 differences (PASS)
     _found("jax", SUM_OF_LAYER_NORM_BF16),
