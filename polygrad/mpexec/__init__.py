@@ -46,5 +46,11 @@ TensorFlow (entry point :func:`.tf_graph.tf_mp_evaluator`):
 * :mod:`.tf_graph` -- :class:`~.tf_graph.GraphProgram`, which runs the frozen
   float64 ``GraphDef`` the backend captures, node by node.
 
+The same programs on IEEE binary128 arrays (numpy-quaddtype), every evaluation point
+of a check in one pass where the framework allows it, for the quad tier of the
+reference (:mod:`polygrad.reference.quad`): :mod:`.jaxpr_quad` (the jaxpr vmapped
+over the points), :mod:`.torch_quad` (the ATen graph with a leading axis of points),
+:mod:`.tf_quad` (the frozen graph, one point after another).
+
 Importing this package imports no framework.
 """
