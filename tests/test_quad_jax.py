@@ -13,15 +13,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import mpmath
 import numpy as np
 import pytest
+from conftest import mlp_loss_grad_mp
 from jax import lax
 
 import polygrad as pg
 from polygrad.backends.base import Supplied
 from polygrad.backends.jax import JaxBackend
-from polygrad.mpexec.jaxpr_quad import NoQuadRuleError, quad_jaxpr_evaluator, quad_unsupported
+from polygrad.mpexec.jaxpr_quad import quad_jaxpr_evaluator, quad_unsupported
+from polygrad.mpexec.quad_ops import NoQuadRuleError
 from polygrad.reference.quad import quad_dtype
 
 pytestmark = pytest.mark.polygrad_backends("jax")
@@ -40,19 +41,6 @@ def _x64(a: Any) -> Any:
 
 def mlp_loss(x: Any) -> Any:
     return jax.nn.log_softmax(_x64(W2) @ jnp.tanh(_x64(W1) @ x + _x64(B1)))[3]
-
-
-def mlp_grad_mp(x: np.ndarray) -> list[Any]:
-    """The closed-form gradient of :func:`mlp_loss`, at 50 digits."""
-    mpmath.mp.dps = 50
-    h = [mpmath.tanh(mpmath.fsum(mpmath.mpf(W1[i, j]) * mpmath.mpf(x[j]) for j in range(6))
-                     + mpmath.mpf(B1[i])) for i in range(8)]  # fmt: skip
-    z = [mpmath.fsum(mpmath.mpf(W2[k, i]) * h[i] for i in range(8)) for k in range(5)]
-    s = mpmath.fsum(mpmath.exp(v) for v in z)
-    e = [(1 if k == 3 else 0) - mpmath.exp(z[k]) / s for k in range(5)]
-    g = [mpmath.fsum(mpmath.mpf(W2[k, i]) * e[k] for k in range(5)) * (1 - h[i] ** 2)
-         for i in range(8)]  # fmt: skip
-    return [mpmath.fsum(g[i] * mpmath.mpf(W1[i, j]) for i in range(8)) for j in range(6)]
 
 
 # programs covering every rule of the quad interpreter, each checked against JAX float64
@@ -136,7 +124,7 @@ def test_the_loss_of_a_model_has_a_quad_reference_matching_the_closed_form() -> 
     report = pg.check(mlp_loss, x, cache=False)
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
     assert report.details.reference.method == "quad"
-    true = np.array([float(v) for v in mlp_grad_mp(X6)])
+    true = np.array([float(v) for v in mlp_loss_grad_mp(W1, B1, W2, X6)])
     e = report.entries
     assert np.all(np.abs(e.reference - true) <= 4e-16 * np.abs(true))
     assert np.all(e.reference_error <= 1e-15 * np.max(np.abs(true)))

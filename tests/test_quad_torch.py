@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import mpmath
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import mlp_loss_grad_mp
 
 import polygrad as pg
+from polygrad.mpexec.quad_ops import NoQuadRuleError
 from polygrad.mpexec.torch_graph import torch_mp_evaluator
-from polygrad.mpexec.torch_quad import NoQuadRuleError, quad_graph_evaluator
+from polygrad.mpexec.torch_quad import quad_graph_evaluator
 from polygrad.reference.quad import quad_dtype
 
 pytestmark = pytest.mark.polygrad_backends("torch")
@@ -35,19 +36,6 @@ TARGETS = torch.tensor([1, 2])
 
 def mlp_loss(x: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(T_W2 @ torch.tanh(T_W1 @ x + T_B1), 0)[3]
-
-
-def mlp_grad_mp(x: np.ndarray) -> list[Any]:
-    """The closed-form gradient of :func:`mlp_loss`, at 50 digits."""
-    mpmath.mp.dps = 50
-    h = [mpmath.tanh(mpmath.fsum(mpmath.mpf(W1[i, j]) * mpmath.mpf(x[j]) for j in range(6))
-                     + mpmath.mpf(B1[i])) for i in range(8)]  # fmt: skip
-    z = [mpmath.fsum(mpmath.mpf(W2[k, i]) * h[i] for i in range(8)) for k in range(5)]
-    s = mpmath.fsum(mpmath.exp(v) for v in z)
-    e = [(1 if k == 3 else 0) - mpmath.exp(z[k]) / s for k in range(5)]
-    g = [mpmath.fsum(mpmath.mpf(W2[k, i]) * e[k] for k in range(5)) * (1 - h[i] ** 2)
-         for i in range(8)]  # fmt: skip
-    return [mpmath.fsum(g[i] * mpmath.mpf(W1[i, j]) for i in range(8)) for j in range(6)]
 
 
 torch.manual_seed(0)
@@ -182,7 +170,7 @@ def test_the_loss_of_a_model_has_a_quad_reference_matching_the_closed_form() -> 
     report = pg.check(mlp_loss, x, cache=False)
     assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
     assert report.details.reference.method == "quad"
-    true = np.array([float(v) for v in mlp_grad_mp(X6)])
+    true = np.array([float(v) for v in mlp_loss_grad_mp(W1, B1, W2, X6)])
     e = report.entries
     assert np.all(np.abs(e.reference - true) <= 4e-16 * np.abs(true))
     assert np.all(e.reference_error <= 1e-15 * np.max(np.abs(true)))

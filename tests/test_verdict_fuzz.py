@@ -542,15 +542,23 @@ def kernel_loses_digits64(program: Program, framework: str) -> bool:
     return any(_loses_digits64(replace(program, root=node)) for node in nodes)
 
 
-def _loses_digits64(program: Program) -> bool:
+def _exact_values(program: Program) -> np.ndarray | None:
+    """The program's value at its point, exact to float64 (polygrad's mp evaluation of
+    the NumPy program at 40 digits); None where the program does not run on mpmath."""
     x = program.x().astype(np.float64)
     be = select_backend((x,), "numpy")
     t = be.make_target(build(program, "numpy"), (x,), (0,), Supplied(vjp=numpy_vjp(program)),
                        4096, "inputs")  # fmt: skip
     if not t.mp_mode():
-        return False
+        return None
     assert t.evaluate_mp is not None
-    y_mp = np.array([float(v) for v in t.evaluate_mp(t.x0, np.zeros_like(t.x0), 40)])
+    return np.array([float(v) for v in t.evaluate_mp(t.x0, np.zeros_like(t.x0), 40)])
+
+
+def _loses_digits64(program: Program) -> bool:
+    y_mp = _exact_values(program)
+    if y_mp is None:
+        return False
     y64 = evaluate64(program).ravel()
     with np.errstate(all="ignore"):
         rel = np.abs(y64 - y_mp) / np.maximum(np.abs(y_mp), np.abs(y64))
@@ -577,14 +585,9 @@ def framework_kernel_off64(program: Program, framework: str) -> bool:
 
 
 def _framework_off(program: Program, framework: str) -> bool:
-    x = program.x().astype(np.float64)
-    be = select_backend((x,), "numpy")
-    t = be.make_target(build(program, "numpy"), (x,), (0,), Supplied(vjp=numpy_vjp(program)),
-                       4096, "inputs")  # fmt: skip
-    if not t.mp_mode():
+    y_mp = _exact_values(program)
+    if y_mp is None:
         return False
-    assert t.evaluate_mp is not None
-    y_mp = np.array([float(v) for v in t.evaluate_mp(t.x0, np.zeros_like(t.x0), 40)])
     with _x64(framework):
         y_fw = np.asarray(build(program, framework)(to_input(program, framework)))
     y_fw, y_np = y_fw.astype(np.float64).ravel(), evaluate64(program).ravel()

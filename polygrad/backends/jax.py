@@ -1239,7 +1239,7 @@ def _traced_quad(
         bad = quad_unsupported(closed)
         if bad:
             return None, "no quad rule for " + "; ".join(bad[:3])
-        return quad_jaxpr_evaluator(trace, shapes, q), None
+        return quad_jaxpr_evaluator(trace, shapes, q, traced={1: closed}), None
     return None, why
 
 

@@ -828,7 +828,7 @@ class TensorflowBackend(Backend):
             ),
         )
         # built when a check asks for it
-        defer_quad(target, _quad_of_graph, interpreted=True)
+        defer_quad(target, partial(quad_of_mp_program, build=_quad_from_graph), interpreted=True)
         return target
 
     def _plain_calls(
@@ -1339,13 +1339,6 @@ def _rule_functions(
             failed_notes.append(failed)
         fns["jvp" + suffix] = prog.jvp
     return fns
-
-
-def _quad_of_graph(
-    target: Target,
-) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
-    """The target's quad evaluator from the graph its mp reference runs."""
-    return quad_of_mp_program(target, _quad_from_graph)
 
 
 def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:

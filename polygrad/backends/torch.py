@@ -941,7 +941,9 @@ class TorchBackend(Backend):
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
         # built when a check asks for it
-        defer_quad(target, _quad_of_graph, interpreted=True)
+        defer_quad(
+            target, functools.partial(quad_of_mp_program, build=_quad_from_graph), interpreted=True
+        )
         return target
 
     def _deferred(
@@ -1270,13 +1272,6 @@ def _working_dtype(
         notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
         wd = narrow[0]
     return wd
-
-
-def _quad_of_graph(
-    target: Target,
-) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str | None]:
-    """The target's quad evaluator from the graph its mp reference runs."""
-    return quad_of_mp_program(target, _quad_from_graph)
 
 
 def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:

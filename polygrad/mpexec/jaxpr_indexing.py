@@ -88,28 +88,36 @@ class _DataMovement:
         )
         key = (id(eqn), key_ints)
         maps: list[np.ndarray] | None = self._index_cache.get(key)
-        pool = np.concatenate(
-            [np.asarray(invals[i], dtype=object).ravel() for i in float_pos]
-            + [np.array([self.ctx.nan], dtype=object)]
-        )
         if maps is None:
-            args = list(invals)
-            off = 0
-            for i in float_pos:
-                size = int(np.prod(np.shape(invals[i]), dtype=np.int64))
-                args[i] = (np.arange(size, dtype=np.int64) + off).reshape(np.shape(invals[i]))
-                off += size
-            params = dict(eqn.params)
-            if "fill_value" in params:
-                params["fill_value"] = -1
-            if "update_jaxpr" in params:
-                params["update_jaxpr"] = None
-            out = self._bind(eqn, args, params)
-            outs = out if isinstance(out, list) else [out]
-            maps = [np.where(o < 0, off, o) for o in outs]  # -1: the fill value, NaN
-            self._index_cache[key] = maps
+            maps = self._index_cache[key] = self._index_maps(eqn, invals, float_pos)
+        pool = self._pool([invals[i] for i in float_pos])
         res = [pool[m] for m in maps]
         return res if eqn.primitive.multiple_results else res[0]
+
+    def _pool(self, floats: list[Any]) -> np.ndarray:
+        """The float operands' elements, flattened one after another, then a NaN (the
+        element a fill value points at)."""
+        return np.concatenate(
+            [np.asarray(v, dtype=object).ravel() for v in floats]
+            + [np.array([self.ctx.nan], dtype=object)]
+        )
+
+    def _index_maps(self, eqn: Any, invals: list[Any], floats: list[int]) -> list[np.ndarray]:
+        """Which element of :meth:`_pool` each output element is, found by running the
+        primitive in JAX on the float operands' positions (exact)."""
+        args, off = list(invals), 0
+        for i in floats:
+            size = int(np.prod(np.shape(invals[i]), dtype=np.int64))
+            args[i] = (np.arange(size, dtype=np.int64) + off).reshape(np.shape(invals[i]))
+            off += size
+        params = dict(eqn.params)
+        if "fill_value" in params:
+            params["fill_value"] = -1
+        if "update_jaxpr" in params:
+            params["update_jaxpr"] = None
+        out = self._bind(eqn, args, params)
+        outs = out if isinstance(out, list) else [out]
+        return [np.where(o < 0, off, o) for o in outs]  # -1: the fill value, NaN
 
     def _scatter_targets(self, eqn: Any, operand: Any, indices: Any, updates: Any) -> np.ndarray:
         """Flat operand position each update element goes to (-1: dropped)."""

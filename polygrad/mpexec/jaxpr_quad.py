@@ -36,39 +36,22 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PolygradError
 from .jaxpr_coverage import _CALLS, _CUSTOM, _IDENTITY, _MOVES, _where
 from .jaxpr_indexing import _DataMovement
 from .jaxpr_rules import _INT_OPS, _aval_dtype, _is_float
+from .quad_ops import NoQuadRuleError, matmul_each, point_leaves, rsqrt, sigmoid
 
-__all__ = ["NoQuadRuleError", "quad_jaxpr_evaluator", "quad_unsupported"]
-
-
-class NoQuadRuleError(PolygradError, NotImplementedError):
-    """A jaxpr holds a float primitive the quad interpreter has no rule for (the message
-    names it, with its source line where JAX kept one)."""
-
-    def __init__(self, primitive: str) -> None:
-        super().__init__(f"no quad rule for {primitive}")
-        self.primitive = primitive
-
-
-def _rsqrt(x: np.ndarray) -> np.ndarray:
-    return 1 / np.sqrt(x)
-
-
-def _logistic(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
+__all__ = ["quad_jaxpr_evaluator", "quad_unsupported"]
 
 
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "neg": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor,
     "ceil": np.ceil, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log1p": np.log1p,
-    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": _rsqrt, "cbrt": np.cbrt,
+    "expm1": np.expm1, "sqrt": np.sqrt, "rsqrt": rsqrt, "cbrt": np.cbrt,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
     "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "square": np.square,
-    "logistic": _logistic, "is_finite": np.isfinite,
+    "logistic": sigmoid, "is_finite": np.isfinite,
 }  # fmt: skip
 """Unary float primitives and their quad loops."""
 
@@ -198,7 +181,7 @@ class _QuadInterpreter(_DataMovement):
             return rule(eqn, invals)
         if name in SUPPORTED:
             return self._move(eqn, invals)
-        raise NoQuadRuleError(name)
+        raise NoQuadRuleError(f"no quad rule for {name}")
 
     # -- elementwise ---------------------------------------------------------------
     def _r_integer_pow(self, eqn: Any, invals: list[Any]) -> Any:
@@ -241,32 +224,10 @@ class _QuadInterpreter(_DataMovement):
     def _r_concatenate(self, eqn: Any, invals: list[Any]) -> Any:
         return np.concatenate([self._quad(v) for v in invals], axis=int(eqn.params["dimension"]))
 
-    def _move(self, eqn: Any, invals: list[Any]) -> Any:
-        floats = [i for i, v in enumerate(eqn.invars) if _is_float(_aval_dtype(v.aval))]
-        key = (id(eqn), tuple((i, np.asarray(invals[i]).tobytes())
-                              for i in range(len(invals)) if i not in floats))  # fmt: skip
-        pool = np.concatenate(
-            [self._quad(invals[i]).ravel() for i in floats] + [np.array([np.nan]).astype(self.q)]
+    def _pool(self, floats: list[Any]) -> np.ndarray:
+        return np.concatenate(
+            [self._quad(v).ravel() for v in floats] + [np.array([np.nan]).astype(self.q)]
         )
-        maps = self._index_cache.get(key)
-        if maps is None:
-            maps = self._index_cache[key] = self._index_maps(eqn, invals, floats)
-        res = [pool[m] for m in maps]
-        return res if eqn.primitive.multiple_results else res[0]
-
-    def _index_maps(self, eqn: Any, invals: list[Any], floats: list[int]) -> list[np.ndarray]:
-        """Which element of the float operands each output element is (the last: NaN),
-        found by running the primitive in JAX on their positions."""
-        args, off = list(invals), 0
-        for i in floats:
-            size = int(np.prod(np.shape(invals[i]), dtype=np.int64))
-            args[i] = (np.arange(size, dtype=np.int64) + off).reshape(np.shape(invals[i]))
-            off += size
-        params = dict(eqn.params)
-        if "fill_value" in params:
-            params["fill_value"] = -1
-        out = self._bind(eqn, args, params)
-        return [np.where(o < 0, off, o) for o in (out if isinstance(out, list) else [out])]
 
     # -- reductions and products ---------------------------------------------------
     def _r_dot_general(self, eqn: Any, invals: list[Any]) -> Any:
@@ -281,13 +242,9 @@ class _QuadInterpreter(_DataMovement):
         shape = bshape + [lhs.shape[i] for i in lf] + [rhs.shape[i] for i in rf]
         if K == 0:
             return np.zeros(shape, dtype=np.float64).astype(self.q)
-        # quad matmul ignores the strides of a transposed operand and fills only the first
-        # matrix of a stack with values (numpy-quaddtype 1.0): one product of contiguous
-        # matrices per batch index
-        L = np.ascontiguousarray(np.transpose(lhs, [*lb, *lf, *lc])).reshape(B, M, K)
-        R = np.ascontiguousarray(np.transpose(rhs, [*rb, *rc, *rf])).reshape(B, K, N)
-        out = [np.matmul(np.ascontiguousarray(L[b]), np.ascontiguousarray(R[b])) for b in range(B)]
-        return np.stack(out).reshape(shape)
+        L = np.transpose(lhs, [*lb, *lf, *lc]).reshape(B, M, K)
+        R = np.transpose(rhs, [*rb, *rc, *rf]).reshape(B, K, N)
+        return matmul_each(L, R).reshape(shape)
 
     def _r_reduce_sum(self, eqn: Any, invals: list[Any]) -> Any:
         return np.sum(self._quad(invals[0]), axis=tuple(eqn.params["axes"]))
@@ -317,7 +274,7 @@ class _QuadInterpreter(_DataMovement):
         """A sort by one key (JAX's ``sort``; NaN last, as JAX puts it); the other operands
         follow the key's permutation."""
         if int(eqn.params.get("num_keys", 1)) != 1:
-            raise NoQuadRuleError("sort (by more than one key)")
+            raise NoQuadRuleError("no quad rule for sort by more than one key")
         dim = int(eqn.params["dimension"])
         key = np.asarray(invals[0])
         order = np.argsort(key, axis=dim, kind="stable")
@@ -331,7 +288,10 @@ class _QuadInterpreter(_DataMovement):
 
 
 def quad_jaxpr_evaluator(
-    trace: Callable[[int], Any], shapes: Sequence[tuple[int, ...]], q: Any
+    trace: Callable[[int], Any],
+    shapes: Sequence[tuple[int, ...]],
+    q: Any,
+    traced: dict[int, Any] | None = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
     """``evaluate_quad`` of :class:`~polygrad.backends.base.Target` from batched jaxprs.
 
@@ -344,6 +304,8 @@ def quad_jaxpr_evaluator(
         Shapes of the checked leaves, in the order of the flat input vector.
     q : numpy dtype
         The quad dtype.
+    traced : dict of int to ClosedJaxpr, optional
+        Jaxprs already traced by ``trace`` (and found covered), by batch size.
 
     Returns
     -------
@@ -356,9 +318,7 @@ def quad_jaxpr_evaluator(
         (from the callable) a jaxpr holds a float primitive without a quad rule.
     """
     interpreter = _QuadInterpreter(q)
-    jaxprs: dict[int, Any] = {}
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    cuts = np.cumsum(sizes)[:-1]
+    jaxprs: dict[int, Any] = dict(traced or {})
 
     def evaluate(X: np.ndarray) -> np.ndarray:
         B = X.shape[0]
@@ -367,10 +327,8 @@ def quad_jaxpr_evaluator(
             closed = jaxprs[B] = trace(B)
             bad = quad_unsupported(closed)
             if bad:
-                raise NoQuadRuleError(bad[0])
-        cols = np.split(X, cuts, axis=1)
-        leaves = [c.reshape((B, *s)) for c, s in zip(cols, shapes, strict=True)]
-        outs = interpreter.run(closed, leaves)
+                raise NoQuadRuleError(f"no quad rule for {bad[0]}")
+        outs = interpreter.run(closed, point_leaves(X, shapes))
         parts = [np.asarray(o).reshape(B, -1) for o in outs]
         parts = [p if p.dtype == q else p.astype(q) for p in parts]
         return np.concatenate(parts, axis=1) if parts else np.empty((B, 0), dtype=q)

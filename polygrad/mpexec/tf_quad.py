@@ -25,22 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PolygradError
+from .quad_ops import NoQuadRuleError, logsumexp, matmul_each, point_leaves, rsqrt, sigmoid
 from .tf_graph import _FLOAT_TYPES, _IDENTITY, _INPUTS, _INTEGER, _MULTI, _axes, _Rules
 
-__all__ = ["NoQuadRuleError", "quad_tf_evaluator"]
-
-
-class NoQuadRuleError(PolygradError, NotImplementedError):
-    """The graph holds an op the quad interpreter has no rule for (named)."""
+__all__ = ["quad_tf_evaluator"]
 
 
 def _where_zero(cond: Any, value: Any) -> Any:
     return np.where(cond, 0 * value, value)
-
-
-def _sigmoid(x: Any) -> Any:
-    return 1 / (1 + np.exp(-x))
 
 
 def _softplus(x: Any) -> Any:
@@ -49,10 +41,10 @@ def _softplus(x: Any) -> Any:
 
 ELEMENTWISE: dict[str, Callable[..., Any]] = {
     "Neg": np.negative, "Abs": np.abs, "Sign": np.sign, "Exp": np.exp, "Expm1": np.expm1,
-    "Log": np.log, "Log1p": np.log1p, "Sqrt": np.sqrt, "Rsqrt": lambda x: 1 / np.sqrt(x),
+    "Log": np.log, "Log1p": np.log1p, "Sqrt": np.sqrt, "Rsqrt": rsqrt,
     "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin, "Acos": np.arccos,
     "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Tanh": np.tanh,
-    "Asinh": np.arcsinh, "Acosh": np.arccosh, "Atanh": np.arctanh, "Sigmoid": _sigmoid,
+    "Asinh": np.arcsinh, "Acosh": np.arccosh, "Atanh": np.arctanh, "Sigmoid": sigmoid,
     "Square": np.square, "Floor": np.floor, "Ceil": np.ceil, "IsFinite": np.isfinite,
     "IsNan": np.isnan, "Round": np.rint, "Rint": np.rint, "Reciprocal": lambda x: 1 / x,
     "Inv": lambda x: 1 / x, "Softplus": _softplus, "Softsign": lambda x: x / (1 + np.abs(x)),
@@ -152,14 +144,9 @@ class _QuadRules(_Rules):
             return super()._r_Mean(node, args)
         return self._r_Sum(node, args) / self._mp(float(self._count(x, args[1])))
 
-    def _lse(self, x: Any) -> Any:
-        m = np.max(x, axis=-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0 * m)
-        return m + np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
-
     def _r_LogSoftmax(self, node: Any, args: list[Any]) -> Any:
         x = self._mp(args[0])
-        return x - self._lse(x)
+        return x - logsumexp(x, -1)
 
     def _r_Softmax(self, node: Any, args: list[Any]) -> Any:
         return np.exp(self._r_LogSoftmax(node, args))
@@ -186,13 +173,9 @@ class _QuadRules(_Rules):
         shape = lead + (a.shape[-2], b.shape[-1])
         if a.shape[-1] == 0:
             return np.zeros(shape).astype(self.q)
-        # quad matmul ignores strides and fills only the first matrix of a stack
-        # (numpy-quaddtype 1.0): one product of contiguous matrices per batch index
         A = np.broadcast_to(a, lead + a.shape[-2:]).reshape(-1, *a.shape[-2:])
         B = np.broadcast_to(b, lead + b.shape[-2:]).reshape(-1, *b.shape[-2:])
-        out = [np.matmul(np.ascontiguousarray(A[k]), np.ascontiguousarray(B[k]))
-               for k in range(A.shape[0])]  # fmt: skip
-        return np.stack(out).reshape(shape)
+        return matmul_each(A, B).reshape(shape)
 
 
 RULED = frozenset(
@@ -238,14 +221,9 @@ def quad_tf_evaluator(
         raise NoQuadRuleError("no quad rule for " + ", ".join(bad[:5]))
     consts = {k: (v.astype(q) if v.dtype.kind == "f" else v) for k, v in program._consts.items()}
     rules = _QuadRules(q, consts)
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-    cuts = np.cumsum(sizes)[:-1]
 
-    def point(x: np.ndarray) -> np.ndarray:
-        env: dict[str, list[Any]] = {}
-        for (name, _), leaf, shape in zip(program.inputs, np.split(x, cuts), shapes,
-                                          strict=True):  # fmt: skip
-            env[name] = [leaf.reshape(shape)]
+    def point(leaves: list[np.ndarray]) -> np.ndarray:
+        env = {name: [leaf] for (name, _), leaf in zip(program.inputs, leaves, strict=True)}
         for name in program.order:
             if name not in env:
                 node = program.nodes[name]
@@ -255,7 +233,8 @@ def quad_tf_evaluator(
         return np.concatenate(parts) if parts else np.empty(0, dtype=q)
 
     def evaluate(X: np.ndarray) -> np.ndarray:
+        leaves = point_leaves(X, shapes)
         with np.errstate(all="ignore"):
-            return np.stack([point(x) for x in X])
+            return np.stack([point([leaf[b] for leaf in leaves]) for b in range(X.shape[0])])
 
     return evaluate

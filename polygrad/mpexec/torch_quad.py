@@ -24,13 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import PolygradError
+from .quad_ops import NoQuadRuleError, logsumexp, matmul_each, point_leaves, rsqrt, sigmoid
 
-__all__ = ["NoQuadRuleError", "quad_graph_evaluator"]
-
-
-class NoQuadRuleError(PolygradError, NotImplementedError):
-    """The graph holds an operator the quad interpreter has no rule for (named)."""
+__all__ = ["quad_graph_evaluator"]
 
 
 Rule = Callable[["_Q", dict[str, Any], Any], Any]
@@ -86,23 +82,15 @@ def _axes(dims: Any, rank: int) -> tuple[int, ...]:
 
 
 # -- elementwise --------------------------------------------------------------------
-def _rsqrt(x: Any) -> Any:
-    return 1 / np.sqrt(x)
-
-
-def _sigmoid(x: Any) -> Any:
-    return 1 / (1 + np.exp(-x))
-
-
 UNARY: dict[str, Callable[[Any], Any]] = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1,
     "log": np.log, "log1p": np.log1p, "log2": np.log2, "log10": np.log10, "sqrt": np.sqrt,
-    "rsqrt": _rsqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
+    "rsqrt": rsqrt, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
     "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
     "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
-    "sigmoid": _sigmoid, "reciprocal": lambda x: 1 / x, "floor": np.floor, "ceil": np.ceil,
+    "sigmoid": sigmoid, "reciprocal": lambda x: 1 / x, "floor": np.floor, "ceil": np.ceil,
     "trunc": np.trunc, "round": np.rint, "sign": np.sign, "sgn": np.sign,
-    "relu": lambda x: np.where(x > 0, x, 0 * x), "silu": lambda x: x * _sigmoid(x),
+    "relu": lambda x: np.where(x > 0, x, 0 * x), "silu": lambda x: x * sigmoid(x),
     "square": np.square,
 }  # fmt: skip
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
@@ -418,19 +406,13 @@ def _argmax(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     return np.expand_dims(out, ax) if a.get("keepdim", False) else out
 
 
-def _lse(x: Any, ax: int) -> Any:
-    m = np.max(x, axis=ax, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0 * m)
-    return m + np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True))
-
-
 @_rule("logsumexp.default")
 def _logsumexp(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     x = Q.F(a["self"])
     axes = _axes(a["dim"], x.ndim - 1)
     if len(axes) != 1:
         raise NoQuadRuleError("aten.logsumexp over several dims")
-    out = _lse(x, axes[0])
+    out = logsumexp(x, axes[0])
     return out if a.get("keepdim", False) else np.squeeze(out, axis=axes[0])
 
 
@@ -438,7 +420,7 @@ def _logsumexp(Q: _Q, a: dict[str, Any], val: Any) -> Any:
 def _softmax(Q: _Q, a: dict[str, Any], val: Any) -> Any:
     x = Q.F(a["self"])
     ax = _axis(a["dim"], x.ndim - 1)
-    log_p = x - _lse(x, ax)
+    log_p = x - logsumexp(x, ax)
     return log_p if "log" in Q.op else np.exp(log_p)
 
 
@@ -490,8 +472,7 @@ def _matmul(Q: _Q, x: Any, y: Any) -> Any:
         yt = np.ascontiguousarray(np.swapaxes(y, 1, 2).reshape(L * N, -1))
         out = np.matmul(yt, np.ascontiguousarray(x[0].T))
         return np.swapaxes(out.reshape(L, N, -1), 1, 2)
-    return np.stack([np.matmul(np.ascontiguousarray(x[b]), np.ascontiguousarray(y[b]))
-                     for b in range(x.shape[0])])  # fmt: skip
+    return matmul_each(x, y)
 
 
 @_rule("mm.default")
@@ -650,14 +631,9 @@ def quad_graph_evaluator(program: Any, q: Any) -> Callable[[np.ndarray], np.ndar
         The graph cannot run on quad arrays (the message says why).
     """
     graph = QuadGraph(program, q)
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in program.shapes]
-    cuts = np.cumsum(sizes)[:-1]
 
     def evaluate(X: np.ndarray) -> np.ndarray:
-        B = X.shape[0]
-        cols = np.split(X, cuts, axis=1)
-        leaves = [c.reshape((B, *s)) for c, s in zip(cols, program.shapes, strict=True)]
-        out = graph.Q.F(graph.run(leaves))
-        return np.broadcast_to(out, (B, *out.shape[1:])).reshape(B, -1)
+        out = graph.Q.F(graph.run(point_leaves(X, program.shapes)))
+        return np.broadcast_to(out, (X.shape[0], *out.shape[1:])).reshape(X.shape[0], -1)
 
     return evaluate
