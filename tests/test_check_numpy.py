@@ -646,6 +646,46 @@ def test_round_off_of_a_right_rule_is_measured_a_few_ulps_away():
     assert own.verdict == Verdict.UNSTABLE
 
 
+def _log1p_staircase(x):
+    """erf(log(1 + softplus(-x))), with 1 + softplus(-x) rounded at ulp(1)."""
+    erf = np.vectorize(math.erf, otypes=[x.dtype])
+    return np.sum(erf(np.log(np.logaddexp(0.0, -x) + 1.0)))
+
+
+def _log1p_staircase_grad(x):
+    """Its derivative at 50 digits (mpmath), as x's dtype."""
+    import mpmath
+
+    def d(t: float) -> float:
+        with mpmath.workdps(50):
+            t = mpmath.mpf(t)
+            s = mpmath.log1p(mpmath.exp(-t))
+            v = mpmath.log1p(s)
+            dv = 2 / mpmath.sqrt(mpmath.pi) * mpmath.exp(-v * v) / (1 + s)
+            return float(-dv / (1 + mpmath.exp(t)))
+
+    return np.array([d(float(t)) for t in np.ravel(x)], dtype=x.dtype).reshape(x.shape)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_staircase_of_an_intermediates_rounding_is_never_a_confident_reference(dtype):
+    """erf(log(1 + softplus(-x))) at x = 32: 1 + softplus(-x) rounds at ulp(1), so the
+    float64 f is constant over treads 0.0175 wide and 1.7% of |f| (1.4e-14) high, far
+    wider than the noise samples, which saw no noise at all. Its reference was 0 (float32)
+    or 12% off (float64), each with an error bar of ulps: MISMATCH on the right rule. The
+    noise measured over several treads (5.9e-17, not 1.5e-29) gives error bars that cover
+    the derivative; a rule off by a factor of 2 is still MISMATCH in float64."""
+    x = np.array([32.0], dtype=dtype)
+    right = pg.check(_log1p_staircase, x, grad=_log1p_staircase_grad)
+    e = right.entries
+    exact = _log1p_staircase_grad(x.astype(np.float64))
+    assert np.all(np.abs(e.reference - exact) <= e.reference_error), (e.reference, exact)
+    assert right.verdict in (Verdict.PASS, Verdict.INCONCLUSIVE), right
+    if dtype == np.float64:
+        wrong = pg.check(_log1p_staircase, x, grad=lambda x: 2 * _log1p_staircase_grad(x))
+        assert wrong.verdict == Verdict.MISMATCH, wrong
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_value_that_barely_changes_near_0_is_inconclusive_not_mismatch(dtype):
     """cosh(x) - 1 at x ~ 1e-8 .. 1e-6: f is a few ulps of 1 and changes by less than

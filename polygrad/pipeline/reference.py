@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -13,10 +14,16 @@ from .._timing import probe_seconds
 from ..backends.base import Target, describe_exception
 from ..progress import progress
 from ..reference import directional_derivatives, estimate_noise, mp_directional_derivatives
-from ..reference.differences import DirectionalDerivatives
+from ..reference.differences import DirectionalDerivatives, UnseenNoise
 from ..reference.differences import merge_rows as merge_directions
 from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
-from ..reference.noise import NOISE_DETECTED, output_resolution
+from ..reference.noise import (
+    NOISE_DETECTED,
+    NOISE_NOT_DETECTED,
+    NoiseEstimate,
+    output_resolution,
+    tread_noise,
+)
 from ..reference.quad import quad_directional_derivatives
 from ..reference.richardson import Estimate
 from ..reference.steps import ecnoise_step, ladder, rademacher
@@ -191,20 +198,35 @@ def _differences(
 ) -> DirectionalDerivatives:  # fmt: skip
     """Finite-difference reference along the rows of ``W`` (noise measured first)."""
     eps, res, p = plan.ref_eps, info["_resolution"], opts.policy
+    unseen = None
     if shared is not None:
         sigma = np.broadcast_to(shared, (W.shape[0], plan.f0.size))
     else:
         noise = estimate_noise(fn, target.x0, W, plan.f0, eps, ecnoise_step(eps), resolution=res)
         _count(info, noise)
         sigma = borrow_unseen_noise(noise.sigma, noise.inform, noise.floor, p.borrow_share)
+        unseen = _unseen(fn, target.x0, noise, res, eps)
     h_max, levels = plan.ladder
     return directional_derivatives(
         fn, target.x0, W, plan.f0, sigma, eps, method,
         h_max, levels, max_rows=opts.batch_size, target_relative_error=plan.accuracy,
         # a short ladder starts with a pair of its steps; a long one is evaluated whole
         first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
-        first_start=p.first_start,
+        first_start=p.first_start, unseen=unseen,
     )  # fmt: skip
+
+
+def _unseen(
+    fn: Callable[..., Any], x0: np.ndarray, noise: NoiseEstimate, resolution: np.ndarray,
+    eps: float,
+) -> UnseenNoise | None:  # fmt: skip
+    """The outputs along which ECnoise saw ``f`` constant (code 2) and whose values are
+    no exact staircase (a grid, :func:`~polygrad.reference.noise.output_resolution`), with
+    the measurement of their noise should the ladder see them move."""
+    mask = (noise.inform == NOISE_NOT_DETECTED) & (np.asarray(resolution) > 0)
+    if not np.any(mask):
+        return None
+    return UnseenNoise(mask, functools.partial(tread_noise, fn, x0, eps=eps))
 
 
 def _concat(parts: list[DirectionalDerivatives]) -> DirectionalDerivatives:

@@ -26,6 +26,7 @@ from .richardson import Estimate, TableauResult, _to_float, neville, step_ladder
 
 __all__ = [
     "DirectionalDerivatives",
+    "UnseenNoise",
     "directional_derivatives",
     "evaluate_ladder",
     "merge_rows",
@@ -86,6 +87,25 @@ class DirectionalDerivatives:
     left: Estimate
     jump_right: np.ndarray
     jump_left: np.ndarray
+
+
+@dataclass(frozen=True)
+class UnseenNoise:
+    """Where the noise measurement saw ``f`` constant, and how to measure it there.
+
+    Attributes
+    ----------
+    mask : ndarray of bool, shape (d, m)
+        Outputs along directions over whose noise samples ``f`` did not move (ECnoise's
+        code 2), and whose values are no exact staircase (``floor``'s whole numbers).
+    measure : callable
+        ``(W_rows (k, n), moved_at (k,)) -> (sigma (k, m), evaluations)``: the noise along
+        those directions, given the step at which ``f`` first moved along each (see
+        :func:`polygrad.reference.noise.tread_noise`).
+    """
+
+    mask: np.ndarray
+    measure: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, int]]
 
 
 def evaluate_ladder(
@@ -416,6 +436,7 @@ def directional_derivatives(
     first_levels: int = 0,
     resolution: float = 0.0,
     first_start: int = 0,
+    unseen: UnseenNoise | None = None,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -488,6 +509,13 @@ def directional_derivatives(
         resolved so well that a kink explaining them must lie within this
         distance of ``x``, are not refined further: the kink is at ``x`` as far
         as the working dtype can tell.
+    unseen : UnseenNoise, optional
+        Outputs whose noise was not seen. Where the first steps show such an output
+        move along a direction, ``f`` is a staircase wider than the noise samples (an
+        intermediate rounding far coarser than ``f``'s own ulps), and its noise is
+        measured again over several treads (``unseen.measure``) before any estimate is
+        made: a staircase read at its own ulps gives 0, or one tread's slope, as a
+        derivative with an error bar of ulps.
 
     Returns
     -------
@@ -508,6 +536,9 @@ def directional_derivatives(
     Y = evaluate_ladder(fn, x0, W, steps, max_rows, center)
     f0 = center.get("f0", f0)
     evals = d * steps.size * 2 + len(center)
+    measured = np.zeros(d, dtype=bool)  # directions whose staircase noise is measured
+    if unseen is not None:
+        evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
     sol = _solve(Y, f0, steps, sigma, eps)
     settled = np.zeros(d, dtype=bool)
     raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved above the ladder
@@ -520,6 +551,8 @@ def directional_derivatives(
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
             evals += added
+            if unseen is not None:
+                evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
             sol = _solve(Y, f0, steps, sigma, eps)
     kinked = np.zeros(d, dtype=bool)
     for _ in range(max_refinements):
@@ -534,6 +567,8 @@ def directional_derivatives(
             break
         Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
         evals += added
+        if unseen is not None:
+            evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
         sol = _solve(Y, f0, steps, sigma, eps)
 
     def est(t: TableauResult, step: np.ndarray) -> Estimate:
@@ -550,6 +585,27 @@ def directional_derivatives(
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
     left = _with_jumps(est(sol.l, sol.step_l), sol.jump_l, sol.sgn_l)
     return DirectionalDerivatives(est(sol.c, sol.step_c), right, left, sol.jump_r, sol.jump_l)
+
+
+def _measure_treads(
+    unseen: UnseenNoise, W: np.ndarray, Y: np.ndarray, f0: np.ndarray, steps: np.ndarray,
+    sigma: np.ndarray, measured: np.ndarray,
+) -> int:  # fmt: skip
+    """Raise ``sigma`` (``(d, m)``, in place) where an unseen output moved on the ladder
+    ``Y`` (``(d, L, 2, m)``) to the noise ``unseen.measure`` finds, along the directions
+    not ``measured`` before (``(d,)``, updated in place); its evaluations."""
+    if Y.dtype == object:
+        return 0
+    with np.errstate(invalid="ignore"):
+        moved = np.any(Y != f0, axis=2) & unseen.mask[:, None, :]  # (d, L, m)
+    at = np.where(moved, steps[None, :, None], np.inf).min(axis=(1, 2))  # (d,)
+    rows = np.flatnonzero(np.isfinite(at) & ~measured)
+    if rows.size == 0:
+        return 0
+    measured[rows] = True
+    found, evals = unseen.measure(W[rows], at[rows])
+    sigma[rows] = np.where(unseen.mask[rows], np.fmax(sigma[rows], found), sigma[rows])
+    return evals
 
 
 def _confirmed(

@@ -45,6 +45,7 @@ __all__ = [
     "estimate_noise",
     "generic_bits",
     "output_resolution",
+    "tread_noise",
     "value_grid",
 ]
 
@@ -452,6 +453,72 @@ FIT_FALL = 3.0
 """How far a fit residual may fall when the step shrinks 4-fold and still be noise (two
 estimates of the same noise from 5 degrees of freedom each differ by more than 3 times
 in about 2% of draws; then the noise is left to ECnoise, as before)."""
+
+
+TREAD_TRIES = 3
+"""How many sampling steps, each 4 times the last, :func:`tread_noise` tries."""
+
+TREAD_MAX_STEP = 2.0**-4
+"""Largest sampling step of :func:`tread_noise`, in units of the direction (whose entries
+are the input's own scales): beyond it the samples leave the neighbourhood of ``x``."""
+
+
+def tread_noise(
+    fn: Callable[[np.ndarray], np.ndarray],
+    x0: np.ndarray,
+    W: np.ndarray,
+    moved_at: np.ndarray,
+    eps: float,
+) -> tuple[np.ndarray, int]:
+    """Rounding noise along directions where ``f`` was constant over ECnoise's samples but
+    moved at a longer step: the staircase that an intermediate's rounding makes.
+
+    A value computed through an intermediate far coarser than itself (``log(1 + s)`` with
+    ``s`` = 1e-14, which ``1 + s`` rounds at ulp(1)) is constant over treads far wider
+    than ECnoise's step, and its own ulps are no measure of its round-off: ``erf(log(1 +
+    softplus(-x)))`` at ``x = 32`` is constant over 0.0175 in float64 and moves by 2.5e-16,
+    1.7% of itself, from tread to tread. Its noise is measured as that of any function
+    whose samples round alike (:func:`_irregular_noise`, jittered samples and a cubic),
+    on samples spread over several treads: the step starts at 4 times the step
+    ``moved_at`` at which ``f`` first moved along the direction and grows 4-fold, at
+    most :data:`TREAD_TRIES` times and to :data:`TREAD_MAX_STEP`. The fit's own tests keep
+    a kink or a jump (``floor``) within the samples from reading as noise.
+
+    Parameters
+    ----------
+    fn : callable
+        ``(B, n) -> (B, m)`` batch evaluation (float64 arrays).
+    x0 : ndarray, shape (n,)
+    W : ndarray, shape (k, n)
+        The directions, as for :func:`estimate_noise`.
+    moved_at : ndarray, shape (k,)
+        Per direction, the shortest step (in units of the direction) at which ``f``
+        differed from ``f(x)``.
+    eps : float
+        Machine epsilon of ``fn``'s arithmetic.
+
+    Returns
+    -------
+    sigma : ndarray, shape (k, m) (or (k, 1) where no step was tried)
+        Standard deviation of the rounding, 0 where none was told from the rest of ``f``.
+    evaluations : int
+    """
+    offsets = np.arange(9) - 4
+    delta = 4.0 * np.asarray(moved_at, dtype=np.float64)
+    sigma: np.ndarray | None = None
+    todo = np.ones(W.shape[0], dtype=bool)
+    evals = 0
+    for _ in range(TREAD_TRIES):
+        idx = np.flatnonzero(todo & (delta <= TREAD_MAX_STEP))
+        if idx.size == 0:
+            break
+        fit = _irregular_noise(fn, x0, W[idx], delta[idx], offsets, eps)
+        evals += 2 * idx.size * offsets.size
+        sigma = np.zeros((W.shape[0], fit.shape[1])) if sigma is None else sigma
+        sigma[idx] = fit
+        todo[idx[np.any(fit > 0, axis=1)]] = False
+        delta[idx] *= 4.0
+    return (np.zeros((W.shape[0], 1)) if sigma is None else sigma), evals
 
 
 def _fit_residual(
