@@ -583,12 +583,27 @@ def _why_unresolved(report: Report) -> str:
     with np.errstate(all="ignore"):
         rel = np.abs(e.reference_error[undecided]) / np.abs(e.reference[undecided])
     if not np.any(np.isfinite(rel)):
-        return "the reference's error bars are unbounded" + notes
+        return _unresolved_zero(report, undecided) + notes
     i = int(undecided[int(np.nanargmax(np.where(np.isfinite(rel), rel, -1.0)))])
     return (
         f"at {e.names[i]} the reference's error bar is ±{_g(e.reference_error[i], 2)}, "
         f"{_share(float(rel[undecided == i][0]))}: too coarse to tell a gradient error "
         f"from round-off in {report.details.working_dtype}{notes}"
+    )
+
+
+def _unresolved_zero(report: Report, undecided: np.ndarray) -> str:
+    """Why entries whose reference is 0 (or not finite) decided nothing: the widest finite
+    error bar among them, against the rule's value there."""
+    e = report.entries
+    err = np.abs(np.asarray(e.reference_error, dtype=np.float64)[undecided])
+    if not np.any(np.isfinite(err)):
+        return "the reference's error bars are unbounded"
+    i = int(undecided[int(np.argmax(np.where(np.isfinite(err), err, -1.0)))])
+    return (
+        f"at {e.names[i]} the reference is {_g(e.reference[i], 3)} ± "
+        f"{_g(e.reference_error[i], 2)} against autodiff's {_g(e.autodiff[i], 3)}: too "
+        f"coarse to tell a gradient error from round-off in {report.details.working_dtype}"
     )
 
 
