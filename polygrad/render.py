@@ -275,6 +275,11 @@ def _one_sided_line(e: Entries, i: int) -> str:
         tail = f"; autodiff returned {value} at this kink"
     elif np.isnan(e.left[i]) or np.isnan(e.right[i]):
         tail = ""
+    elif np.isinf(e.left[i]) or np.isinf(e.right[i]):
+        tail = (
+            "; f jumps or turns vertical here (a one-sided difference does not shrink like "
+            "the step): no finite derivative exists for autodiff to match"
+        )
     elif e.within_one_sided[i]:
         tail = "; autodiff lies between them"
     else:
@@ -644,11 +649,18 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
         else "none of the entries lies where f is smooth: "
     )
     k_i = int(np.sum(_kinks_of_intermediates(report)))
+    k_j = int(np.sum(_jumps(report)))
     parts = []
-    if k > k_i:
+    if k > k_i + k_j:
+        k_k = k - k_i - k_j
         parts.append(
-            f"{k - k_i} of {_entries(n)} {_verb(k - k_i, 'sits', 'sit')} at a kink of f, "
+            f"{k_k} of {_entries(n)} {_verb(k_k, 'sits', 'sit')} at a kink of f, "
             "where f has no derivative (its left and right derivatives differ)"
+        )
+    if k_j:
+        parts.append(
+            f"{k_j} of {_entries(n)} {_verb(k_j, 'sits', 'sit')} where f jumps or turns "
+            "vertical (a one-sided derivative is infinite), so f has no derivative there"
         )
     if k_i:
         parts.append(
@@ -686,10 +698,34 @@ def _why_nonsmooth(report: Report, k: int, n: int) -> str:
     )
 
 
+def _jumps(report: Report) -> np.ndarray:
+    """``(K,)`` bool: NONSMOOTH entries with an infinite one-sided derivative (the one-sided
+    difference does not shrink like the step: a jump of f, or an infinite slope)."""
+    e = report.entries
+    at_kink = np.array([str(v) == "NONSMOOTH" for v in e.verdicts()], dtype=bool)
+    return at_kink & (np.isinf(e.left) | np.isinf(e.right))
+
+
+JUMP_WORDS = (
+    "a one-sided derivative is infinite: f jumps there (sign, floor, a where between "
+    "branches that differ at the point) or turns vertical (sqrt at 0), so no derivative "
+    "exists, and autodiff differentiates the branch it took."
+)
+
+OPTIONS_WORDS = (
+    'NONSMOOTH passes by default (nonsmooth="allow"); nonsmooth="within" requires autodiff '
+    'between the one-sided derivatives, nonsmooth="fail" fails any kink.'
+)
+
+
 def _kinks(report: Report) -> str:
     """The NONSMOOTH explanation printed below the worst entries."""
     k = report.counts()["NONSMOOTH"]
     k_i = int(np.sum(_kinks_of_intermediates(report)))
+    k_j = int(np.sum(_jumps(report)))
+    head = f"  kinks: {_entries(k)} {_verb(k, 'is', 'are')} NONSMOOTH."
+    if k_j == k:
+        return f"{head} At each, {JUMP_WORDS} {OPTIONS_WORDS}"
     where = (
         "f itself is differentiable there, but an intermediate of f sits exactly at a kink"
         " (a tie of max, abs or ReLU at 0), and autodiff takes one side of it."
@@ -698,10 +734,11 @@ def _kinks(report: Report) -> str:
         "derivatives differ, and a central difference across the kink returns neither."
         + (f" At {k_i} of them f itself is differentiable and an intermediate sits at a kink."
            if k_i else "")
+        + (f" At {k_j} of them {JUMP_WORDS}" if k_j else "")
     )  # fmt: skip
     return " ".join(
         [
-            f"  kinks: {_entries(k)} {_verb(k, 'is', 'are')} NONSMOOTH. {where}",
+            f"{head} {where}",
             "Autodiff returns one element of the generalized derivative: at a single",
             "elementary kink, one of the one-sided derivatives or a value between them; at a",
             "kink of a composition (ReLU inside max-pooling, products of kinks) it may lie",
@@ -709,8 +746,7 @@ def _kinks(report: Report) -> str:
             "NeurIPS 2020), so a value outside is not evidence of a wrong rule. Frameworks",
             "pick differently (relu at 0: 0 in each; maximum(x, 0) at 0: 1 in TensorFlow, 0.5",
             "in PyTorch and JAX), so at a kink an autodiff value that agrees with a central",
-            "difference is no more right than one that does not. NONSMOOTH passes by default",
-            '(nonsmooth="allow"); nonsmooth="within" requires autodiff between the one-sided',
-            'derivatives, nonsmooth="fail" fails any kink.',
+            "difference is no more right than one that does not.",
+            OPTIONS_WORDS,
         ]
     )

@@ -374,3 +374,21 @@ def test_the_entry_column_fits_long_names_and_keeps_the_ends_beyond_its_width():
     assert shown and all(len(s) == NAME_WIDTH and s.startswith("a_parameter_whos...")
                          for s in shown)  # fmt: skip
     assert any(s.endswith("_column[0]") for s in shown)
+
+
+def test_a_jump_is_said_to_be_a_jump_not_a_kink():
+    """sign(x) cos(x) at 0 jumps by 2: NONSMOOTH, and the report says f jumps (or turns
+    vertical) there, with an infinite one-sided derivative, not that it has a kink of
+    ReLU's kind; abs at 0 is still a kink."""
+    x = np.array([0.0, 0.5])
+    jump = pg.check(lambda x: np.sum(np.sign(x) * np.cos(x)), x,
+                    grad=lambda x: -np.sign(x) * np.sin(x))  # fmt: skip
+    assert jump.verdict is pg.Verdict.NONSMOOTH and jump.ok
+    assert np.isinf(jump.entries.left[0]) and np.isinf(jump.entries.right[0])
+    text = str(jump)
+    assert "sits where f jumps or turns vertical" in text.splitlines()[0]
+    kinks = next(s for s in text.splitlines() if s.lstrip().startswith("kinks:"))
+    assert "f jumps there" in kinks and "ReLU, abs, max" not in kinks
+    kink = pg.check(lambda x: np.sum(np.abs(x)), x, grad=np.sign)
+    line = next(s for s in str(kink).splitlines() if s.lstrip().startswith("kinks:"))
+    assert "f has a kink there" in line and "jumps" not in str(kink)
