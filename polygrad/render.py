@@ -521,6 +521,9 @@ def _why_undecided(report: Report, k: int, n: int) -> str:
             "differs from f's derivative, which is shown, not judged; the values of f and of "
             "the rule are finite."
         )
+    leaning = undecided & (np.zeros(undecided.shape, bool) if e.leaning is None else e.leaning)
+    if np.any(leaning):
+        return _why_leaning(report, int(np.flatnonzero(leaning)[0]), int(np.sum(leaning)), n)
     with np.errstate(all="ignore"):
         # the tolerance, not the reference's error bar, is what is as wide as the entry
         wide = undecided & (e.tolerance > 8 * e.reference_error) & np.isfinite(e.tolerance)
@@ -537,6 +540,20 @@ def _why_undecided(report: Report, k: int, n: int) -> str:
     return (
         f"no reference accurate enough could be obtained for {k} of {_entries(n)}, so "
         f"{_verb(k, 'it was', 'they were')} not judged ({_why_unresolved(report)})."
+    )
+
+
+def _why_leaning(report: Report, i: int, k: int, n: int) -> str:
+    """INCONCLUSIVE entries whose rule passes only by the round-off a rule computed from
+    terms of the size of f can lose, not measured (the rule did not run on mpmath numbers)."""
+    e = report.entries
+    return (
+        f"the rule is off by more than round-off of its own scale at {k} of {_entries(n)}, but "
+        f"within what a rule computed from terms of the size of f can lose (at {e.names[i]}: "
+        f"|diff| {_g(abs(e.autodiff[i] - e.reference[i]), 2)}, allowed "
+        f"{_g(e.tolerance[i], 2)}), and whether it loses that much was not measured: its "
+        "re-execution on mpmath numbers, which would tell, did not run (see the note); "
+        "a check at a point where |x| is not far below f's own length scale decides."
     )
 
 

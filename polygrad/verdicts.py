@@ -65,7 +65,10 @@ class Entries:
     difference for the working-dtype value and ``tolerance64`` for the float64
     value; ``status`` holds :data:`SEVERITY` codes of :class:`Verdict`;
     ``within_one_sided`` says whether autodiff lies between the one-sided
-    derivatives at a kink (True elsewhere; :meth:`row` gives None there).
+    derivatives at a kink (True elsewhere; :meth:`row` gives None there);
+    ``leaning`` marks entries undecided because the rule passes only by the
+    round-off a right rule can inherit from intermediates of the size of ``f``,
+    not measured (None: none).
     """
 
     names: list[str]
@@ -81,6 +84,7 @@ class Entries:
     tolerance64: np.ndarray
     status: np.ndarray
     within_one_sided: np.ndarray
+    leaning: np.ndarray | None = None
 
     @property
     def difference(self) -> np.ndarray:

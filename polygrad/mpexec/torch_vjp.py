@@ -1,7 +1,8 @@
 """A PyTorch function's own VJP, captured as an ATen graph and re-executed on mpmath numbers.
 
 ``torch.func.vjp`` runs the function's backward formulas (and a
-``torch.autograd.Function``'s ``backward``, as the code defines it); traced with
+``torch.autograd.Function``'s ``backward``, as the code defines it; one without
+``setup_context``, which functorch refuses, runs under ``torch.autograd.grad``); traced with
 the cotangent as an input (:func:`polygrad.mpexec.torch_graph.torch_mp_evaluator`,
 backward operators decomposed where they have no mpmath rule of their own), it
 is the rule the code computes, in exact arithmetic. Beside a reference
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import GraphCaptureError
 from .torch_graph import torch_mp_evaluator
 from .values import vjp_rows
 
@@ -57,8 +59,18 @@ def torch_vjp_mp(
         _, pull = torch.func.vjp(call, *a[:k])
         return torch.cat([g.reshape(-1) for g in pull(a[k])])
 
+    def engine_rule(*a: Any) -> Any:
+        # an autograd.Function without setup_context runs under the autograd engine only
+        xs = [t.detach().requires_grad_(True) for t in a[:k]]
+        with torch.enable_grad():
+            gs = torch.autograd.grad(call(*xs), xs, a[k], allow_unused=True)
+        return torch.cat([(torch.zeros_like(x) if g is None else g).reshape(-1)
+                          for g, x in zip(gs, xs, strict=True)])  # fmt: skip
+
     like = primals[0] if primals else torch.zeros(())
     u = torch.ones(m, dtype=like.dtype, device=like.device)
-    ev = torch_mp_evaluator(rule, [*primals, u])
-
+    try:
+        ev = torch_mp_evaluator(rule, [*primals, u])
+    except GraphCaptureError:
+        ev = torch_mp_evaluator(engine_rule, [*primals, u])
     return vjp_rows(ev)

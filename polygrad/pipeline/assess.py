@@ -27,7 +27,7 @@ from .autodiff import (
     f_accuracy,
     gather,
 )
-from .judge import concat_entries, judge
+from .judge import concat_entries, judge, leaning
 from .prepare import Options, Prepared
 from .reference import directions_in_doubt, escalate, name_deciders
 from .sides import FINE_LEVELS, FINE_STEP, sharpen_sides
@@ -213,9 +213,10 @@ the worst MISMATCH entries first)."""
 
 
 def _rows_in_doubt(target: Target, e: Entries, full: bool) -> np.ndarray:
-    """The MISMATCH entries of a reverse-mode block, worst first, within
-    :data:`RULE_MP_ROWS` VJP rows."""
-    failing = np.flatnonzero(e.status == SEVERITY[Verdict.MISMATCH])
+    """The MISMATCH entries of a reverse-mode block, worst first, and those undecided
+    because the rule passes only by an inherited round-off not measured (see
+    :func:`polygrad.pipeline.judge.leaning`), within :data:`RULE_MP_ROWS` VJP rows."""
+    failing = np.flatnonzero((e.status == SEVERITY[Verdict.MISMATCH]) | leaning(e))
     with np.errstate(all="ignore"):
         ratio = np.abs(e.autodiff - e.reference)[failing] / e.tolerance[failing]
     failing = failing[np.argsort(-np.nan_to_num(ratio, nan=np.inf))]
@@ -265,10 +266,28 @@ def _with_rule_in_mp(
         judged = judge_modes(target, st, prep.modes, opts, allowances, doubt)
     except Exception:  # noqa: BLE001 - optional evidence: keep the verdicts
         return st, blocks
-    before, after = blocks[j].status[doubt], judged[j].status[doubt]
+    # cleared: neither MISMATCH nor still leaning on round-off it was not measured to have
+    after = (judged[j].status == SEVERITY[Verdict.MISMATCH]) | leaning(judged[j])
     lost = None if st.f0_mp is None else digits_lost(target.y0, st.f0_mp)
-    notes.append(_rule_mp_note(doubt.size, int(np.sum(after != before)), opts, target, lost))
+    notes.append(_rule_mp_note(doubt.size, int(np.sum(~after[doubt])), opts, target, lost))
     return st, judged
+
+
+def leaning_note(blocks: list[Entries], opts: Options, notes: list[str]) -> None:
+    """Where entries stay undecided because the rule passes only by an inherited round-off
+    that was not measured, a note that says so and what would measure it."""
+    k = sum(int(np.sum(leaning(b))) for b in blocks)
+    if not k:
+        return
+    notes.append(
+        f"{k} entr{'y' if k == 1 else 'ies'} INCONCLUSIVE: the rule is within "
+        f"{opts.policy.c_ad:g} ulps of |f| per input scale of the reference, what a right "
+        "rule computed from terms of the size of f can lose (1 - tanh(u)^2 at a saturated "
+        "u), but far outside its own scale's round-off; that it loses so much is measured "
+        "only by re-executing the rule on mpmath numbers, which could not run here (NumPy "
+        "ufuncs and the captured JAX, PyTorch and TensorFlow programs can; math.*, "
+        "np.vectorize and other code outside them cannot)"
+    )
 
 
 RULE_MP_EVALUATIONS = 3
@@ -290,7 +309,8 @@ def _rule_mp_note(
     """What the rule on mpmath numbers said of the MISMATCH entries it examined."""
     one = examined == 1
     head = (
-        f"{examined} entr{'y' if one else 'ies'} beyond the tolerances above had "
+        f"{examined} entr{'y' if one else 'ies'} beyond the tolerances above (or within "
+        "them only by the round-off a rule computed from terms of the size of f can lose) had "
         f"{'its' if one else 'their'} rule (the code's own VJP, or the derivative supplied) "
         f"re-executed at the point on mpmath numbers at {opts.dps} digits"
     )
@@ -479,6 +499,7 @@ def assess(
     if method == "mp":
         st, blocks = _with_f_in_mp(source, prep, st, blocks, opts, allowances)
     st, blocks = _with_rule_in_mp(prep, st, blocks, opts, allowances, details["notes"])
+    leaning_note(blocks, opts, details["notes"])
     if "escalation" in details:
         name_deciders(blocks, details, method, prep.modes)
     hidden = hidden_cancellation(prep.target, st, opts)

@@ -157,6 +157,11 @@ class Findings:
     bad_w : the working-dtype value is outside tolerance.
     have64 : a float64 evaluation of the rule exists (one bool for all entries).
     coarse : the reference error bar is too wide to decide.
+    unresolved : the rule's own tolerance is of the size of the entry.
+    by_design : the rule is a surrogate by design (``surrogate=True``).
+    leaning : the rule passes only by the round-off a right rule can inherit from
+        intermediates of the size of ``f``, and its own was not measured (it did not run
+        on mpmath numbers): undecided until it does.
     """
 
     nonsmooth: np.ndarray
@@ -168,6 +173,7 @@ class Findings:
     coarse: np.ndarray
     unresolved: np.ndarray | bool = False
     by_design: np.ndarray | bool = False
+    leaning: np.ndarray | bool = False
 
 
 def verdict_rule(fd: Findings) -> np.ndarray:
@@ -184,9 +190,10 @@ def verdict_rule(fd: Findings) -> np.ndarray:
          5   the rule is off, and a surrogate by design     INCONCLUSIVE
          6   the rule (float64, else working) is off        MISMATCH
          7   only the working-dtype value is off (have64)   UNSTABLE
-         8   the reference error bar is too coarse          INCONCLUSIVE
-         9   the tolerance is of the size of the entry      INCONCLUSIVE
-        10   otherwise                                      PASS
+         8   the rule passes only by unmeasured round-off   INCONCLUSIVE
+         9   the reference error bar is too coarse          INCONCLUSIVE
+        10   the tolerance is of the size of the entry      INCONCLUSIVE
+        11   otherwise                                      PASS
 
     NaN/Inf from autodiff where ``f`` has a kink (the norm at 0) is a kink
     first (row 1); at a smooth point it is NONFINITE (row 3).
@@ -208,6 +215,7 @@ def verdict_rule(fd: Findings) -> np.ndarray:
         (np.asarray(fd.by_design) & fd.bad_64, Verdict.INCONCLUSIVE),
         (fd.bad_64, Verdict.MISMATCH),
         (fd.bad_w & fd.have64, Verdict.UNSTABLE),
+        (fd.leaning, Verdict.INCONCLUSIVE),
         (fd.coarse, Verdict.INCONCLUSIVE),
         (fd.unresolved, Verdict.INCONCLUSIVE),
     ]
@@ -273,6 +281,7 @@ def judge(inp: JudgeInput) -> Entries:
         tolerance64=np.where(inp.have64, ev.tol_64, np.nan),
         status=status,
         within_one_sided=np.where(fd.nonsmooth, ev.within, True),
+        leaning=np.broadcast_to(np.asarray(fd.leaning, dtype=bool), status.shape).copy(),
     )
 
 
@@ -497,42 +506,9 @@ def findings(inp: JudgeInput) -> _Evidence:
         resolvable = np.maximum(scale, p.c_ad * F64_EPS * np.maximum(inp.fscale - scale, 0.0))
         coarse = too_coarse(ref_err, resolvable, inp.eps_w, p)
         bad_w = ~(np.abs(inp.ad - ref) <= tol_w) & ~rule.fits_a_side(inp.ad, inp.eps_w, coarse)
-        # a right rule is wrong by no more than the round-off it inherits from
-        # intermediates of the size of f: in the float64 evaluation (or a float64
-        # working dtype) that decides MISMATCH, and in the working dtype that decides
-        # UNSTABLE; the entries it excuses show that tolerance
-        # (and, in a narrow dtype, the digits f itself lost: see _Rule.hidden)
-        inherited = np.maximum(inp.fscale - scale, 0.0)
-        exact = rule.exact(ref, ref_err)
-        # a float64 evaluation of the rule (float64 code's own, or a narrow check's)
-        # is allowed its own measured round-off only where the rule is exact
-        rounded64 = np.where(exact, rule.rounded(), 0.0)
-        # float64 code inherits f's own lost digits only where its rule is exact
-        if inp.eps_w <= F64_EPS:  # its own measured round-off too (see _Rule.rounded)
-            hidden = np.maximum(np.where(exact, rule.hidden(), 0.0), rounded64)
-        else:
-            hidden = rule.hidden()
-        tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
-        # the exact rule clears an entry only where its value is within what the working
-        # dtype allows anyway: the mp evaluation runs each primitive exactly, so a wrong
-        # kernel (JAX's digamma gradient below 0, off by more than 1) looks right there
-        value64 = inp.ad64 if inp.have64 else inp.ad
-        cleared = exact & (np.abs(value64 - ref) <= tol_f)
-        if inp.have64:  # (float64 code evaluates its own rule in float64)
-            own = hidden if inp.eps_w <= F64_EPS else rounded64
-            tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64() + own
-            bad_64 = (
-                ~(np.abs(inp.ad64 - ref) <= tol_64)
-                & ~rule.fits_a_side(inp.ad64, F64_EPS, coarse)
-                & ~cleared
-            )
-        elif inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
-            bad_64 = bad_w & ~(np.abs(inp.ad - ref) <= tol_f) & ~cleared
-        else:
-            # a narrow dtype with no float64 evaluation of the rule: f's size says nothing
-            # of the rule's own intermediates (the gradient of a sum inherits none of the
-            # sum's round-off), so nothing is excused
-            bad_64 = bad_w & ~cleared
+        bad_64, tol_f, tol_64, leaning = _rule_findings(
+            inp, rule, ref, ref_err, (tol_w, tol_64), bad_w, coarse
+        )
         excused = bad_w & ~bad_64 & (np.abs(inp.ad - ref) <= tol_f)
         unresolved = _unresolved(own_tolerance, resolvable, asked, p)
         fd = Findings(
@@ -545,11 +521,81 @@ def findings(inp: JudgeInput) -> _Evidence:
             coarse=coarse,
             unresolved=unresolved,
             by_design=np.full(np.shape(inp.ad), inp.expected.surrogate),
+            leaning=leaning,
         )
     shown = np.where(excused, tol_f, tol_w)
     if inp.eps_w <= F64_EPS:  # float64 code: the tolerance that decided MISMATCH is shown
         shown = np.fmax(shown, tol_64 if inp.have64 else tol_f)
     return _Evidence(ref, ref_err, shown, tol_64, within, fd)
+
+
+def _inherited(
+    inp: JudgeInput, scale: np.ndarray, exact: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The round-off a right rule inherits from intermediates of the size of ``f`` (in
+    units of ``scale``: ``fscale`` beyond it), and where it is not measured.
+
+    It is what a rule computed from ``f``-sized terms can lose (``1 - tanh(u)^2`` at a
+    saturated ``u``), an allowance, not a measurement: at an input far below ``f``'s own
+    length scale (``expm1(x) / x`` at ``x = 1e-9``, ``|f| / |x|`` = 1e9) it is wide
+    enough to pass a rule wrong by 2e-5. It is granted where the rule on mpmath numbers
+    agrees with the reference (then it is right in exact arithmetic, and only rounds),
+    never where it disagrees (wrong in exact arithmetic: nothing to inherit), and where
+    the rule did not run on mpmath numbers, only until it does (``unmeasured``).
+    """
+    inherited = np.maximum(inp.fscale - scale, 0.0)
+    known = np.zeros(np.shape(inp.ad), bool) if inp.ad_mp is None else np.isfinite(inp.ad_mp)
+    return np.where(known & ~exact, 0.0, inherited), ~known
+
+
+def _rule_findings(
+    inp: JudgeInput, rule: _Rule, ref: np.ndarray, ref_err: np.ndarray,
+    tols: tuple[np.ndarray, np.ndarray], bad_w: np.ndarray, coarse: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Whether the rule (its float64 evaluation, or float64 code's own) is wrong, the
+    working and float64 tolerances with what a right rule inherits and loses, and where
+    the rule passes only by an inherited round-off not measured (``leaning``).
+
+    A right rule is wrong by no more than the round-off it inherits from intermediates of
+    the size of f (:func:`_inherited`): in the float64 evaluation (or a float64 working
+    dtype) that decides MISMATCH, and in the working dtype that decides UNSTABLE; the
+    entries it excuses show that tolerance (and, in a narrow dtype, the digits f itself
+    lost: see :meth:`_Rule.hidden`).
+    """
+    p, (tol_w, tol_64) = inp.policy, tols
+    exact = rule.exact(ref, ref_err)
+    inherited, unmeasured = _inherited(inp, rule.scale, exact)
+    # a float64 evaluation of the rule (float64 code's own, or a narrow check's)
+    # is allowed its own measured round-off only where the rule is exact
+    rounded64 = np.where(exact, rule.rounded(), 0.0)
+    # float64 code inherits f's own lost digits only where its rule is exact
+    if inp.eps_w <= F64_EPS:  # its own measured round-off too (see _Rule.rounded)
+        hidden = np.maximum(np.where(exact, rule.hidden(), 0.0), rounded64)
+    else:
+        hidden = rule.hidden()
+    tol_f = tol_w + p.c_ad * inp.eps_w * inherited + hidden
+    # the exact rule clears an entry only where its value is within what the working
+    # dtype allows anyway: the mp evaluation runs each primitive exactly, so a wrong
+    # kernel (JAX's digamma gradient below 0, off by more than 1) looks right there
+    value64 = inp.ad64 if inp.have64 else inp.ad
+    diff64 = np.abs(value64 - ref)
+    cleared = exact & (diff64 <= tol_f)
+    if inp.have64:  # (float64 code evaluates its own rule in float64)
+        own = hidden if inp.eps_w <= F64_EPS else rounded64
+        lent = p.c_ad * F64_EPS * inherited
+        tol_64 = tol_64 + lent + rule.hidden64() + own
+        fits = rule.fits_a_side(inp.ad64, F64_EPS, coarse)
+        passes = (diff64 <= tol_64) | fits | cleared
+        leaning = (diff64 <= tol_64) & ~(diff64 <= tol_64 - lent) & ~fits & ~cleared
+        return ~passes, tol_f, tol_64, leaning & unmeasured
+    if inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
+        lent = p.c_ad * inp.eps_w * inherited
+        leaning = bad_w & (diff64 <= tol_f) & ~(diff64 <= tol_f - lent) & ~cleared
+        return bad_w & ~(diff64 <= tol_f) & ~cleared, tol_f, tol_64, leaning & unmeasured
+    # a narrow dtype with no float64 evaluation of the rule: f's size says nothing of the
+    # rule's own intermediates (the gradient of a sum inherits none of the sum's
+    # round-off), so nothing is excused
+    return bad_w & ~cleared, tol_f, tol_64, np.zeros(np.shape(bad_w), bool)
 
 
 def _unresolved(
@@ -621,7 +667,12 @@ def concat_entries(blocks: list[Entries], modes: list[str]) -> Entries:
         tag = "VJP" if md == "rev" else "JVP"
         names += [f"{tag} {nm}" for nm in b.names]
     fields = {name: np.concatenate([getattr(b, name) for b in blocks]) for name in _FIELDS}
-    return Entries(names=names, **fields)
+    return Entries(names=names, **fields, leaning=np.concatenate([leaning(b) for b in blocks]))
+
+
+def leaning(e: Entries) -> np.ndarray:
+    """``(K,)`` bool: the entries :attr:`Entries.leaning` marks (none where it is None)."""
+    return np.zeros(e.status.shape, bool) if e.leaning is None else np.asarray(e.leaning)
 
 
 def split_entries(e: Entries, modes: int) -> list[Entries]:
@@ -629,6 +680,7 @@ def split_entries(e: Entries, modes: int) -> list[Entries]:
     k = e.status.size // modes
     return [
         Entries(names=e.names[i * k : (i + 1) * k],
-                **{f: getattr(e, f)[i * k : (i + 1) * k] for f in _FIELDS})
+                **{f: getattr(e, f)[i * k : (i + 1) * k] for f in _FIELDS},
+                leaning=leaning(e)[i * k : (i + 1) * k])
         for i in range(modes)
     ]  # fmt: skip
