@@ -234,3 +234,68 @@ def test_float64_abs_at_zero_is_still_nonsmooth():
     )  # "auto" takes quad where numpy-quaddtype is installed (tests/test_quad.py)
     assert report.details["reference"]["method"] == "mp"
     assert report.verdict is pg.Verdict.NONSMOOTH
+
+
+def _log_erf_truth() -> float:
+    """d/dx log(erf(exp(exp(x)))) at x = 1, at 250 digits (1 - erf(15.2) is 1.5e-102)."""
+    with mpmath.workdps(250):
+        u = mpmath.exp(mpmath.e)
+        d = 2 / mpmath.sqrt(mpmath.pi) * mpmath.exp(-u * u) / mpmath.erf(u) * u * mpmath.e
+        return float(d)
+
+
+def _log_erf(framework: str, factor: float):
+    if framework == "torch":
+        import torch
+
+        class Erf(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, u):
+                ctx.save_for_backward(u)
+                return torch.erf(u)
+
+            @staticmethod
+            def backward(ctx, g):
+                (u,) = ctx.saved_tensors
+                return g * 2 / np.sqrt(np.pi) * torch.exp(-u * u) * factor
+
+        x = torch.tensor([1.0], dtype=torch.float64)
+        return lambda x: torch.log(Erf.apply(torch.exp(torch.exp(x)))).sum(), x
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_jvp
+    def erf(u):
+        return jax.scipy.special.erf(u)
+
+    erf.defjvp(lambda p, t: (erf(p[0]), 2 / np.sqrt(np.pi) * jnp.exp(-(p[0] ** 2)) * factor * t[0]))
+    with jax.enable_x64(True):
+        x = jnp.asarray([1.0])
+    return lambda x: jnp.sum(jnp.log(erf(jnp.exp(jnp.exp(x))))), x
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [pytest.param(fw, marks=pytest.mark.polygrad_backends(fw)) for fw in ("torch", "jax")],
+)
+@pytest.mark.parametrize("factor", [1.0, 1.0 + 1e-3])
+def test_an_output_exactly_0_at_50_digits_is_resolved_at_more(framework, factor):
+    """log(erf(exp(exp(x)))) at 1: erf(15.2) is exactly 1 at 50 (and 75) digits, so f is
+    exactly 0 on the whole neighbourhood there and its mp differences gave 0 with no error
+    at all, against the right rule's 8.5e-99 (MISMATCH). At 200 digits f is -1.5e-102, and
+    the reference runs at the digits that resolve it: the right rule PASSes, a rule off by
+    1e-3 is MISMATCH."""
+    import contextlib
+
+    f, x = _log_erf(framework, factor)
+    if framework == "jax":
+        import jax
+
+        ctx = jax.enable_x64(True)
+    else:
+        ctx = contextlib.nullcontext()
+    with ctx:
+        report = pg.check(f, x)
+    np.testing.assert_allclose(report.entries.reference, [_log_erf_truth()], rtol=1e-12)
+    expected = pg.Verdict.PASS if factor == 1.0 else pg.Verdict.MISMATCH
+    assert report.verdict == expected and report.ok == (factor == 1.0), str(report)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import mpmath
 import numpy as np
 
 from .differences import (
@@ -154,6 +155,10 @@ def mp_directional_derivatives(
     """
     zero = np.zeros_like(x0)
     f0_quick = evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS)
+    raised = resolving_digits(evaluate_mp, x0, dps, f0_quick)
+    if raised > dps:
+        dps = raised
+        f0_quick = evaluate_mp(x0, zero, dps + QUICK_EXTRA_DIGITS)
     # f's round-off measured, not assumed relative to |f| (f can be a cancellation of
     # far larger terms, to exactly 0 at any number of digits)
     scale = rounding_scale(evaluate_mp, x0, dps + QUICK_EXTRA_DIGITS, f0_quick)
@@ -182,6 +187,47 @@ def mp_directional_derivatives(
         evaluate_mp, x0, W[~settled], f0, dps, h_max, levels, max_extensions, scale
     )
     return _merge(quick, rest, settled, evaluations=quick.central.evaluations + 1)
+
+
+RESOLVE_FACTOR = 4
+"""How many times ``dps`` :func:`resolving_digits` looks at an output that is exactly 0."""
+
+
+def resolving_digits(evaluate_mp: MpFn, x0: np.ndarray, dps: int, f0: np.ndarray) -> int:
+    """The digits at which every output of ``f`` that is exactly 0 at ``x0`` is resolved.
+
+    An output exactly 0 at ``dps`` digits can be 0 (a dead ReLU, ``x - x``), or a value
+    below the digits of the terms it is made of: ``log(erf(u))`` at ``u`` = 15.2 is
+    ``log(1 - 1.5e-102)``, and ``erf(u)`` rounds to exactly 1 at 50 digits, so ``f`` is
+    exactly 0 on the whole neighbourhood there and its differences give a derivative of
+    0 with no error at all (it is 8.5e-99). Evaluated once at ``RESOLVE_FACTOR * dps``
+    digits, a true 0 stays 0; a rounded one shows its size ``v``, and the reference runs
+    at ``dps + ceil(-log10 |v|)`` digits (at most ``RESOLVE_FACTOR * dps``), where it keeps
+    ``dps`` digits of itself.
+
+    Parameters
+    ----------
+    evaluate_mp : callable
+        ``(x0, dx, dps) -> y``, ``y`` an object array ``(m,)`` of mpmath numbers.
+    x0 : ndarray, shape (n,)
+    dps : int
+    f0 : ndarray, shape (m,), object
+        ``f(x0)`` at ``dps`` digits or more.
+
+    Returns
+    -------
+    int
+        ``dps``, or more where an output exactly 0 at ``dps`` digits is not.
+    """
+    zero_at = [k for k, v in enumerate(np.ravel(f0)) if v == 0]
+    if not zero_at:
+        return dps
+    high = np.ravel(evaluate_mp(x0, np.zeros_like(x0), RESOLVE_FACTOR * dps))
+    sizes = [abs(high[k]) for k in zero_at if high[k] != 0 and mpmath.isfinite(high[k])]
+    if not sizes:
+        return dps
+    need = dps + int(mpmath.ceil(-mpmath.log10(min(sizes))))
+    return int(min(max(need, dps), RESOLVE_FACTOR * dps))
 
 
 def _ladder_derivatives(
