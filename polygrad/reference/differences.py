@@ -510,12 +510,11 @@ def directional_derivatives(
         distance of ``x``, are not refined further: the kink is at ``x`` as far
         as the working dtype can tell.
     unseen : UnseenNoise, optional
-        Outputs whose noise was not seen. Where the first steps show such an output
-        move along a direction, ``f`` is a staircase wider than the noise samples (an
-        intermediate rounding far coarser than ``f``'s own ulps), and its noise is
-        measured again over several treads (``unseen.measure``) before any estimate is
-        made: a staircase read at its own ulps gives 0, or one tread's slope, as a
-        derivative with an error bar of ulps.
+        Outputs whose noise was not seen. Where the ladder shows one move along a
+        direction, ``f`` is a staircase wider than the noise samples (an intermediate
+        rounding far coarser than ``f``), whose noise ``unseen.measure`` measures over
+        several treads before any estimate (read at its own ulps, it gives 0, or one
+        tread's slope, with an error bar of ulps).
 
     Returns
     -------
@@ -526,10 +525,8 @@ def directional_derivatives(
     norms = np.sqrt(np.einsum("ij,ij->i", W, W))
     sigma = np.broadcast_to(sigma, (d, f0.size)).copy()
     staged = 0 < first_levels < levels
-    # g(0) enters every one-sided difference: it is evaluated again in the first batch,
-    # through the same code path as its neighbours (a point evaluated alone can round
-    # differently from a vectorized batch, and a few units of round-off in g(0) over a
-    # function that is exactly constant along w would read as a jump)
+    # g(0), in every one-sided difference, is evaluated again in the first batch: alone it
+    # can round otherwise than its batched neighbours, which reads as a jump of a constant
     center: dict[str, np.ndarray] = {}
     start = min(max(first_start, 0), levels - first_levels) if staged else 0
     steps = steps[start : start + first_levels] if staged else steps
@@ -537,8 +534,7 @@ def directional_derivatives(
     f0 = center.get("f0", f0)
     evals = d * steps.size * 2 + len(center)
     measured = np.zeros(d, dtype=bool)  # directions whose staircase noise is measured
-    if unseen is not None:
-        evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
+    evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
     sol = _solve(Y, f0, steps, sigma, eps)
     settled = np.zeros(d, dtype=bool)
     raised = np.zeros(d, dtype=np.int64)  # levels each direction has moved above the ladder
@@ -551,8 +547,7 @@ def directional_derivatives(
         if np.any(k_up) or np.any(k_dn):
             Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
             evals += added
-            if unseen is not None:
-                evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
+            evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
             sol = _solve(Y, f0, steps, sigma, eps)
     kinked = np.zeros(d, dtype=bool)
     for _ in range(max_refinements):
@@ -567,8 +562,7 @@ def directional_derivatives(
             break
         Y, steps, added = _extend(fn, x0, W, Y, steps, k_up, k_dn, max_rows)
         evals += added
-        if unseen is not None:
-            evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
+        evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
         sol = _solve(Y, f0, steps, sigma, eps)
 
     def est(t: TableauResult, step: np.ndarray) -> Estimate:
@@ -588,13 +582,13 @@ def directional_derivatives(
 
 
 def _measure_treads(
-    unseen: UnseenNoise, W: np.ndarray, Y: np.ndarray, f0: np.ndarray, steps: np.ndarray,
+    unseen: UnseenNoise | None, W: np.ndarray, Y: np.ndarray, f0: np.ndarray, steps: np.ndarray,
     sigma: np.ndarray, measured: np.ndarray,
 ) -> int:  # fmt: skip
     """Raise ``sigma`` (``(d, m)``, in place) where an unseen output moved on the ladder
     ``Y`` (``(d, L, 2, m)``) to the noise ``unseen.measure`` finds, along the directions
     not ``measured`` before (``(d,)``, updated in place); its evaluations."""
-    if Y.dtype == object:
+    if unseen is None or Y.dtype == object:
         return 0
     with np.errstate(invalid="ignore"):
         moved = np.any(Y != f0, axis=2) & unseen.mask[:, None, :]  # (d, L, m)
