@@ -313,3 +313,10 @@ def test_dict_outputs_named_by_key(framework):
     for name, value in zip(names, r.entries.reference, strict=True):
         key, j = name.split("'")[1], int(name[-2])
         np.testing.assert_allclose(value, expected[key][j], rtol=1e-7)
+
+
+def test_a_gradient_given_as_a_list_is_named_a_list():
+    """grad= returning list(2 * x) for an array x: the error names the list and its length,
+    not the shape () of its first number."""
+    with pytest.raises(ShapeMismatchError, match=r"returned a list of 3 numbers for x"):
+        pg.check(lambda x: np.sum(x**2), np.ones(3), grad=lambda x: list(2 * x))

@@ -52,6 +52,20 @@ def _narrowest_output(out: Any) -> np.dtype | None:
     return found
 
 
+def _shape_message(what: str, part: Any, arr: np.ndarray, spec: Any, expect: str) -> str:
+    """The error for a supplied derivative leaf of the wrong shape: a list or tuple of
+    numbers given for an array argument is named as such, not by its first number."""
+    if isinstance(part, (list, tuple)) and spec.shape != () and arr.shape == ():
+        return (
+            f"{what} returned a {type(part).__name__} of {len(part)} numbers for {spec.name}, "
+            f"an array of shape {spec.shape}; return an array of that shape "
+            f"(np.asarray(...)): {expect}"
+        )
+    return (
+        f"{what} returned shape {arr.shape} for {spec.name}, whose shape is {spec.shape}; {expect}"
+    )
+
+
 class NumpyBackend(Backend):
     """NumPy arrays and Python floats; the derivative comes from ``grad=``, ``jac=``, ``vjp=``
     or ``jvp=``."""
@@ -280,10 +294,7 @@ class _Rules:
                 spec = next(leaves_iter)
                 arr = np.asarray(leaf)
                 if arr.shape != spec.shape:
-                    raise ShapeMismatchError(
-                        f"{what} returned shape {arr.shape} for {spec.name}, whose shape is "
-                        f"{spec.shape}; {expect}"
-                    )
+                    raise ShapeMismatchError(_shape_message(what, part, arr, spec, expect))
                 flat_parts.append(arr.astype(np.float64).ravel())
         return np.concatenate(flat_parts)
 
