@@ -294,30 +294,40 @@ def _by_coefficients(
 def _by_recursion(plan: _Plan, D: np.ndarray, cross_check: bool) -> tuple[np.ndarray, np.ndarray]:
     """(entries, truncation estimates), ``(N, ...)``, column by column: mpmath numbers
     keep their digits (differences are taken before rounding), and a NaN quotient
-    spoils only the entries that use it."""
-    L = D.shape[0]
+    spoils only the entries that use it (``inf - inf`` where ``f`` was not finite is NaN,
+    as meant, and no warning)."""
     Ts, truncs = [], []
     prev = D
-    for j in range(L):
-        if j == 0:
-            T = D.copy()
-            trunc = np.full(D.shape, np.inf)
-            trunc[1:] = _to_float(np.abs(T[1:] - T[:-1]))
-        else:
-            T = prev[1:] + (prev[1:] - prev[:-1]) / plan.factors[j]
-            trunc = np.maximum(_to_float(np.abs(T - prev[1:])), _to_float(np.abs(T - prev[:-1])))
-        if cross_check and T.shape[0] > 1:
-            # also against the next finer entry of the same column: two estimates of the
-            # same order that disagree show a truncation error the parents can hide. The
-            # leading error c h^p of this column's entries (p = p0 + j dp) changes by
-            # c h^p (1 - 2^-p) from h to h/2, so the difference is scaled up by
-            # 1 / (1 - 2^-p): twice the difference for a raw one-sided quotient
-            widen = plan.widen[plan.starts[j]]
-            trunc[:-1] = np.maximum(trunc[:-1], widen * _to_float(np.abs(T[:-1] - T[1:])))
-        Ts.append(T)
-        truncs.append(trunc)
-        prev = T
+    with np.errstate(invalid="ignore"):
+        for j in range(D.shape[0]):
+            T, trunc = _next_column(plan, D, prev, j, cross_check)
+            Ts.append(T)
+            truncs.append(trunc)
+            prev = T
     return np.concatenate(Ts), np.concatenate(truncs)
+
+
+def _next_column(
+    plan: _Plan, D: np.ndarray, prev: np.ndarray, j: int, cross_check: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Column ``j`` of the tableau (entries and truncation estimates) from column ``j - 1``
+    (``prev``; ``D`` itself for ``j = 0``)."""
+    if j == 0:
+        T = D.copy()
+        trunc = np.full(D.shape, np.inf)
+        trunc[1:] = _to_float(np.abs(T[1:] - T[:-1]))
+    else:
+        T = prev[1:] + (prev[1:] - prev[:-1]) / plan.factors[j]
+        trunc = np.maximum(_to_float(np.abs(T - prev[1:])), _to_float(np.abs(T - prev[:-1])))
+    if cross_check and T.shape[0] > 1:
+        # also against the next finer entry of the same column: two estimates of the
+        # same order that disagree show a truncation error the parents can hide. The
+        # leading error c h^p of this column's entries (p = p0 + j dp) changes by
+        # c h^p (1 - 2^-p) from h to h/2, so the difference is scaled up by
+        # 1 / (1 - 2^-p): twice the difference for a raw one-sided quotient
+        widen = plan.widen[plan.starts[j]]
+        trunc[:-1] = np.maximum(trunc[:-1], widen * _to_float(np.abs(T[:-1] - T[1:])))
+    return T, trunc
 
 
 def _least(
