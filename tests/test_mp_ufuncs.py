@@ -265,3 +265,28 @@ def test_operations_at_their_kinks_are_recorded(ctx: object) -> None:
     assert kinks(lambda a: np.sort(a), [2.0, 1.0, 2.0]) == ["sort"]
     assert kinks(lambda a: np.sin(a) * np.exp(a), [0.0, 1.0]) == []
     assert cls.kinks is None  # type: ignore[attr-defined]  # recording ends with the block
+
+
+def test_in_place_writes_through_a_view_of_a_new_array_are_kept(ctx: object) -> None:
+    """A gather's VJP as NumPy code writes it: ``out = np.zeros_like(u)``, a view
+    ``np.moveaxis(out, -1, 0)`` and ``np.add.at`` through it (repeated indices accumulate).
+    zeros_like's int 0 were converted to mpmath numbers only when the view was taken, so
+    the view was a copy and the writes were lost: the rule on mpmath numbers was 0."""
+    u = _mp(ctx, [0.5, -1.0, 2.0])
+    g = _mp(ctx, [1.0, 2.0, 3.0, 4.0])
+    out = np.zeros_like(u)
+    np.add.at(np.moveaxis(out, -1, 0), [0, 2, 2, 1], np.moveaxis(g, -1, 0))
+    assert isinstance(out, mp_array_type(ctx))
+    assert [float(v) for v in out] == [1.0, 4.0, 5.0]
+
+
+def test_a_rule_with_a_gather_runs_on_mp_numbers() -> None:
+    """layer_norm(log(softplus(x[[0, 1]]) + 0.5)) at (1, -1) in float64: the entries
+    (3e-5) are far below f per input scale, and the rule on mpmath numbers decides them;
+    with the gather's writes lost it was 0, and the right rule MISMATCH."""
+    gather = Node("gather", (Node("x"),), (0, 1))
+    inner = Node("log", (Node("add_const", (Node("softplus", (gather,)),), (0.5,)),))
+    program = Program(Node("layer_norm", (inner,)), (2,), "float64", (1.0, -1.0))
+    report = pg.check(build(program, "numpy"), to_input(program, "numpy"),
+                      vjp=numpy_vjp(program))  # fmt: skip
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)

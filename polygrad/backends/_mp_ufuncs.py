@@ -190,6 +190,9 @@ def _make_class(ctx: Any) -> type[np.ndarray]:
         kinks: list[str] | None = None
 
         def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+            if method == "at":  # np.add.at(a, idx, b) writes a in place: a view, not a copy
+                ufunc.at(_views(inputs[0]), *_plain(ctx, inputs[1:]), **kwargs)
+                return None
             inputs = _plain(ctx, inputs)
             # out= is written in place: a view of the same memory, never a converted copy
             kwargs = {k: _views(v) if k == "out" else _plain(ctx, v) for k, v in kwargs.items()}
@@ -210,6 +213,11 @@ def _make_class(ctx: Any) -> type[np.ndarray]:
             name = getattr(func, "__name__", "")
             if MpArray.kinks is not None and function_at_kink(name, plain, kwargs):
                 MpArray.kinks.append(name)
-            return wrap(func(*plain, **{k: _plain(ctx, v) for k, v in kwargs.items()}))
+            out = func(*plain, **{k: _plain(ctx, v) for k, v in kwargs.items()})
+            # a new array's machine numbers (np.zeros_like's int 0) become mpmath numbers
+            # now: converted later, each view of it (np.moveaxis) would be a copy, and an
+            # in-place write through the view (np.add.at) would be lost
+            fresh = isinstance(out, np.ndarray) and out.dtype == object and out.base is None
+            return wrap(_exact(ctx, out) if fresh else out)
 
     return MpArray
