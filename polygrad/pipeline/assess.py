@@ -163,7 +163,8 @@ def _with_roundoff(
 ) -> tuple[list[Entries], Any]:
     """Blocks judged again with the measured autodiff round-off, where entries fail."""
     bad = [SEVERITY[Verdict.MISMATCH], SEVERITY[Verdict.UNSTABLE]]
-    failing = [np.isin(b.status, bad) for b in blocks]
+    # (and entries that pass only by an inherited round-off: their own is measured here)
+    failing = [np.isin(b.status, bad) | leaning(b) for b in blocks]
     if opts.wrt != "inputs" or opts.order != 1 or prep.complex_any:
         return blocks, None
     if not any(fl.any() for fl in failing):
@@ -280,11 +281,12 @@ def leaning_note(blocks: list[Entries], opts: Options, notes: list[str]) -> None
     if not k:
         return
     notes.append(
-        f"{k} entr{'y' if k == 1 else 'ies'} INCONCLUSIVE: the rule is within "
-        f"{opts.policy.c_ad:g} ulps of |f| per input scale of the reference, what a right "
-        "rule computed from terms of the size of f can lose (1 - tanh(u)^2 at a saturated "
-        "u), but far outside its own scale's round-off; that it loses so much is measured "
-        "only by re-executing the rule on mpmath numbers, which could not run here (NumPy "
+        f"{k} entr{'y' if k == 1 else 'ies'} INCONCLUSIVE: the rule is off by more than "
+        f"{opts.policy.c_lost:g} ulps of |f| per input scale, the round-off a right rule "
+        "computed from terms of the size of f has as a matter of course, but within the "
+        f"{opts.policy.c_ad:g} it can have (1 - tanh(u)^2 at a saturated u); that it loses "
+        "so much is measured only by re-executing the rule on mpmath numbers, which could "
+        "not run here (NumPy "
         "ufuncs and the captured JAX, PyTorch and TensorFlow programs can; math.*, "
         "np.vectorize and other code outside them cannot)"
     )

@@ -541,7 +541,8 @@ def _inherited(
     enough to pass a rule wrong by 2e-5. It is granted where the rule on mpmath numbers
     agrees with the reference (then it is right in exact arithmetic, and only rounds),
     never where it disagrees (wrong in exact arithmetic: nothing to inherit), and where
-    the rule did not run on mpmath numbers, only until it does (``unmeasured``).
+    the rule did not run on mpmath numbers (``unmeasured``), beyond ``c_lost`` roundings
+    only until it does (see :func:`_rule_findings`).
     """
     inherited = np.maximum(inp.fscale - scale, 0.0)
     known = np.zeros(np.shape(inp.ad), bool) if inp.ad_mp is None else np.isfinite(inp.ad_mp)
@@ -554,7 +555,9 @@ def _rule_findings(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Whether the rule (its float64 evaluation, or float64 code's own) is wrong, the
     working and float64 tolerances with what a right rule inherits and loses, and where
-    the rule passes only by an inherited round-off not measured (``leaning``).
+    the rule passes only by an inherited round-off not measured (``leaning``): beyond
+    ``c_lost`` roundings of terms of the size of ``f`` (a few, which a right rule loses
+    as a matter of course), up to ``c_ad``.
 
     A right rule is wrong by no more than the round-off it inherits from intermediates of
     the size of f (:func:`_inherited`): in the float64 evaluation (or a float64 working
@@ -582,14 +585,14 @@ def _rule_findings(
     cleared = exact & (diff64 <= tol_f)
     if inp.have64:  # (float64 code evaluates its own rule in float64)
         own = hidden if inp.eps_w <= F64_EPS else rounded64
-        lent = p.c_ad * F64_EPS * inherited
-        tol_64 = tol_64 + lent + rule.hidden64() + own
+        lent = (p.c_ad - p.c_lost) * F64_EPS * inherited  # beyond a few roundings
+        tol_64 = tol_64 + p.c_ad * F64_EPS * inherited + rule.hidden64() + own
         fits = rule.fits_a_side(inp.ad64, F64_EPS, coarse)
         passes = (diff64 <= tol_64) | fits | cleared
         leaning = (diff64 <= tol_64) & ~(diff64 <= tol_64 - lent) & ~fits & ~cleared
         return ~passes, tol_f, tol_64, leaning & unmeasured
     if inp.eps_w <= F64_EPS:  # float64 code: its own evaluation is the float64 one
-        lent = p.c_ad * inp.eps_w * inherited
+        lent = (p.c_ad - p.c_lost) * inp.eps_w * inherited
         leaning = bad_w & (diff64 <= tol_f) & ~(diff64 <= tol_f - lent) & ~cleared
         return bad_w & ~(diff64 <= tol_f) & ~cleared, tol_f, tol_64, leaning & unmeasured
     # a narrow dtype with no float64 evaluation of the rule: f's size says nothing of the
