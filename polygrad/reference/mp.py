@@ -190,20 +190,28 @@ def mp_directional_derivatives(
 
 
 RESOLVE_FACTOR = 4
-"""How many times ``dps`` :func:`resolving_digits` looks at an output that is exactly 0."""
+"""How many times ``dps`` :func:`resolving_digits` looks at an output that is exactly 0
+(and at ``RESOLVE_FACTOR - 1`` times, to tell a value from round-off)."""
+
+RESOLVE_AGREE = 1e-10
+"""Relative agreement of the two high-precision values of a rounded zero: a value agrees
+to far more than this, the round-off of terms that cancel (a mean of a layer norm) does not
+agree at all (it shrinks with the digits)."""
 
 
 def resolving_digits(evaluate_mp: MpFn, x0: np.ndarray, dps: int, f0: np.ndarray) -> int:
     """The digits at which every output of ``f`` that is exactly 0 at ``x0`` is resolved.
 
-    An output exactly 0 at ``dps`` digits can be 0 (a dead ReLU, ``x - x``), or a value
-    below the digits of the terms it is made of: ``log(erf(u))`` at ``u`` = 15.2 is
-    ``log(1 - 1.5e-102)``, and ``erf(u)`` rounds to exactly 1 at 50 digits, so ``f`` is
-    exactly 0 on the whole neighbourhood there and its differences give a derivative of
-    0 with no error at all (it is 8.5e-99). Evaluated once at ``RESOLVE_FACTOR * dps``
-    digits, a true 0 stays 0; a rounded one shows its size ``v``, and the reference runs
-    at ``dps + ceil(-log10 |v|)`` digits (at most ``RESOLVE_FACTOR * dps``), where it keeps
-    ``dps`` digits of itself.
+    An output exactly 0 at ``dps`` digits can be 0 (a dead ReLU, ``x - x``), the round-off
+    of terms that cancel (a ReLU of the mean of a layer norm: 0, or 1e-76, or 1e-201,
+    with the digits), or a value below the digits of the terms it is made of:
+    ``log(erf(u))`` at ``u`` = 15.2 is ``log(1 - 1.5e-102)``, and ``erf(u)`` rounds to
+    exactly 1 at 50 digits, so ``f`` is exactly 0 on the whole neighbourhood there and its
+    differences give a derivative of 0 with no error at all (it is 8.5e-99). Evaluated at
+    ``(RESOLVE_FACTOR - 1) * dps`` and ``RESOLVE_FACTOR * dps`` digits, only a value is
+    nonzero and the same at both (within :data:`RESOLVE_AGREE`); then the reference runs
+    at ``dps + ceil(-log10 |v|)`` digits (at most ``RESOLVE_FACTOR * dps``), where it
+    keeps ``dps`` digits of itself.
 
     Parameters
     ----------
@@ -217,13 +225,20 @@ def resolving_digits(evaluate_mp: MpFn, x0: np.ndarray, dps: int, f0: np.ndarray
     Returns
     -------
     int
-        ``dps``, or more where an output exactly 0 at ``dps`` digits is not.
+        ``dps``, or more where an output exactly 0 at ``dps`` digits is a value.
     """
     zero_at = [k for k, v in enumerate(np.ravel(f0)) if v == 0]
     if not zero_at:
         return dps
-    high = np.ravel(evaluate_mp(x0, np.zeros_like(x0), RESOLVE_FACTOR * dps))
-    sizes = [abs(high[k]) for k in zero_at if high[k] != 0 and mpmath.isfinite(high[k])]
+    zero = np.zeros_like(x0)
+    lower = np.ravel(evaluate_mp(x0, zero, (RESOLVE_FACTOR - 1) * dps))
+    high = np.ravel(evaluate_mp(x0, zero, RESOLVE_FACTOR * dps))
+    sizes = [
+        abs(high[k])
+        for k in zero_at
+        if high[k] != 0 and mpmath.isfinite(high[k])
+        and abs(lower[k] - high[k]) <= RESOLVE_AGREE * abs(high[k])
+    ]  # fmt: skip
     if not sizes:
         return dps
     need = dps + int(mpmath.ceil(-mpmath.log10(min(sizes))))
