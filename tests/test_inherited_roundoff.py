@@ -121,7 +121,8 @@ def test_an_unstable_rule_wrong_by_2e_5_is_a_mismatch(framework):
     np.testing.assert_allclose(report.entries.reference, _truth(), rtol=1e-13)
     assert report.verdict == Verdict.MISMATCH and not report.ok, str(report)
     assert report.counts() == {"MISMATCH": 3}
-    assert np.all(report.entries.tolerance < PLANTED / 100)  # no inherited allowance shown
+    # only a few roundings of f-sized terms are allowed (4 eps |f| / |x|), not the 64
+    assert np.all(report.entries.tolerance < PLANTED / 3)
 
 
 def test_a_rule_that_cannot_run_on_mpmath_numbers_is_undecided_and_says_why():

@@ -677,6 +677,11 @@ def assert_correct_passes(program: Program, framework: str) -> None:
         degenerate = degenerate or (
             report.verdict == pg.Verdict.MISMATCH and framework_kernel_off64(program, framework)
         )
+        # a known limit (ROUND_OFF_DIFFERENTIATED, a strict expected failure): a sum of a
+        # layer norm is 0 in exact arithmetic, and mp's reference of it is round-off
+        degenerate = degenerate or (
+            report.verdict == pg.Verdict.MISMATCH and sums_a_layer_norm(program.root)
+        )
         # a known limit (ZERO_BY_SATURATION, a strict expected failure): NumPy's erf
         # saturated to exactly 1 makes f exactly 0 on the whole neighbourhood in float64
         degenerate = degenerate or (
@@ -1357,6 +1362,25 @@ UNRESOLVED_TINY = (
     "a layer norm) the measured moves and the round-off inherited from f's size make the "
     "deciding tolerance 1e15 to 1e44 times the entry: INCONCLUSIVE, not PASS"
 )
+# relu of the sum of a layer norm of log_softmax(x) + affine(log_softmax(x)) at a float32
+# point near 0 (a CI run, JAX): the sum is 0 in exact arithmetic and 1e-48 at 50 digits,
+# its round-off; the mp reference differentiates that round-off (x[0, 0]: 1.3e-33 +-
+# 1.4e-49) against the rule's exact 0
+RELU_OF_SUM_OF_LAYER_NORM_OF_LOG_SOFTMAX = Program(
+    op("relu", op("sum", op("layer_norm", op("add", op("log_softmax", X),
+       op("affine", op("log_softmax", X), p=(-2.0, 0.5)))), p=(None,))),
+    (4, 3), "float32",
+    (0.0078125, 0.0067641641944646835, 9.482454333920032e-05, 0.00779850035905838,
+     -0.0010352282552048564, 3.814697265625e-06, -0.0019789317157119513,
+     -0.00043770295451395214, 1.9073486328125e-06, -1.9073486328125e-06,
+     0.0008191983215510845, 0.00010464443766977638),
+)  # fmt: skip
+ROUND_OFF_DIFFERENTIATED = (
+    "polygrad limit (the mp noise model): f, a ReLU of the sum of a layer norm, is 0 in "
+    "exact arithmetic and its own round-off at 50 digits (1e-48); the mp reference "
+    "differentiates that round-off with an error bar far below it, and the rule's exact 0 "
+    "reads as MISMATCH"
+)
 UNRESOLVED_JUMP = (
     "polygrad limit (widest_tolerance after a jump): where's threshold at an input makes "
     "the moves a few ulps away jump, and twice the largest move (17) is 0.69 of the "
@@ -1437,6 +1461,7 @@ FOUND = [
     _found("tensorflow", EXP3_TANH_EXP2),
     _found("jax", SATURATED_TANH_MATMUL_F64, KERNEL_LESS_ACCURATE),
     _found("numpy", LOG_ERF_SATURATED_TO_ONE, ZERO_BY_SATURATION),
+    _found("jax", RELU_OF_SUM_OF_LAYER_NORM_OF_LOG_SOFTMAX, ROUND_OFF_DIFFERENTIATED),
     _found("numpy", replace(LOG_ERF_SATURATED_TO_ONE, dtype="float64"), ZERO_BY_SATURATION),
     *[_found(fw, LOG_ERF_SATURATED_TO_ONE) for fw in ("torch", "jax", "tensorflow")],
     *[_found(fw, SATURATED_TANH_MATMUL_F64) for fw in ("numpy", "torch", "tensorflow")],

@@ -538,15 +538,20 @@ def _inherited(
     It is what a rule computed from ``f``-sized terms can lose (``1 - tanh(u)^2`` at a
     saturated ``u``), an allowance, not a measurement: at an input far below ``f``'s own
     length scale (``expm1(x) / x`` at ``x = 1e-9``, ``|f| / |x|`` = 1e9) it is wide
-    enough to pass a rule wrong by 2e-5. It is granted where the rule on mpmath numbers
-    agrees with the reference (then it is right in exact arithmetic, and only rounds),
-    never where it disagrees (wrong in exact arithmetic: nothing to inherit), and where
-    the rule did not run on mpmath numbers (``unmeasured``), beyond ``c_lost`` roundings
-    only until it does (see :func:`_rule_findings`).
+    enough to pass a rule wrong by 2e-5. ``c_lost`` roundings of it are granted always;
+    the rest, up to ``c_ad``, where the rule on mpmath numbers agrees with the reference
+    (then it is right in exact arithmetic, and only rounds), never where it disagrees
+    (wrong in exact arithmetic), and where the rule did not run on mpmath numbers
+    (``unmeasured``) only until it does (see :func:`_rule_findings`).
     """
     inherited = np.maximum(inp.fscale - scale, 0.0)
     known = np.zeros(np.shape(inp.ad), bool) if inp.ad_mp is None else np.isfinite(inp.ad_mp)
-    return np.where(known & ~exact, 0.0, inherited), ~known
+    # (a few roundings, c_lost, stay granted where mp disagrees: the reference of an f that
+    # is 0 in exact arithmetic, a sum of a layer norm, can be the derivative of its own
+    # mp round-off, and the rule's 0 the right value)
+    p = inp.policy
+    share = np.where(known & ~exact, p.c_lost / p.c_ad, 1.0)
+    return inherited * share, ~known
 
 
 def _rule_findings(
