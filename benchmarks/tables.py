@@ -265,6 +265,8 @@ COST_GROUPS = (
 PROJECTION_TOOLS = ("torch.gradcheck(fast)", "jax.check_grads")
 """Tools that check random projections of the Jacobian, not every entry."""
 MIB = 2**20
+DETAIL_LIMIT = 200
+"""The length at which the runner cuts a recorded message (``first_line``'s limit)."""
 
 
 def _kind(tool: str, extra: dict[str, Any] | None = None) -> str:
@@ -328,14 +330,16 @@ def _ratio(x: float | None, others: list[float], floor: float = 0.0) -> str:
 
 
 def cost(payload: dict[str, Any]) -> str:
-    """Cost of one check: calls, wall time, peak memory, ratios to the best other tool.
+    """Cost of one check: wall time, calls, peak memory, ratios to the best other tool.
 
-    Ratios compare a tool with the fastest (fewest calls, least memory) other tool
-    of the same kind (full Jacobian or projections) at the same size; memory below
-    1 MiB counts as 1 MiB.
+    Two tables, each narrow enough for the text column: the answer and the wall time,
+    then the calls and the peak memory, with the same rows in the same order. Ratios
+    compare a tool with the fastest (fewest calls, least memory) other tool of the same
+    kind (full Jacobian or projections) at the same size; memory below 1 MiB counts as
+    1 MiB.
     """
     rows = _cost_rows(payload)
-    body = []
+    time_body, calls_body = [], []
     labels = [COST_GROUPS[0][1], COST_GROUPS[1][1], CNN_GROUP, COST_GROUPS[2][1]]
     for label in labels:
         grp = [r for r in rows if r["group"] == label]
@@ -345,7 +349,7 @@ def cost(payload: dict[str, Any]) -> str:
             evals = [o["evaluations"] for o in others if o["evaluations"]]
             mems = [o["peak_memory"] for o in others if o["peak_memory"] is not None]
             mem = r["peak_memory"]
-            body.append(
+            time_body.append(
                 [
                     label,
                     r["label"],
@@ -353,25 +357,35 @@ def cost(payload: dict[str, Any]) -> str:
                     r["verdict"],
                     "–" if r["seconds"] is None else f"{r['seconds']:.3g}",
                     _ratio(r["seconds"], secs),
+                ]
+            )
+            calls_body.append(
+                [
+                    label,
+                    r["label"],
+                    r["kind"],
                     "–" if r["evaluations"] is None else str(r["evaluations"]),
                     _ratio(r["evaluations"], evals),
                     "–" if mem is None else ("<1" if mem < MIB else f"{mem / MIB:.0f}"),
                     _ratio(mem, mems, floor=MIB),
                 ]
             )
-    head = [
+    time_head = ["size", "tool (framework)", "checks", "answer", "wall s", "vs fastest other"]
+    calls_head = [
         "size",
         "tool (framework)",
         "checks",
-        "answer",
-        "wall s",
-        "time vs fastest other",
         "calls",
-        "calls vs fewest other",
+        "vs fewest other",
         "peak MiB",
-        "memory vs least other",
+        "vs least other",
     ]
-    return _table(head, body)
+    return (
+        "**Answer and wall time**\n\n"
+        + _table(time_head, time_body)
+        + "\n\n**Calls of the function and peak memory**\n\n"
+        + _table(calls_head, calls_body)
+    )
 
 
 def cnn_speedup(payload: dict[str, Any]) -> str:
@@ -524,12 +538,19 @@ def render(payload: dict[str, Any]) -> str:
         parts.append(
             _table(
                 ["case", "why", "detail"],
-                [[f"`{s['case']}`", s["why"], s["detail"].replace("|", "\\|")] for s in short],
+                [[f"`{s['case']}`", s["why"], _detail(s["detail"])] for s in short],
             )
         )
     else:
         parts.append("Nowhere on this zoo.")
     return "\n".join(parts) + "\n"
+
+
+def _detail(text: str) -> str:
+    """A recorded message as a table cell; one the runner cut at its length limit
+    (:func:`benchmarks.tools.common.first_line`) ends in an ellipsis."""
+    cell = text.replace("|", "\\|")
+    return cell + " …" if len(text) >= DETAIL_LIMIT else cell
 
 
 def render_cost(payload: dict[str, Any]) -> str:
@@ -557,9 +578,10 @@ def render_cost(payload: dict[str, Any]) -> str:
             "`check_grads` always check projections). *calls*: calls of the function counted "
             "by a wrapper (a batched call counts once; for polygrad on the CNN, the number of "
             "reference points). *peak MiB*: rise of the process's peak resident memory during "
-            "the call (not measured per tool for the CNN, where the existing benchmark runs "
-            "several tools in one call). Ratios are against the fastest (fewest, least) "
-            "*other* tool of the same kind (full or projections) at the same size in this run.",
+            "the call (not measured per tool for the CNN, whose benchmark runs several tools "
+            "in one call). The *vs* columns are ratios against the fastest "
+            "(fewest, least) *other* tool of the same kind (full or projections) at the same "
+            "size in this run. The same rows, in the same order, are in both tables.",
             "",
             cost(payload),
             "",
