@@ -119,3 +119,109 @@ def test_a_zero_jacobian_on_float64_differences_states_no_relative_resolution():
     assert report.verdict is Verdict.PASS and report.ok
     assert "nan" not in str(report)
     assert report.details.reference.resolution is None
+
+
+# ---- steps far from 0: a quantizer and its straight-through rule ----------------------
+
+#: entries far from 0, none within 0.2 of a step of floor, ceil or round: every step of
+#: the float64 ladder (down to 2^-11 of the input's scale, 2 to 64 here) crosses steps
+FAR = [10000.3, -25000.7, 4096.6, 123456.2]
+QUANTIZERS = {"floor": np.floor, "ceil": np.ceil, "round": np.round}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(QUANTIZERS))
+def test_a_step_function_far_from_0_passes_its_zero_rule(dtype, name):
+    """The derivative of floor, ceil and round off their steps is 0, at any magnitude:
+    PASS with a reference of 0 (floor at 1e4 was MISMATCH against the staircase's slope
+    of 1, read by float64 differences)."""
+    op = QUANTIZERS[name]
+    x = np.array(FAR, dtype=dtype)
+    report = pg.check(lambda t: np.sum(op(t)), x, grad=np.zeros_like, cache=False)
+    assert report.verdict is Verdict.PASS and report.ok, report
+    assert [e["reference"] for e in report.to_dict()["worst_entries"]] == [0.0] * 4
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(QUANTIZERS))
+def test_a_straight_through_rule_far_from_0_is_a_mismatch(dtype, name):
+    """The straight-through rule (1 for a quantizer) is no derivative: MISMATCH on every
+    entry (in float32 it was PASS against float64 differences, which read the
+    staircase's slope, 1, with an error bar of 1e-5)."""
+    op = QUANTIZERS[name]
+    x = np.array(FAR, dtype=dtype)
+    report = pg.check(lambda t: np.sum(op(t)), x, grad=np.ones_like, cache=False)
+    assert report.verdict is Verdict.MISMATCH and not report.ok, report
+    assert report.counts() == {"MISMATCH": 4}, report
+
+
+@pytest.mark.parametrize("rule", [np.zeros_like, np.ones_like])
+def test_float64_differences_alone_do_not_decide_a_staircase(rule):
+    """On float64 differences alone, floor's values far from 0 are a staircase that a
+    smooth function rounded to whole numbers would give too: neither the zero rule nor
+    the straight-through one is decided (INCONCLUSIVE on every entry, never MISMATCH or
+    PASS), and a note says why."""
+    x = np.array(FAR, dtype=np.float32)
+    report = pg.check(lambda t: np.sum(np.floor(t)), x, grad=rule, reference="float64",
+                      cache=False)  # fmt: skip
+    assert report.counts() == {"INCONCLUSIVE": 4}, report
+    assert any("staircase" in note for note in report.notes), report.notes
+
+
+def test_an_ordinary_rounded_value_is_no_staircase():
+    """The staircase test on its own: floor's grid of 1 at |f| = 1e4 with a slope of 8192
+    per unit of the direction is one; a sum's own rounding (grid 2^-39 at 1e4) is not,
+    nor is a grid of 1 where the slope is so steep that a tread is 2^-30 of the
+    direction."""
+    from polygrad.reference.staircase import ambiguous_staircase
+
+    f0 = np.array([1e4, 1e4, 1e4])
+    grid = np.array([1.0, 2.0**-39, 1.0])
+    slope = np.array([[8192.0, 8192.0, 2.0**30]])
+    assert ambiguous_staircase(slope, grid, f0).tolist() == [[True, False, False]]
+
+
+def _straight_through(backend):
+    """A quantizer ``round(16 x) / 16`` with the straight-through rule (the cotangent
+    passed on unchanged), as quantization-aware training writes it in each framework."""
+    if backend.name == "torch":
+        import torch
+
+        class Quantize(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return torch.round(x * 16) / 16
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+
+        return lambda t: Quantize.apply(t).sum()
+    if backend.name == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        @jax.custom_vjp
+        def quantize(x):
+            return jnp.round(x * 16) / 16
+
+        quantize.defvjp(lambda x: (quantize(x), None), lambda _, g: (g,))
+        return lambda t: jnp.sum(quantize(t))
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def quantize(x):
+        return tf.round(x * 16) / 16, lambda g: g
+
+    return lambda t: tf.reduce_sum(quantize(t))
+
+
+@pytest.mark.polygrad_backends("torch", "jax", "tensorflow")
+def test_a_straight_through_quantizer_in_float32_is_a_mismatch(backend):
+    """The straight-through rule of a quantizer at inputs far from 0, in float32: its
+    float64 differences read the staircase's slope, 1, which the rule gives (PASS in
+    PyTorch before); the derivative is 0, MISMATCH on every entry."""
+    x = backend.asarray(np.array(FAR, dtype=np.float32))
+    report = backend.check(_straight_through(backend), x, cache=False)
+    assert report.verdict is Verdict.MISMATCH and not report.ok, str(report)
+    assert report.counts() == {"MISMATCH": 4}, report.counts()

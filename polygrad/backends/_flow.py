@@ -92,9 +92,9 @@ def steps_only(
     change : float
         The largest change under the 1% move (:func:`change_under_a_move`).
 
-    A change that does not shrink with ``h`` down to the smallest step (``16 eps``)
-    is a jump at the point itself (``floor`` at an integer): that too is judged, as
-    the discontinuity it is.
+    A change that does not shrink with ``h`` down to the smallest step (``4 eps``, a
+    move of a few ulps of ``x``) is a jump at the point itself (``floor`` at an
+    integer): that too is judged, as the discontinuity it is.
 
     Returns
     -------
@@ -105,15 +105,21 @@ def steps_only(
     signs = np.random.default_rng(0).choice([-1.0, 1.0], x0.shape)
     other = np.random.default_rng(1).choice([-1.0, 1.0], x0.shape)
     moves = np.stack([signs, -signs, other, -other]) * (1.0 + np.abs(x0))
-    tol = 64 * eps * (float(np.max(np.abs(y0), initial=0.0)) or 1.0)
+    ulp = eps * (float(np.max(np.abs(y0), initial=0.0)) or 1.0)
     changes = [change]
-    for h in (h for h in _STEPS if h >= 16 * eps):
+    for h in (h for h in _STEPS if h >= 4 * eps):
         ys = evaluate(x0[None, :] + h * moves)
         now = float(np.max(np.abs(ys - y0[None, :]), initial=0.0))
         if not np.isfinite(now):
             return None
-        if now <= tol:
-            smooth = changes[-1] / 10 <= _MARGIN * tol  # linear in h: would vanish too
+        if now <= 64 * ulp:
+            # a smooth function whose change at h rounds away entirely (less than an ulp
+            # of the largest output) changed by about ten ulps at 10 h (more only where
+            # its derivative vanishes, which the reference then sees); one whose change
+            # merely fell to round-off, by at most ten times that round-off
+            smooth = (
+                changes[-1] <= _MARGIN * ulp if now == 0 else changes[-1] / 10 <= _MARGIN * 64 * ulp
+            )
             return None if smooth else StepEvidence(h, changes[-1])
         changes.append(now)
     # a jump at the point: the change did not shrink over the last two steps

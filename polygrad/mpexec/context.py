@@ -82,6 +82,10 @@ def make_context(dps: int) -> Any:
         else:
             setattr(ctx.mpf, ufunc_name, (lambda g: lambda self: g(self))(impl))
     ctx.mpf.__trunc__ = lambda self: int(self)
+    # NumPy's object loops of floor and ceil call math.floor and math.ceil, which use
+    # these or else round the number to a machine float first
+    ctx.mpf.__floor__ = lambda self: ctx.floor(self)
+    ctx.mpf.__ceil__ = lambda self: ctx.ceil(self)
     _refuse_machine_floats(ctx.mpf)
     _move_operands_when_asked(ctx)
     return ctx

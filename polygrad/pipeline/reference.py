@@ -26,6 +26,7 @@ from ..reference.noise import (
 )
 from ..reference.quad import quad_directional_derivatives
 from ..reference.richardson import Estimate
+from ..reference.staircase import COARSE, covering_both_readings
 from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
@@ -207,13 +208,16 @@ def _differences(
         sigma = borrow_unseen_noise(noise.sigma, noise.inform, noise.floor, p.borrow_share)
         unseen = _unseen(fn, target.x0, noise, res, eps)
     h_max, levels = plan.ladder
-    return directional_derivatives(
+    dd = directional_derivatives(
         fn, target.x0, W, plan.f0, sigma, eps, method,
         h_max, levels, max_rows=opts.batch_size, target_relative_error=plan.accuracy,
         # a short ladder starts with a pair of its steps; a long one is evaluated whole
         first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
         first_start=p.first_start, unseen=unseen,
     )  # fmt: skip
+    dd, ambiguous = covering_both_readings(dd, res, plan.f0)
+    info["staircase"] = info.get("staircase", 0) + ambiguous
+    return dd
 
 
 def _unseen(
@@ -428,6 +432,8 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
     if info.get("quad_unsettled"):
         why = None if target.mp_mode() else target.mp_unavailable_reason
         notes.append(_quad_note(info["quad_unsettled"], plan.d, why))
+    if info.get("staircase"):
+        notes.append(_staircase_note(info["staircase"]))
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if method in STRONG else plan.accuracy
     ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
@@ -435,6 +441,18 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
         stored = notes + ([raised_note(plan.raised)] if plan.raised else [])
         plan.cache_slot.store(ref.dd, ref.method, ref.noise, stored, ref.seconds)
     return ref
+
+
+def _staircase_note(directions: int) -> str:
+    """Why the error bars along ``directions`` directions cover 0 and the slope read."""
+    return (
+        f"along {directions} direction(s) f's float64 values are a staircase: rounded to a "
+        f"grid of at least {COARSE:.2g} of |f|, constant on treads at least {COARSE:.2g} of "
+        "the input's scale wide; a step function (floor, a quantizer: derivative 0) and a "
+        "smooth function rounded that coarsely give the same values there, so the error bars "
+        "of those estimates cover both the staircase's slope and 0, and only a reference of "
+        "more digits (mp) decides them"
+    )
 
 
 def _quad_note(unsettled: int, d: int, mp_missing: str | None) -> str:

@@ -1,0 +1,82 @@
+"""Where finite differences of float64 values cannot tell a step function from rounding.
+
+A step function (``floor``, a quantizer ``round(16 x) / 16``) and a smooth function
+whose value is rounded to a coarse grid (a small result of cancelling terms) give the
+same float64 values: constant on treads, jumping by one cell of the grid between them.
+Read over steps that cross many treads, both have the slope of the staircase; it is the
+derivative of the smooth function and not of the step function, whose derivative is 0.
+Nothing in the float64 values tells the two apart; arithmetic of more digits does (the
+smooth function moves within a tread there, the step function does not).
+
+Such a reading is recognized by two measurements, each far beyond what rounding an
+ordinary function's value gives:
+
+* the grid of ``f``'s values (:func:`~polygrad.reference.noise.output_resolution`) is at
+  least :data:`COARSE` of ``|f|`` (an ordinary value is rounded at about ``2^-52 |f|``);
+* a tread, one cell of that grid over the slope read, is at least :data:`COARSE` of the
+  direction's length (the input's scale) wide.
+
+There the error bar of the estimate is raised to cover both readings, the slope and 0,
+so that no verdict rests on it: the entry is judged again on a higher-precision
+reference where one is available, and is INCONCLUSIVE where none is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .differences import DirectionalDerivatives
+from .richardson import Estimate
+
+__all__ = ["COARSE", "ambiguous_staircase", "covering_both_readings"]
+
+COARSE = 2.0**-22
+"""Relative size (of ``|f|``, and of the direction's length) from which a grid and its
+treads are a staircase, not rounding: a value kept to fewer bits than float32 keeps."""
+
+
+def ambiguous_staircase(slope: np.ndarray, grid: np.ndarray, f0: np.ndarray) -> np.ndarray:
+    """Where a difference quotient of float64 values reads a staircase.
+
+    Parameters
+    ----------
+    slope : ndarray, shape (d, m)
+        The derivative read along each direction, per unit of the direction.
+    grid : ndarray, shape (m,)
+        The grid of each output's values (0 where none, or a staircase of small whole
+        numbers, which the ladder reads as the constant run it is).
+    f0 : ndarray, shape (m,)
+        The outputs at the point.
+
+    Returns
+    -------
+    ndarray of bool, shape (d, m)
+        Both the grid (relative to ``|f|``) and a tread (``grid / |slope|``, relative to
+        the direction) are :data:`COARSE` or coarser.
+    """
+    g = np.asarray(grid, dtype=np.float64)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        coarse_grid = (g > 0) & (g >= COARSE * np.abs(np.asarray(f0, np.float64))[None, :])
+        wide_tread = g >= COARSE * np.abs(slope)
+    return coarse_grid & wide_tread
+
+
+def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray,
+                           f0: np.ndarray) -> tuple[DirectionalDerivatives, int]:  # fmt: skip
+    """``dd`` with the error bars of every estimate raised to at least ``|value|`` where
+    :func:`ambiguous_staircase` holds for the central estimate, and how many
+    directions that touched."""
+    mask = ambiguous_staircase(dd.central.value, grid, f0)
+    if not np.any(mask):
+        return dd, 0
+
+    def widened(e: Estimate) -> Estimate:
+        with np.errstate(invalid="ignore"):
+            error = np.where(mask, np.fmax(e.error, np.abs(e.value)), e.error)
+        return replace(e, error=error)
+
+    out = replace(dd, central=widened(dd.central), right=widened(dd.right),
+                  left=widened(dd.left))  # fmt: skip
+    return out, int(np.sum(np.any(mask, axis=1)))
