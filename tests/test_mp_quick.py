@@ -299,3 +299,6 @@ def test_an_output_exactly_0_at_50_digits_is_resolved_at_more(framework, factor)
     np.testing.assert_allclose(report.entries.reference, [_log_erf_truth()], rtol=1e-12)
     expected = pg.Verdict.PASS if factor == 1.0 else pg.Verdict.MISMATCH
     assert report.verdict == expected and report.ok == (factor == 1.0), str(report)
+    # the report names the digits the reference ran at, not the 50 asked
+    assert report.details.reference.dps == 152, report.details.reference
+    assert "mpmath at 152 digits" in str(report)

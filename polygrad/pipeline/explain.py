@@ -178,7 +178,7 @@ def _reference_details(plan: Plan, ref: Reference, dd: Any, opts: Options) -> Re
     size = max(np.max(np.abs(plan.f0)), 1e-300)
     return ReferenceInfo(
         method=ref.method,
-        dps=opts.dps if ref.method == "mp" else None,
+        dps=int(info.get("mp_digits", opts.dps)) if ref.method == "mp" else None,
         noise=float(np.median(dd.central.noise)),
         noise_max=float(np.max(dd.central.noise)),
         noise_detected_fraction=info["detected"] / max(info["total"], 1),

@@ -265,10 +265,19 @@ def along(
     if method == "mp":
         assert target.evaluate_mp is not None
         levels = opts.policy.mp_levels
-        return mp_directional_derivatives(
+        dd = mp_directional_derivatives(
             target.evaluate_mp, target.x0, W, dps=opts.dps, levels=levels
         )
+        return _digits_noted(dd, info)
     return _differences(fn, target, W, plan, method, opts, info, shared)
+
+
+def _digits_noted(dd: DirectionalDerivatives, info: dict[str, Any]) -> DirectionalDerivatives:
+    """``dd``, its mp digits kept in ``info["mp_digits"]`` (the most of any part), which
+    the report states."""
+    if dd.digits is not None:
+        info["mp_digits"] = max(int(info.get("mp_digits", 0)), dd.digits)
+    return dd
 
 
 STRONG = ("mp", "quad")
@@ -289,8 +298,9 @@ def _quad_along(
         info["quad_unsettled"] = info.get("quad_unsettled", 0) + Wr.shape[0]
         if target.mp_mode():
             assert target.evaluate_mp is not None
-            return mp_directional_derivatives(target.evaluate_mp, target.x0, Wr, dps=opts.dps,
-                                              levels=opts.policy.mp_levels)  # fmt: skip
+            dd = mp_directional_derivatives(target.evaluate_mp, target.x0, Wr, dps=opts.dps,
+                                            levels=opts.policy.mp_levels)  # fmt: skip
+            return _digits_noted(dd, info)
         if "_resolution" not in info:
             _read_resolution(fn, target, plan, opts, info)
         method64 = "float64" if target.evaluate64 is not None else "working"

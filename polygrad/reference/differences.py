@@ -80,6 +80,10 @@ class DirectionalDerivatives:
     jump_right, jump_left : ndarray of bool
         The one-sided difference does not vanish like ``h`` on that side (a
         jump or an infinite slope).
+    digits : int or None
+        For an mp reference, the decimal digits its arithmetic used (more than asked
+        where an output is exactly 0 at the digits asked; see
+        :func:`polygrad.reference.mp.resolving_digits`); None otherwise.
     """
 
     central: Estimate
@@ -87,6 +91,7 @@ class DirectionalDerivatives:
     left: Estimate
     jump_right: np.ndarray
     jump_left: np.ndarray
+    digits: int | None = None
 
 
 @dataclass(frozen=True)

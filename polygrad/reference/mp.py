@@ -23,6 +23,7 @@ scale below about ``1e-4`` of the direction) go through the full ladder.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import mpmath
 import numpy as np
@@ -180,13 +181,14 @@ def mp_directional_derivatives(
         settled = settled.copy()
         settled[~settled] = settled_f
     if np.all(settled):
-        return quick
+        return replace(quick, digits=dps)
     # f(x) again in the ladder's own arithmetic: its noise model reads the rounding of f0
     f0 = evaluate_mp(x0, zero, dps)
     rest = _ladder_derivatives(
         evaluate_mp, x0, W[~settled], f0, dps, h_max, levels, max_extensions, scale
     )
-    return _merge(quick, rest, settled, evaluations=quick.central.evaluations + 1)
+    merged = _merge(quick, rest, settled, evaluations=quick.central.evaluations + 1)
+    return replace(merged, digits=dps)
 
 
 RESOLVE_FACTOR = 4
