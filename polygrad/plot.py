@@ -89,16 +89,22 @@ def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
         )
     ax.loglog(grid, gt + gr, "-", color="0.5", lw=0.8, label="predicted total")
     ax.axvline(s.optimal_step, color="k", lw=0.8, ls="-.")
-    # the label sits on the side of the best step with more room, on a white box
-    right = np.log(s.optimal_step / h.min()) < np.log(h.max() / s.optimal_step)
-    ax.annotate(
-        "best " + s.best_step_label().replace(" with a ", "\n"),
-        (s.optimal_step, s.optimal_error),
-        textcoords="offset points",
-        xytext=(8 if right else -8, 14),
+    # the label sits at the foot of the best step's line, on the side with more room (more
+    # than half the axes): below the crossing of the two predictions, where no curve runs,
+    # and inside the axes, off the tick labels
+    lo, hi = np.log(ax.get_xlim())
+    at = float((np.log(s.optimal_step) - lo) / (hi - lo))
+    right = at < 0.5
+    ax.text(
+        at + (0.01 if right else -0.01),
+        0.03,
+        "best "
+        + s.best_step_label().replace(" with a ", "\n").replace(" (measured", "\n(measured"),
+        transform=ax.transAxes,
         ha="left" if right else "right",
+        va="bottom",
         fontsize=8,
-        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.9},
+        bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.7", "alpha": 0.75},
     )
     pos = np.concatenate([ce[ce > 0], pr[pr > 0]])
     if pos.size:

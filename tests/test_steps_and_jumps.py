@@ -172,13 +172,17 @@ def test_an_ordinary_rounded_value_is_no_staircase():
     """The staircase test on its own: floor's grid of 1 at |f| = 1e4 with a slope of 8192
     per unit of the direction is one; a sum's own rounding (grid 2^-39 at 1e4) is not,
     nor is a grid of 1 where the slope is so steep that a tread is 2^-30 of the
-    direction."""
+    direction, nor the rounding of a kink's values at f = 0."""
     from polygrad.reference.staircase import ambiguous_staircase
 
     f0 = np.array([1e4, 1e4, 1e4])
     grid = np.array([1.0, 2.0**-39, 1.0])
     slope = np.array([[8192.0, 8192.0, 2.0**30]])
     assert ambiguous_staircase(slope, grid, f0).tolist() == [[True, False, False]]
+    # the norm at 0: f is 0 and its central slope 0, its one-sided slopes 1 and its grid
+    # that of values near 1e-6; beside values of the size of its slopes, it is rounding
+    f0, grid, slope = np.zeros(1), np.array([2.0**-72]), np.zeros((1, 1))
+    assert ambiguous_staircase(slope, grid, f0, sides=np.ones((1, 1))).tolist() == [[False]]
 
 
 def _straight_through(backend):

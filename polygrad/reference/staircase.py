@@ -37,7 +37,9 @@ COARSE = 2.0**-22
 treads are a staircase, not rounding: a value kept to fewer bits than float32 keeps."""
 
 
-def ambiguous_staircase(slope: np.ndarray, grid: np.ndarray, f0: np.ndarray) -> np.ndarray:
+def ambiguous_staircase(
+    slope: np.ndarray, grid: np.ndarray, f0: np.ndarray, sides: np.ndarray | None = None
+) -> np.ndarray:
     """Where a difference quotient of float64 values reads a staircase.
 
     Parameters
@@ -49,16 +51,24 @@ def ambiguous_staircase(slope: np.ndarray, grid: np.ndarray, f0: np.ndarray) -> 
         numbers, which the ladder reads as the constant run it is).
     f0 : ndarray, shape (m,)
         The outputs at the point.
+    sides : ndarray, shape (d, m), optional
+        The larger one-sided slope in size: with ``|f0|`` and ``|slope|``, how far the
+        values range over one unit of the direction (the norm at 0 is 0, with one-sided
+        slopes of 1 and a central one of 0: its grid is rounding, small beside the values
+        around it).
 
     Returns
     -------
     ndarray of bool, shape (d, m)
-        Both the grid (relative to ``|f|``) and a tread (``grid / |slope|``, relative to
-        the direction) are :data:`COARSE` or coarser.
+        Both the grid (relative to the size of the values near ``x``) and a tread
+        (``grid / |slope|``, relative to the direction) are :data:`COARSE` or coarser.
     """
     g = np.asarray(grid, dtype=np.float64)[None, :]
+    size = np.maximum(np.abs(np.asarray(f0, np.float64))[None, :], np.abs(slope))
+    if sides is not None:
+        size = np.maximum(size, np.abs(sides))
     with np.errstate(divide="ignore", invalid="ignore"):
-        coarse_grid = (g > 0) & (g >= COARSE * np.abs(np.asarray(f0, np.float64))[None, :])
+        coarse_grid = (g > 0) & (g >= COARSE * size)
         wide_tread = g >= COARSE * np.abs(slope)
     return coarse_grid & wide_tread
 
@@ -68,7 +78,8 @@ def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray,
     """``dd`` with the error bars of every estimate raised to at least ``|value|`` where
     :func:`ambiguous_staircase` holds for the central estimate, and how many
     directions that touched."""
-    mask = ambiguous_staircase(dd.central.value, grid, f0)
+    sides = np.fmax(np.abs(dd.right.value), np.abs(dd.left.value))
+    mask = ambiguous_staircase(dd.central.value, grid, f0, sides)
     if not np.any(mask):
         return dd, 0
 
