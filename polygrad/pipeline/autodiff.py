@@ -785,7 +785,8 @@ def _resolved_nearby(b: Entries, others: list[Entries], wd64: bool) -> np.ndarra
         here = np.abs(value_of(b) - b.reference)
         values = np.array([value_of(o) for o in others])  # (copies, entries)
         gaps = np.abs(values - b.reference)
-        hit = (gaps < AT_THE_POINT_ONLY * here) & (gaps < near)
+        # (an exact 0 lands on a reference of exactly 0: the derivative of a flat stretch)
+        hit = (gaps < AT_THE_POINT_ONLY * here) & (gaps <= near)
         # most moved copies resolve it, and agree among themselves: where the derivative
         # itself changes over a move by more than the test resolves (a few ulps of
         # float16 are 1e-3 of x), one copy can land on the point's reference by chance,
