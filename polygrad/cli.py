@@ -153,6 +153,8 @@ def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
+    if getattr(args, "localize", False):
+        out["localize"] = True
     step = _parse_steps(getattr(args, "compare_step", None))
     if step is not None:
         if step.size != 1:
@@ -499,6 +501,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--compare-step", metavar="STEP", help="its step (eps/delta/h), absolute, e.g. 2^-13"
+    )
+    p.add_argument(
+        "--localize",
+        action="store_true",
+        help="after a MISMATCH (or NONFINITE), name the op, layer and source line whose "
+        "rule is wrong (or that first makes NaN)",
     )
     p.add_argument("--plot", metavar="FILE", help="heat map of per-entry errors (PNG/SVG)")
     p.add_argument("--no-color", action="store_true", help="plain text even on a terminal")

@@ -617,3 +617,45 @@ def test_users_case2_cnn_from_the_command_line_through_a_factory(tmp_path):
     assert (int(shown[1]), int(shown[2])) == (counts.get("NONSMOOTH", 0), counts["PASS"])
     assert f"{counts['PASS']} smooth entries pass" in page
     assert f"the {counts.get('NONSMOOTH', 0)} pixels" in page
+
+
+SWISH_FILE = textwrap.dedent(
+    """
+    import torch
+
+
+    class Swish(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * torch.sigmoid(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            s = torch.sigmoid(x)
+            return g * (s + x * s * (1 - s) * 1.01)  # the bug: 1.01
+
+
+    def f(x):
+        return torch.tanh(Swish.apply(torch.sin(x))).sum()
+    """
+)
+
+
+def test_localize_names_the_wrong_rule_and_its_line(tmp_path):
+    """``check --localize`` after a MISMATCH: the custom rule is named, with the line of
+    the user's file that called it, before the Jacobian entries; without the flag the
+    walk does not run."""
+    path = tmp_path / "swish.py"
+    path.write_text(SWISH_FILE)
+    args = ("check", f"{path}:f", "--at", "0.3, -1.2, 2.0", "--dtype", "float64")
+    out = run(*args, "--localize")
+    assert out.returncode == 1, out.stderr
+    text = out.stdout
+    assert "Localized: the first node whose own rule is wrong" in text, text
+    assert "torch.autograd.Function Swish (custom rule)" in text, text
+    assert f"{path}:19 in f" in text, text
+    assert text.index("Localized:") < text.index("worst entries:")
+    plain = run(*args)
+    assert plain.returncode == 1 and "Localized:" not in plain.stdout
