@@ -184,6 +184,7 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
         lines += report.localization.lines()
     lines += _setup_lines(report)
     lines += _worst_lines(report, max_rows, color)
+    lines += _surrogate_hint(report)
     if "NONSMOOTH" in report.counts():
         lines.append(_kinks(report))
     lines += _evidence_lines(report)
@@ -192,6 +193,22 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     if unresolved:
         lines.append(unresolved)
     return "\n".join(lines)
+
+
+def _surrogate_hint(report: Report) -> list[str]:
+    """Where every MISMATCH entry's reference is exactly 0 (f constant under small moves:
+    a quantizer, floor, a step) while the rule is not: how to say that a rule differs by
+    design (a straight-through estimator), if it does."""
+    e = report.entries
+    bad = e.status == _severity("MISMATCH")
+    if not np.any(bad) or np.any(e.reference[bad] != 0):
+        return []
+    return [
+        "  hint: the reference of every MISMATCH entry is exactly 0: f does not change under "
+        "small moves of those inputs (a quantizer, floor, round, a step), and its derivative "
+        "there is 0; if the rule is a surrogate by design (a straight-through estimator), "
+        "check(..., surrogate=True) states it, and those entries are then not judged"
+    ]
 
 
 def _setup_lines(report: Report) -> list[str]:

@@ -229,3 +229,18 @@ def test_a_straight_through_quantizer_in_float32_is_a_mismatch(backend):
     report = backend.check(_straight_through(backend), x, cache=False)
     assert report.verdict is Verdict.MISMATCH and not report.ok, str(report)
     assert report.counts() == {"MISMATCH": 4}, report.counts()
+
+
+def test_a_straight_through_rule_is_told_how_to_declare_itself():
+    """Every MISMATCH entry of a quantizer's straight-through rule has a reference of
+    exactly 0: the report says how to declare a surrogate by design, and with
+    surrogate=True the check is ok; a wrong rule of a smooth function gets no such hint."""
+    x = np.array(FAR, dtype=np.float32)
+    f = lambda t: np.sum(np.round(t * 16) / 16)  # noqa: E731 - a user's one-line quantizer
+    report = pg.check(f, x, grad=np.ones_like, cache=False)
+    assert report.verdict is Verdict.MISMATCH
+    assert "surrogate=True" in str(report), report
+    declared = pg.check(f, x, grad=np.ones_like, cache=False, surrogate=True)
+    assert declared.ok and declared.verdict is Verdict.INCONCLUSIVE, declared
+    wrong = pg.check(lambda t: np.sum(np.sin(t)), x, grad=lambda t: 1.01 * np.cos(t), cache=False)
+    assert wrong.verdict is Verdict.MISMATCH and "surrogate=True" not in str(wrong), wrong
