@@ -171,18 +171,24 @@ def test_float64_differences_alone_do_not_decide_a_staircase(rule):
 def test_an_ordinary_rounded_value_is_no_staircase():
     """The staircase test on its own: floor's grid of 1 at |f| = 1e4 with a slope of 8192
     per unit of the direction is one; a sum's own rounding (grid 2^-39 at 1e4) is not,
-    nor is a grid of 1 where the slope is so steep that a tread is 2^-30 of the
-    direction, nor the rounding of a kink's values at f = 0."""
+    nor is a grid of 1 where the slope is so steep that a tread is 2^-40 of the
+    direction (a few thousand ulps of the input), nor the rounding of a kink's values
+    at f = 0."""
     from polygrad.reference.staircase import ambiguous_staircase
 
     f0 = np.array([1e4, 1e4, 1e4])
     grid = np.array([1.0, 2.0**-39, 1.0])
-    slope = np.array([[8192.0, 8192.0, 2.0**30]])
-    assert ambiguous_staircase(slope, grid, f0).tolist() == [[True, False, False]]
+    slope = np.array([[8192.0, 8192.0, 2.0**40]])
+    assert ambiguous_staircase(slope, grid, f0, 2.0**-52).tolist() == [[True, False, False]]
     # the norm at 0: f is 0 and its central slope 0, its one-sided slopes 1 and its grid
     # that of values near 1e-6; beside values of the size of its slopes, it is rounding
     f0, grid, slope = np.zeros(1), np.array([2.0**-72]), np.zeros((1, 1))
-    assert ambiguous_staircase(slope, grid, f0, sides=np.ones((1, 1))).tolist() == [[False]]
+    assert ambiguous_staircase(slope, grid, f0, 2.0**-52, np.ones((1, 1))).tolist() == [[False]]
+    # float32 values (a reference in the working dtype) rounded at their own ulp
+    one = np.ones((1, 1))
+    assert ambiguous_staircase(one, np.array([2.0**-24]), np.ones(1), 2.0**-23).tolist() == [
+        [False]
+    ]
 
 
 def _straight_through(backend):
@@ -244,3 +250,68 @@ def test_a_straight_through_rule_is_told_how_to_declare_itself():
     assert declared.ok and declared.verdict is Verdict.INCONCLUSIVE, declared
     wrong = pg.check(lambda t: np.sum(np.sin(t)), x, grad=lambda t: 1.01 * np.cos(t), cache=False)
     assert wrong.verdict is Verdict.MISMATCH and "surrogate=True" not in str(wrong), wrong
+
+
+# ---- a zero beside large entries: it has no size of its own ----------------------------
+
+#: a zero entry beside entries of 1e6: it took their scale, and steps of 1e6 times the
+#: ladder's crossed millions of the quantizer's treads
+ZERO_BESIDE_LARGE = [0.0, 0.0, 0.0, 2e6]
+
+
+def test_a_straight_through_rule_at_0_beside_large_entries_is_a_mismatch_numpy():
+    """round(8 x) / 8 is 0 on (-1/16, 1/16): its derivative at 0 is 0, and the
+    straight-through rule's 1 is MISMATCH there (it was PASS against the staircase's
+    slope, read at steps of 2e6 times the ladder's)."""
+    x = np.array(ZERO_BESIDE_LARGE, dtype=np.float32)
+    f = lambda t: np.sum(np.round(t * 8) / 8)  # noqa: E731 - a user's one-line quantizer
+    report = pg.check(f, x, grad=np.ones_like, cache=False)
+    assert report.counts() == {"MISMATCH": 4}, report
+    assert report.entries.reference.tolist() == [0.0] * 4
+
+
+@pytest.mark.polygrad_backends("torch", "jax", "tensorflow")
+def test_a_straight_through_rule_at_0_beside_large_entries_is_a_mismatch(backend):
+    x = backend.asarray(np.array(ZERO_BESIDE_LARGE, dtype=np.float32))
+    report = backend.check(_straight_through(backend), x, cache=False)
+    assert report.counts() == {"MISMATCH": 4}, str(report)
+
+
+def _hard_swish(x):
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+def _hard_swish_grad(x):
+    return np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6))
+
+
+def _hard_swish_grad_special_cased_at_0(x):
+    return np.where(x == 0, 1.0, _hard_swish_grad(x))
+
+
+def test_a_smooth_point_at_0_beside_large_entries_is_no_kink():
+    """hard-swish is smooth at 0 (derivative 1/2); its kinks are at -3 and 3. Beside an
+    entry of 1e5, steps at 0 of 1e5 times the ladder's crossed both and read a kink at 0
+    (NONSMOOTH, left 0 and right 1), and a rule that returns 1 there passed as lying
+    between them. Now the right rule is PASS, the wrong one is not ok."""
+    x = np.array([0.0, 1e5], dtype=np.float32)
+    f = lambda t: np.sum(_hard_swish(t))  # noqa: E731
+    right = pg.check(f, x, grad=_hard_swish_grad, cache=False)
+    assert right.verdict is Verdict.PASS and right.ok, right
+    assert right.entries.reference[0] == pytest.approx(0.5, rel=1e-9)
+    wrong = pg.check(f, x, grad=_hard_swish_grad_special_cased_at_0, cache=False)
+    assert not wrong.ok and wrong.counts()["PASS"] == 1, wrong
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit: whether an operation of f sits at its kink is asked of the whole "
+    "point; hard-swish's clip is at its bound at x[3] = 3, so the rule special-cased at the "
+    "zeros (1 for a derivative of 1/2, f smooth there) is taken for autodiff's side of "
+    "that kink and passes as NONSMOOTH; the kink is not on the zeros' path",
+)
+def test_a_rule_special_cased_at_0_beside_a_kink_elsewhere_is_a_mismatch():
+    x = np.array([0.0, 0.0, 1e5, 3.0])
+    f = lambda t: np.sum(_hard_swish(t))  # noqa: E731
+    report = pg.check(f, x, grad=_hard_swish_grad_special_cased_at_0, cache=False)
+    assert report.entries.status[:2].tolist() == [SEVERITY[Verdict.MISMATCH]] * 2, report

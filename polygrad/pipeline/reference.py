@@ -26,7 +26,7 @@ from ..reference.noise import (
 )
 from ..reference.quad import quad_directional_derivatives
 from ..reference.richardson import Estimate
-from ..reference.staircase import COARSE, covering_both_readings
+from ..reference.staircase import COARSE_ULPS, covering_both_readings
 from ..reference.steps import ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
@@ -215,7 +215,7 @@ def _differences(
         first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
         first_start=p.first_start, unseen=unseen,
     )  # fmt: skip
-    dd, ambiguous = covering_both_readings(dd, res, plan.f0)
+    dd, ambiguous = covering_both_readings(dd, res, plan.f0, eps)
     info["staircase"] = info.get("staircase", 0) + ambiguous
     return dd
 
@@ -443,7 +443,7 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
         why = None if target.mp_mode() else target.mp_unavailable_reason
         notes.append(_quad_note(info["quad_unsettled"], plan.d, why))
     if info.get("staircase"):
-        notes.append(_staircase_note(info["staircase"]))
+        notes.append(_staircase_note(info["staircase"], plan.ref_eps))
     # finite differences vouch for the accuracy they were aimed at; mp for its error bars
     vouched = 0.0 if method in STRONG else plan.accuracy
     ref = Reference(dd, method, vouched, info, time.perf_counter() - t0, notes)
@@ -453,15 +453,16 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
     return ref
 
 
-def _staircase_note(directions: int) -> str:
+def _staircase_note(directions: int, eps: float) -> str:
     """Why the error bars along ``directions`` directions cover 0 and the slope read."""
+    arithmetic = "float64" if eps <= 2.0**-52 else "working-dtype"
     return (
-        f"along {directions} direction(s) f's float64 values are a staircase: rounded to a "
-        f"grid of at least {COARSE:.2g} of |f|, constant on treads at least {COARSE:.2g} of "
-        "the input's scale wide; a step function (floor, a quantizer: derivative 0) and a "
-        "smooth function rounded that coarsely give the same values there, so the error bars "
-        "of those estimates cover both the staircase's slope and 0, and only a reference of "
-        "more digits (mp) decides them"
+        f"along {directions} direction(s) f's {arithmetic} values are a staircase: rounded "
+        f"to a grid of at least {COARSE_ULPS:.0f} ulps of the values near x, constant on "
+        f"treads at least {COARSE_ULPS:.0f} ulps of the input wide; a step function (floor, a "
+        "quantizer: derivative 0) and a smooth function rounded that coarsely give the same "
+        "values there, so the error bars of those estimates cover both the staircase's slope "
+        "and 0, and only a reference of more digits (mp) decides them"
     )
 
 

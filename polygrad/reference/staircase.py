@@ -1,8 +1,9 @@
-"""Where finite differences of float64 values cannot tell a step function from rounding.
+"""Where finite differences of machine numbers cannot tell a step function from rounding.
 
 A step function (``floor``, a quantizer ``round(16 x) / 16``) and a smooth function
 whose value is rounded to a coarse grid (a small result of cancelling terms) give the
-same float64 values: constant on treads, jumping by one cell of the grid between them.
+same float64 values (or float32 values, for a reference in the working dtype): constant
+on treads, jumping by one cell of the grid between them.
 Read over steps that cross many treads, both have the slope of the staircase; it is the
 derivative of the smooth function and not of the step function, whose derivative is 0.
 Nothing in the float64 values tells the two apart; arithmetic of more digits does (the
@@ -12,9 +13,10 @@ Such a reading is recognized by two measurements, each far beyond what rounding 
 ordinary function's value gives:
 
 * the grid of ``f``'s values (:func:`~polygrad.reference.noise.output_resolution`) is at
-  least :data:`COARSE` of ``|f|`` (an ordinary value is rounded at about ``2^-52 |f|``);
-* a tread, one cell of that grid over the slope read, is at least :data:`COARSE` of the
-  direction's length (the input's scale) wide.
+  least :data:`COARSE_ULPS` ulps of the values near ``x`` (an ordinary value is rounded
+  at about one);
+* a tread, one cell of that grid over the slope read, is at least :data:`COARSE_ULPS`
+  ulps of the input (of the direction's length) wide.
 
 There the error bar of the estimate is raised to cover both readings, the slope and 0,
 so that no verdict rests on it: the entry is judged again on a higher-precision
@@ -30,15 +32,22 @@ import numpy as np
 from .differences import DirectionalDerivatives
 from .richardson import Estimate
 
-__all__ = ["COARSE", "ambiguous_staircase", "covering_both_readings"]
+__all__ = ["COARSE_ULPS", "ambiguous_staircase", "covering_both_readings"]
 
-COARSE = 2.0**-22
-"""Relative size (of ``|f|``, and of the direction's length) from which a grid and its
-treads are a staircase, not rounding: a value kept to fewer bits than float32 keeps."""
+COARSE_ULPS = 2.0**16
+"""Ulps (of the values near ``x``, and of the input) from which a grid and its treads are
+a staircase, not the rounding of an ordinary value: a value whose intermediates cancel
+to ``2^-16`` of themselves and change with the input far more slowly than they are
+large, or a step function's whole numbers (at ``1e6``, ``2^-36`` of themselves in
+float64)."""
 
 
 def ambiguous_staircase(
-    slope: np.ndarray, grid: np.ndarray, f0: np.ndarray, sides: np.ndarray | None = None
+    slope: np.ndarray,
+    grid: np.ndarray,
+    f0: np.ndarray,
+    eps: float,
+    sides: np.ndarray | None = None,
 ) -> np.ndarray:
     """Where a difference quotient of float64 values reads a staircase.
 
@@ -51,6 +60,8 @@ def ambiguous_staircase(
         numbers, which the ladder reads as the constant run it is).
     f0 : ndarray, shape (m,)
         The outputs at the point.
+    eps : float
+        Machine epsilon of the arithmetic of the values.
     sides : ndarray, shape (d, m), optional
         The larger one-sided slope in size: with ``|f0|`` and ``|slope|``, how far the
         values range over one unit of the direction (the norm at 0 is 0, with one-sided
@@ -61,25 +72,27 @@ def ambiguous_staircase(
     -------
     ndarray of bool, shape (d, m)
         Both the grid (relative to the size of the values near ``x``) and a tread
-        (``grid / |slope|``, relative to the direction) are :data:`COARSE` or coarser.
+        (``grid / |slope|``, relative to the direction) are :data:`COARSE_ULPS` ulps or
+        coarser.
     """
     g = np.asarray(grid, dtype=np.float64)[None, :]
     size = np.maximum(np.abs(np.asarray(f0, np.float64))[None, :], np.abs(slope))
     if sides is not None:
         size = np.maximum(size, np.abs(sides))
     with np.errstate(divide="ignore", invalid="ignore"):
-        coarse_grid = (g > 0) & (g >= COARSE * size)
-        wide_tread = g >= COARSE * np.abs(slope)
+        coarse = COARSE_ULPS * eps
+        coarse_grid = (g > 0) & (g >= coarse * size)
+        wide_tread = g >= coarse * np.abs(slope)
     return coarse_grid & wide_tread
 
 
-def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray,
-                           f0: np.ndarray) -> tuple[DirectionalDerivatives, int]:  # fmt: skip
+def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray, f0: np.ndarray,
+                           eps: float) -> tuple[DirectionalDerivatives, int]:  # fmt: skip
     """``dd`` with the error bars of every estimate raised to at least ``|value|`` where
     :func:`ambiguous_staircase` holds for the central estimate, and how many
     directions that touched."""
     sides = np.fmax(np.abs(dd.right.value), np.abs(dd.left.value))
-    mask = ambiguous_staircase(dd.central.value, grid, f0, sides)
+    mask = ambiguous_staircase(dd.central.value, grid, f0, eps, sides)
     if not np.any(mask):
         return dd, 0
 

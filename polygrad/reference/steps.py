@@ -20,8 +20,13 @@ F64_EPS = float(np.finfo(np.float64).eps)
 def pow2_scales(x0: np.ndarray) -> np.ndarray:
     """Per-coordinate direction scales: powers of two near ``|x_i|``.
 
-    Zeros get the scale of the typical nonzero entry (or 1), so a step
-    ``h s_i`` is relative to the input's own size and exact in binary.
+    Zeros get the scale of the typical nonzero entry, but no larger than 1 (or 1
+    where every entry is 0), so a step ``h s_i`` is relative to the input's own
+    size and exact in binary. A zero has no size of its own: beside entries of
+    ``1e5`` it would otherwise take steps of ``1e5`` times the ladder's, which
+    cross a function's features near 0 (the kinks of a hard-swish at ``±3``, the
+    treads of a quantizer) and read them as a kink or a slope at 0; a unit scale,
+    as the usual ``max(1, |x|)`` of finite-difference steps gives, does not.
 
     Parameters
     ----------
@@ -36,7 +41,7 @@ def pow2_scales(x0: np.ndarray) -> np.ndarray:
     nz = ax[ax > 0]
     big = float(np.max(nz)) if nz.size else 1.0
     typical = big * float(np.sqrt(np.mean((nz / big) ** 2))) if nz.size else 1.0
-    base = np.where(ax > 0, ax, typical)
+    base = np.where(ax > 0, ax, min(typical, 1.0))
     return 2.0 ** np.round(np.log2(base))
 
 
