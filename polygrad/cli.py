@@ -476,18 +476,8 @@ def _add_point_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-
-    parser = argparse.ArgumentParser(
-        prog="polygrad",
-        description="Is this autodiff gradient right, or is the disagreement only round-off?",
-    )
-    parser.add_argument("--version", action="version", version=f"polygrad {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("check", help="check the gradient of a function at a point")
-    _add_point_options(p)
+def _add_check_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``polygrad check`` beyond the point's."""
     p.add_argument("--grad", metavar="FILE.py:FUNC", help="gradient of a NumPy function")
     p.add_argument("--jac", metavar="FILE.py:FUNC", help="Jacobian of a NumPy function")
     p.add_argument("--mode", choices=["auto", "rev", "fwd", "both"], help="default auto")
@@ -510,6 +500,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--plot", metavar="FILE", help="heat map of per-entry errors (PNG/SVG)")
     p.add_argument("--no-color", action="store_true", help="plain text even on a terminal")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="polygrad",
+        description="Is this autodiff gradient right, or is the disagreement only round-off?",
+    )
+    parser.add_argument("--version", action="version", version=f"polygrad {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("check", help="check the gradient of a function at a point")
+    _add_point_options(p)
+    _add_check_options(p)
     p.set_defaults(run=_cmd_check)
 
     p = sub.add_parser("sweep", help="finite-difference error against the step (V curve)")
