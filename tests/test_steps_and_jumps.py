@@ -315,3 +315,18 @@ def test_a_rule_special_cased_at_0_beside_a_kink_elsewhere_is_a_mismatch():
     f = lambda t: np.sum(_hard_swish(t))  # noqa: E731
     report = pg.check(f, x, grad=_hard_swish_grad_special_cased_at_0, cache=False)
     assert report.entries.status[:2].tolist() == [SEVERITY[Verdict.MISMATCH]] * 2, report
+
+
+def test_a_staircase_entry_small_beside_its_row_is_not_decided_by_float64():
+    """sum(c round(16 x) / 16) with c = (1e5, 1) at inputs near 1e4: x[1]'s reference is
+    the staircase's slope 1 (its derivative is 0), small beside x[0]'s 1e5. An error bar
+    of the size of the slope covered both readings, but was not too coarse against the
+    row's scale, and the straight-through rule's 1 passed at x[1]; on float64 alone no
+    entry is decided now, and with mp both are MISMATCH."""
+    c = np.array([1e5, 1.0], np.float32)
+    x = np.array([10000.3, 20000.3], np.float32)
+    f = lambda t: np.sum(c * (np.round(t * 16) / 16))  # noqa: E731
+    alone = pg.check(f, x, grad=lambda t: c, reference="float64", cache=False)
+    assert alone.counts() == {"INCONCLUSIVE": 2}, alone
+    report = pg.check(f, x, grad=lambda t: c, cache=False)
+    assert report.counts() == {"MISMATCH": 2}, report

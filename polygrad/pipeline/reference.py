@@ -27,7 +27,7 @@ from ..reference.noise import (
 from ..reference.quad import quad_directional_derivatives
 from ..reference.richardson import Estimate
 from ..reference.staircase import COARSE_ULPS, covering_both_readings
-from ..reference.steps import ecnoise_step, ladder, rademacher
+from ..reference.steps import F64_EPS, ecnoise_step, ladder, rademacher
 from ..report import SEVERITY, Entries, Verdict
 from .judge import DOUBT
 from .plan import Plan, coordinate_directions, raising_points_as_nan
@@ -455,14 +455,14 @@ def compute_reference(target: Target, plan: Plan, opts: Options, prep: Any = Non
 
 def _staircase_note(directions: int, eps: float) -> str:
     """Why the error bars along ``directions`` directions cover 0 and the slope read."""
-    arithmetic = "float64" if eps <= 2.0**-52 else "working-dtype"
+    arithmetic = "float64" if eps <= F64_EPS else "working-dtype"
     return (
         f"along {directions} direction(s) f's {arithmetic} values are a staircase: rounded "
         f"to a grid of at least {COARSE_ULPS:.0f} ulps of the values near x, constant on "
         f"treads at least {COARSE_ULPS:.0f} ulps of the input wide; a step function (floor, a "
         "quantizer: derivative 0) and a smooth function rounded that coarsely give the same "
-        "values there, so the error bars of those estimates cover both the staircase's slope "
-        "and 0, and only a reference of more digits (mp) decides them"
+        "values there, so those estimates have no error bar (float64 bounds neither the "
+        "staircase's slope nor 0), and only a reference of more digits (mp) decides them"
     )
 
 

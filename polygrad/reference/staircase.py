@@ -18,9 +18,12 @@ ordinary function's value gives:
 * a tread, one cell of that grid over the slope read, is at least :data:`COARSE_ULPS`
   ulps of the input (of the direction's length) wide.
 
-There the error bar of the estimate is raised to cover both readings, the slope and 0,
-so that no verdict rests on it: the entry is judged again on a higher-precision
-reference where one is available, and is INCONCLUSIVE where none is.
+There the estimate keeps its value and loses its error bar (infinite): float64 bounds
+neither reading, the slope or 0, so that no verdict rests on it. An error bar of the
+size of the slope would cover both, yet decide an entry small beside the largest of its
+row (it would not be too coarse against that row's scale, and a rule off by up to twice
+the entry would pass). The entry is judged again on a higher-precision reference where
+one is available, and is INCONCLUSIVE where none is.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def ambiguous_staircase(
     eps: float,
     sides: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Where a difference quotient of float64 values reads a staircase.
+    """Where a difference quotient of machine numbers reads a staircase.
 
     Parameters
     ----------
@@ -88,7 +91,7 @@ def ambiguous_staircase(
 
 def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray, f0: np.ndarray,
                            eps: float) -> tuple[DirectionalDerivatives, int]:  # fmt: skip
-    """``dd`` with the error bars of every estimate raised to at least ``|value|`` where
+    """``dd`` with the error bars of every estimate infinite where
     :func:`ambiguous_staircase` holds for the central estimate, and how many
     directions that touched."""
     sides = np.fmax(np.abs(dd.right.value), np.abs(dd.left.value))
@@ -97,9 +100,7 @@ def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray, f0: np.
         return dd, 0
 
     def widened(e: Estimate) -> Estimate:
-        with np.errstate(invalid="ignore"):
-            error = np.where(mask, np.fmax(e.error, np.abs(e.value)), e.error)
-        return replace(e, error=error)
+        return replace(e, error=np.where(mask, np.inf, e.error))
 
     out = replace(dd, central=widened(dd.central), right=widened(dd.right),
                   left=widened(dd.left))  # fmt: skip
