@@ -83,3 +83,53 @@ def test_a_keras_dropout_called_in_training_is_refused(door):
     x = tf.constant(np.linspace(0.1, 1.0, 8))
     with pytest.raises(NondeterministicFunctionError, match="deterministic function"):
         door(lambda v: tf.reduce_sum(layer(v, training=True) ** 2), x)
+
+
+def _numpy_target(f, x):
+    from polygrad.backends import get_backend
+    from polygrad.backends.base import Supplied
+
+    return get_backend("numpy").make_target(f, (x,), (0,), Supplied(grad=np.cos), 64)
+
+
+def test_a_path_difference_of_round_off_is_noted_and_nondeterminism_is_refused():
+    """The batched evaluator and the call that gave f's value at the point are two paths
+    (a compiled graph folds constants and reassociates): a difference between them of
+    round-off of intermediates larger than f is a note, not nondeterminism; beyond
+    sqrt(eps) of f it is refused, and so is a batched evaluator that changes from call
+    to call even where its rows agree."""
+    from polygrad.backends.validate import check_deterministic
+
+    x = np.array([0.3, 0.7])
+    t = _numpy_target(lambda v: np.sum(np.sin(v)), x)
+    assert check_deterministic(t) == []
+    t.y0 = t.y0 + 1e-12  # (v + 1024) - 1024 evaluated two ways differs by ~1e-13
+    notes = check_deterministic(t)
+    assert len(notes) == 1 and "between a plain call and a batched one" in notes[0], notes
+    t.y0 = t.y0 + 1e-6
+    with pytest.raises(NondeterministicFunctionError, match="plain call and a batched one"):
+        check_deterministic(t)
+    t = _numpy_target(lambda v: np.sum(np.sin(v)), x)
+    calls = iter(range(1, 100))
+    evaluate = t.evaluate
+    t.evaluate = lambda X: evaluate(X) + 1e-6 * next(calls)  # rows agree, calls do not
+    with pytest.raises(NondeterministicFunctionError, match="two evaluations"):
+        check_deterministic(t)
+
+
+@pytest.mark.polygrad_backends("tensorflow")
+def test_a_tensorflow_function_with_cancellation_checked_twice_passes():
+    """``(x + 1024) - 1024`` in TensorFlow: once its graph is built, TensorFlow folds the
+    constants, so the batched value at the point differs from the eager one by the
+    rounding at 1024. A check after a check on float64 differences was refused as not
+    deterministic."""
+    import tensorflow as tf
+
+    x = tf.constant([1e-3, 2e-3, 0.5], tf.float64)
+
+    def f(v):
+        return tf.reduce_sum((v + 1024.0) - 1024.0)
+
+    for reference in ("float64", "auto", "auto"):
+        report = pg.check(f, x, cache=False, reference=reference)
+        assert report.verdict is pg.Verdict.PASS and report.ok, report

@@ -330,3 +330,28 @@ def test_a_staircase_entry_small_beside_its_row_is_not_decided_by_float64():
     assert alone.counts() == {"INCONCLUSIVE": 2}, alone
     report = pg.check(f, x, grad=lambda t: c, cache=False)
     assert report.counts() == {"MISMATCH": 2}, report
+
+
+def _shifted(x):
+    """``(x + 1024) - 1024`` elementwise: values of about 1e-3 rounded at ulp(1024)."""
+    return (x + 1024.0) - 1024.0
+
+
+@pytest.mark.parametrize("reference", ["float64", "auto"])
+def test_a_reading_of_exactly_0_on_a_coarse_grid_keeps_its_error_bar(backend, reference):
+    """The outputs of ``(x + 1024) - 1024`` at 1e-3 are rounded to a grid of 2^16 ulps of
+    themselves and more, yet do not move at all along another entry's direction: that
+    reading, exactly 0, is both readings of a staircase (its slope and 0), so the
+    off-diagonal entries keep their error bars and PASS (they were unbounded and
+    INCONCLUSIVE in NumPy, PyTorch and TensorFlow). With mp the whole check is PASS."""
+    x = backend.asarray(np.array([1e-3, 2e-3, 0.5]))
+    report = backend.check(_shifted, x, jac=lambda v: np.eye(3), reference=reference,
+                           cache=False)  # fmt: skip
+    e = report.entries
+    off = [k for k, name in enumerate(e.names) if name[2] != name[-2]]
+    assert len(off) == 6
+    assert np.all(np.isfinite(e.reference_error[off])), report
+    assert np.all(e.status[off] == SEVERITY[Verdict.PASS]), report
+    np.testing.assert_array_equal(e.reference[off], 0.0)
+    if reference == "auto":
+        assert report.verdict is Verdict.PASS and report.ok, report

@@ -92,10 +92,12 @@ def ambiguous_staircase(
 def covering_both_readings(dd: DirectionalDerivatives, grid: np.ndarray, f0: np.ndarray,
                            eps: float) -> tuple[DirectionalDerivatives, int]:  # fmt: skip
     """``dd`` with the error bars of every estimate infinite where
-    :func:`ambiguous_staircase` holds for the central estimate, and how many
-    directions that touched."""
+    :func:`ambiguous_staircase` holds for the central estimate and some estimate reads a
+    slope other than exactly 0 (a reading of exactly 0 is both readings: a constant run
+    keeps its own error bar), and how many directions that touched."""
     sides = np.fmax(np.abs(dd.right.value), np.abs(dd.left.value))
     mask = ambiguous_staircase(dd.central.value, grid, f0, eps, sides)
+    mask &= np.fmax(np.abs(dd.central.value), sides) > 0  # a reading of exactly 0 is 0
     if not np.any(mask):
         return dd, 0
 
