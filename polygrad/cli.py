@@ -153,8 +153,8 @@ def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key, None)
         if value is not None:
             out[key] = value
-    if getattr(args, "localize", False):
-        out["localize"] = True
+    if getattr(args, "localize", None) is not None:
+        out["localize"] = args.localize
     step = _parse_steps(getattr(args, "compare_step", None))
     if step is not None:
         if step.size != 1:
@@ -494,9 +494,11 @@ def _add_check_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--localize",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="after a MISMATCH (or NONFINITE), name the op, layer and source line whose "
-        "rule is wrong (or that first makes NaN)",
+        "rule is wrong (or that first makes NaN): in full with --localize; by default "
+        "within the check's own time; never with --no-localize",
     )
     p.add_argument("--plot", metavar="FILE", help="heat map of per-entry errors (PNG/SVG)")
     p.add_argument("--no-color", action="store_true", help="plain text even on a terminal")

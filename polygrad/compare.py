@@ -46,7 +46,7 @@ from .backends import (
 from .backends.base import Backend, Supplied, Target
 from .complex import CONVENTIONS, _copies, from_polygrad, realify, to_polygrad
 from .errors import InputTypeError, ShapeMismatchError
-from .localize import CheckedCall
+from .localize import CheckedCall, localize_by_default
 from .pipeline.autodiff import Setting
 from .pipeline.check import make_report
 from .pipeline.judge import overall
@@ -483,7 +483,7 @@ def compare(
     rtol: float | None = None,
     atol: float | None = None,
     surrogate: bool = False,
-    localize: bool = False,
+    localize: bool | None = None,
 ) -> Comparison:
     """Check one function implemented in several frameworks against one reference.
 
@@ -527,13 +527,14 @@ def compare(
     surrogate : bool
         Every implementation's rule is a surrogate by design, as in
         :func:`polygrad.check`. Default False.
-    localize : bool
+    localize : bool or None
         Run :meth:`polygrad.Report.localize` on the report of each implementation whose
         gradient verdict is MISMATCH or NONFINITE: the op, the layer and the source line
         of that implementation whose own rule is wrong (or whose VJP makes NaN or Inf);
-        the comparison's text shows it under the implementation's name. Default False
-        (``c[name].report.localize()`` can be called later: every implementation's
-        report keeps its call).
+        the comparison's text shows it under the implementation's name. True: the full
+        walk; None (default): within the check's own time, as in
+        :func:`polygrad.check`; False: not run (``c[name].report.localize()`` can be
+        called later: every implementation's report keeps its call).
 
     Returns
     -------
@@ -578,7 +579,7 @@ def compare(
         if impl is not ref_impl:
             state = judgment(_prepared(impl, ref_prep), plan, ref, opts, ref_prep)
             report = _report(impl, state, ref_report, ref_impl.name, nonsmooth, surrogate)
-        _keep_call(impl, report, argnums_t, localize)
+        _keep_call(impl, report, argnums_t, localize, opts.policy)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
         entries[impl.name] = _entry(impl, report, fwd, argnums_t)
     reference_info = _reference_info(ref_impl, ref.method, dps, y_ref, y_ref_err, ref_report)
@@ -699,15 +700,19 @@ def _report(
                    quantity=quantity)  # fmt: skip
 
 
-def _keep_call(impl: _Impl, report: Report, argnums: tuple[int, ...], localize: bool) -> None:
+def _keep_call(impl: _Impl, report: Report, argnums: tuple[int, ...], localize: bool | None,
+               policy: Policy) -> None:  # fmt: skip
     """Keep the implementation's own call in its report (for :meth:`Report.localize`),
-    and localize a failed gradient when asked. (A report made from the reference's by
-    ``dataclasses.replace`` starts with the reference's call and localization.)"""
+    and localize a failed gradient when asked, or by default within the check's own time
+    (``localize=None``). (A report made from the reference's by ``dataclasses.replace``
+    starts with the reference's call and localization.)"""
     report.checked_call = CheckedCall(impl.f, impl.args, argnums, impl.backend.name,
                                       impl.supplied)  # fmt: skip
     report.localization = None
     if localize and report.verdict in (Verdict.MISMATCH, Verdict.NONFINITE):
         report.localize()
+    elif localize is None:
+        report.localization = localize_by_default(report, policy)
 
 
 def _modes_of(impl: _Impl, ref_report: Report) -> list[str]:

@@ -117,6 +117,13 @@ class Policy:
         (a bfloat16 or float16 rule with no float64 evaluation: ``c_ad`` epsilons
         are half, or a sixteenth, of the scale; or allowances for round-off as large)
         a rule wrong by that share would pass: the entry is INCONCLUSIVE, never PASS.
+    localize_share : float
+        A failing check (MISMATCH or NONFINITE) localizes the wrong rule by default
+        (``localize=None``) within this multiple of the check's own time, so that it
+        costs at most that much more; 0: not by default.
+    localize_floor_seconds : float
+        The least time that localization by default is given (a check of a few
+        milliseconds still gets the walk of a small program).
     """
 
     c_ad: float = 64.0
@@ -144,6 +151,8 @@ class Policy:
     subspace_explains: float = 0.1
     c_lost: float = 4.0
     widest_tolerance: float = 0.01
+    localize_share: float = 1.0
+    localize_floor_seconds: float = 0.5
 
 
 DEFAULT_POLICY = Policy()

@@ -180,8 +180,9 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     """
     color = use_color() if color is None else bool(color)
     lines = [_headline(report, color)]
-    if report.localization is not None:  # the located node first, when localization ran
-        lines += report.localization.lines()
+    loc = report.localization
+    if loc is not None and loc.shown_first:  # the located node first, when localization ran
+        lines += loc.lines()
     lines += _setup_lines(report)
     lines += _worst_lines(report, max_rows, color)
     lines += _surrogate_hint(report)
@@ -192,6 +193,8 @@ def render_text(report: Report, max_rows: int = 5, color: bool | None = None) ->
     unresolved = _row_scale_only(report)
     if unresolved:
         lines.append(unresolved)
+    if loc is not None and not loc.shown_first:  # run by default, nothing found: a line
+        lines += loc.lines()
     return "\n".join(lines)
 
 

@@ -646,7 +646,7 @@ SWISH_FILE = textwrap.dedent(
 def test_localize_names_the_wrong_rule_and_its_line(tmp_path):
     """``check --localize`` after a MISMATCH: the custom rule is named, with the line of
     the user's file that called it, before the Jacobian entries; without the flag the
-    walk does not run."""
+    walk runs within the check's own time, and with ``--no-localize`` not at all."""
     path = tmp_path / "swish.py"
     path.write_text(SWISH_FILE)
     args = ("check", f"{path}:f", "--at", "0.3, -1.2, 2.0", "--dtype", "float64")
@@ -657,5 +657,7 @@ def test_localize_names_the_wrong_rule_and_its_line(tmp_path):
     assert "torch.autograd.Function Swish (custom rule)" in text, text
     assert f"{path}:19 in f" in text, text
     assert text.index("Localized:") < text.index("worst entries:")
-    plain = run(*args)
-    assert plain.returncode == 1 and "Localized:" not in plain.stdout
+    plain = run(*args)  # by default, within the check's own time: found here too
+    assert plain.returncode == 1 and "Localized: the first node" in plain.stdout
+    off = run(*args, "--no-localize")
+    assert off.returncode == 1 and "Localized:" not in off.stdout

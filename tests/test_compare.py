@@ -319,8 +319,11 @@ def test_compare_localize_names_the_op_of_the_failing_implementation(order):
 
 def test_compare_reports_keep_their_own_call_for_localize():
     x = np.random.default_rng(4).standard_normal((2, 3))
-    c = pg.compare({"torch": _torch_layer, "jax": _jax_layer}, x)
+    c = pg.compare({"torch": _torch_layer, "jax": _jax_layer}, x, localize=False)
     assert str(c).count("Localized") == 0  # localize=False: nothing ran
+    by_default = pg.compare({"torch": _torch_layer, "jax": _jax_layer}, x)
+    assert str(by_default).count("Localized: the first node") == 1  # the failing one
+    assert by_default["jax"].report.localization is None
     torch_r, jax_r = c["torch"].report, c["jax"].report
     assert (torch_r.checked_call.backend, jax_r.checked_call.backend) == ("torch", "jax")
     assert torch_r.checked_call.f is _torch_layer and jax_r.checked_call.f is _jax_layer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 import polygrad as pg
 from polygrad.localize import CheckedCall, locate
+from polygrad.policy import DEFAULT_POLICY
 
 
 def _line_of(fn, text):
@@ -297,7 +299,7 @@ def test_to_dict_holds_the_localization_and_round_trips_through_json():
 
     model, forward = _torch_model("scaled")
     x = torch.randn(3, 4, dtype=torch.float32)
-    report = pg.check(lambda x: model(x).sum(), x)
+    report = pg.check(lambda x: model(x).sum(), x, localize=False)
     assert "localization" not in report.to_dict()  # not computed yet
     report.localize()
     d = report.to_dict()
@@ -313,6 +315,8 @@ def test_to_dict_holds_the_localization_and_round_trips_through_json():
     assert (node["autodiff"], node["reference"], node["arithmetic"]) == (
         c.autodiff, c.reference, "float64")  # fmt: skip
     assert "nonfinite" not in node
+    assert loc["by_default"] is None  # asked for
+    assert pg.check(lambda x: model(x).sum(), x).to_dict()["localization"]["by_default"] > 0
 
 
 def test_to_dict_of_a_nonfinite_localization_and_of_none_found():
@@ -429,3 +433,59 @@ def test_tf_every_op_of_a_keras_conv_model_is_checked_and_none_is_flagged():
     assert ops[:5] == ["ExpandDims", "Conv2D", "Squeeze", "BiasAdd", "Relu"]
     assert {c.arithmetic for c in loc.checked} == {"float64"}
     assert not any(c.wrong for c in loc.checked)
+
+
+# ---------------------------------------------------------------- by default
+
+
+def _planted(framework):
+    """The four planted models above, each with its wrong custom rule, as ``(f, x)``."""
+    if framework == "torch":
+        import torch
+
+        model, _ = _torch_model("scaled")
+        return (lambda x: model(x).sum()), torch.randn(3, 4, dtype=torch.float32)
+    if framework == "jax":
+        f, x, _ = _flax_model(1 + 1e-3)
+        return f, x
+    if framework == "tensorflow":
+        f, x, _ = _keras_model(1 + 1e-3)
+        return f, x
+    layer, layer_vjp, x = _numpy_layer(1 + 1e-3)
+    return (lambda v: pg.check(layer, v, vjp=layer_vjp, localize=None)), x
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow", "numpy"])
+def test_a_failing_check_is_localized_by_default_within_its_own_time(framework):
+    """Without ``localize=``, a MISMATCH names the wrong custom rule first, within a budget
+    of the check's own time (at least the policy's floor); ``localize=False`` runs
+    nothing; a budget too short for the walk is a line at the end, not a verdict. NumPy
+    has no program to walk: nothing runs by default there."""
+    f, x = _planted(framework)
+    report = f(x) if framework == "numpy" else pg.check(f, x)
+    assert report.verdict is pg.Verdict.MISMATCH
+    loc = report.localization
+    if framework == "numpy":  # no program: the node would be the rule the check judged
+        assert loc is None and report.localize().located is not None
+        return
+    assert loc is not None and loc.located is not None and loc.located.wrong, str(report)
+    budget = max(DEFAULT_POLICY.localize_floor_seconds, report.details.seconds)
+    assert loc.by_default == pytest.approx(budget)
+    assert str(report).splitlines()[1].startswith("Localized: the first node")
+    assert pg.check(f, x, localize=False).localization is None
+    tight = dataclasses.replace(DEFAULT_POLICY, localize_share=1e-9,
+                                localize_floor_seconds=1e-9)  # fmt: skip
+    cut = pg.check(f, x, policy=tight).localization
+    assert cut is not None and cut.located is None and not cut.shown_first
+    text = str(pg.check(f, x, policy=tight))
+    at = text.index("localization (run by default")
+    assert at > text.index("worst entries:") and "cut short" in text[at:], text
+    assert "Localized:" not in text, text
+
+
+def test_a_passing_check_is_not_localized_by_default():
+    import torch
+
+    model, _ = _torch_model(None)
+    report = pg.check(lambda x: model(x).sum(), torch.randn(3, 4, dtype=torch.float32))
+    assert report.ok and report.localization is None

@@ -41,7 +41,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,9 +50,19 @@ from ._core import Node, NodeCheck, Site, Step, check_nodes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
+    from ..policy import Policy
     from ..report import Report
 
-__all__ = ["CheckedCall", "Localization", "NodeCheck", "Site", "Step", "locate", "localize"]
+__all__ = [
+    "CheckedCall",
+    "Localization",
+    "NodeCheck",
+    "Site",
+    "Step",
+    "locate",
+    "localize",
+    "localize_by_default",
+]
 
 WRONG_RULE = "wrong rule"
 """What :attr:`Localization.searched` is after a MISMATCH."""
@@ -133,6 +143,11 @@ class Localization:
         What was looked for: :data:`WRONG_RULE` (after a MISMATCH: a node whose VJP
         disagrees with its own differences) or :data:`NONFINITE_VJP` (after NONFINITE:
         the first node whose VJP is NaN or Inf at finite inputs and a finite cotangent).
+    by_default : float or None
+        The budget in seconds of a walk run by default after a failing check (see
+        :func:`localize_by_default`); None where it was asked for.
+    cut_short : bool
+        The budget ran out before every node was checked, and none was found.
     """
 
     located: NodeCheck | None
@@ -140,6 +155,14 @@ class Localization:
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
     searched: str = WRONG_RULE
+    by_default: float | None = None
+    cut_short: bool = False
+
+    @property
+    def shown_first(self) -> bool:
+        """A report shows it before the Jacobian entries: a node was located, or the
+        walk was asked for (one run by default that found nothing is a line at the end)."""
+        return self.located is not None or self.by_default is None
 
     def to_dict(self) -> dict[str, Any]:
         """The located node (op, kind, path, source line, its numbers; None where none
@@ -152,6 +175,8 @@ class Localization:
             "checked": len(self.checked),
             "notes": list(self.notes),
             "seconds": self.seconds,
+            "by_default": self.by_default,
+            "cut_short": self.cut_short,
         }
 
     def lines(self) -> list[str]:
@@ -201,6 +226,41 @@ def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> L
                                          "reference is the non-finite side",),
                             searched=NONFINITE_VJP)  # fmt: skip
     return locate(call, report, budget, max_size)
+
+
+def localize_by_default(report: Report, policy: Policy) -> Localization | None:
+    """The walk of :func:`localize` after a failing check that did not ask for one,
+    within ``policy.localize_share`` times the check's own time (at least
+    ``policy.localize_floor_seconds``).
+
+    Returns
+    -------
+    Localization or None
+        None where the verdict is not MISMATCH or NONFINITE, where the share is 0, or
+        where the framework's recorder captures no program (NumPy: the node would be
+        the supplied rule as a whole, which the check itself judged).
+    """
+    if str(report.verdict) not in ("MISMATCH", "NONFINITE") or policy.localize_share <= 0:
+        return None
+    call = getattr(report, "checked_call", None)
+    if call is None or not _captures_program(call.backend):
+        return None
+    seconds = report.details.seconds or 0.0
+    budget = max(policy.localize_floor_seconds, policy.localize_share * seconds)
+    try:
+        found = localize(report, budget)
+    except Exception as exc:  # noqa: BLE001 - asked for by nobody: a note, never an error
+        found = Localization(None, notes=(f"it failed: {type(exc).__name__}: {exc}",))
+    return replace(found, by_default=budget)
+
+
+def _captures_program(backend: str) -> bool:
+    """The recorder of ``backend`` captures a program of nodes (not the supplied rule as
+    a whole)."""
+    name = _RECORDERS.get(backend)
+    if name is None:
+        return False
+    return bool(getattr(importlib.import_module(f"{__name__}.{name}"), "CAPTURES_PROGRAM", True))
 
 
 def _autodiff_nonfinite(report: Report) -> bool:
@@ -273,6 +333,7 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float) -> Localiz
     declaration, as in the shift of a library's logsumexp): a note names it."""
     notes = list(rec.notes)
     checked: list[NodeCheck] = []
+    cut = False
     stops = [n for n in rec.primitives if _declared_zero(n)]
     if stops:
         notes.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is zero "
@@ -283,12 +344,14 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float) -> Localiz
         walk = check_nodes(group, max(left, 0.0), max_size)
         checked.extend(walk.checked)
         notes.extend(walk.notes)
+        cut = cut or walk.cut_short
         if checked and checked[-1].wrong:
             return Localization(checked[-1], tuple(checked), tuple(notes),
                                 time.perf_counter() - start)  # fmt: skip
     if not rec.custom and not rec.primitives:
         notes.append("no operation of the program could be checked alone")
-    return Localization(None, tuple(checked), tuple(notes), time.perf_counter() - start)
+    return Localization(None, tuple(checked), tuple(notes), time.perf_counter() - start,
+                        cut_short=cut)  # fmt: skip
 
 
 def _walk_nonfinite(rec: Recording, budget: float, max_size: int, start: float) -> Localization:
@@ -302,4 +365,4 @@ def _walk_nonfinite(rec: Recording, budget: float, max_size: int, start: float) 
         notes.append("no operation of the program could be evaluated alone")
     found = walk.checked[-1] if walk.checked and walk.checked[-1].nonfinite else None
     return Localization(found, walk.checked, tuple(notes), time.perf_counter() - start,
-                        NONFINITE_VJP)  # fmt: skip
+                        NONFINITE_VJP, cut_short=walk.cut_short and found is None)  # fmt: skip

@@ -339,6 +339,7 @@ class Walk:
 
     checked: tuple[NodeCheck, ...]
     notes: tuple[str, ...]
+    cut_short: bool = False
 
 
 def check_nodes(
@@ -353,17 +354,19 @@ def check_nodes(
     skipped, and so is one whose evaluation raises (both noted), or for which ``judge``
     gives None (it has nothing to judge there)."""
     rng = np.random.default_rng(seed)
-    start, done, notes, skipped = time.perf_counter(), [], [], 0
+    start, done, notes, skipped, cut = time.perf_counter(), [], [], 0, False
     for i, node in enumerate(nodes):
         if time.perf_counter() - start > budget:
-            notes.append(f"cut short: the budget of {budget:g} s ran out after {i} of "
+            notes.append(f"cut short: the budget of {budget:.2g} s ran out after {i} of "
                          f"{len(nodes)} {node.site.kind} nodes")  # fmt: skip
+            cut = True
             break
         if node.size > max_size:
             skipped += 1
             continue
         try:
-            one = judge(node, rng)
+            with np.errstate(all="ignore"):  # a node's inputs may hold inf (a mask's -inf)
+                one = judge(node, rng)
         except Exception as exc:  # noqa: BLE001 - this node cannot be run alone: say so
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             notes.append(f"{node.site.where()} not checked: {type(exc).__name__}: {first}")
@@ -375,4 +378,4 @@ def check_nodes(
             break
     if skipped:
         notes.append(f"{skipped} node(s) with more than {max_size} input entries not checked")
-    return Walk(tuple(done), tuple(notes))
+    return Walk(tuple(done), tuple(notes), cut)

@@ -180,4 +180,4 @@ def walk_nonfinite(nodes: Sequence[Node], steps: Sequence[Step], outputs: Sequen
     index = next(n.index for n in kept if n.site is last.site)
     feeds = masking_consumer(steps, index)
     last = dataclasses.replace(last, feeds=feeds, hint=fix_hint(last.site, feeds))
-    return Walk((*walk.checked[:-1], last), walk.notes)
+    return Walk((*walk.checked[:-1], last), walk.notes, walk.cut_short)

@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import CheckedCall, Recording
 
 
+CAPTURES_PROGRAM = False
+"""No program is captured: the node is the supplied rule, which the check itself judged, so
+a failing check does not localize by default (it would only repeat its verdict)."""
+
+
 def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:
     """The supplied rule as the located node, from the report's worst entry; with
     ``as_run`` (the NONFINITE walk), from its entries that are NaN or Inf where the

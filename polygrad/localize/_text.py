@@ -49,8 +49,23 @@ def localization_lines(loc: Localization) -> list[str]:
              f"({custom} custom rule(s), {len(loc.checked) - custom} primitive(s)) "
              f"in {loc.seconds:.2f} s")  # fmt: skip
     found, none = _HEADERS[loc.searched]
+    if loc.by_default is not None and loc.located is None:
+        none = _by_default_line(loc)
     lines = [found, *node_lines(loc.located)] if loc.located is not None else [none]
     if loc.checked:
         lines.append(f"  {count}")
     lines += [f"  note: {n}" for n in loc.notes]
     return lines
+
+
+def _by_default_line(loc: Localization) -> str:
+    """The one line of a walk run by default that found nothing: cut short (and how to
+    walk in full), or complete."""
+    head = "  localization (run by default after a failing check)"
+    if loc.cut_short:
+        return (f"{head}: cut short by its budget of {loc.by_default:.2g} s (the check's own "
+                "time) before a node was blamed; report.localize() (CLI: --localize) walks "
+                "the program in full")  # fmt: skip
+    if not loc.checked:
+        return f"{head}: no node was checked"
+    return f"{head}: no node's own rule was found wrong among {len(loc.checked)} checked"

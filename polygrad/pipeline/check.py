@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 from .._random_state import preserving_random_state
 from ..backends.base import Supplied
 from ..errors import GradientCheckError
-from ..localize import CheckedCall
+from ..localize import CheckedCall, localize_by_default
 from ..policy import DEFAULT_POLICY, Policy
 from ..report import Report, Verdict
 from .assess import Assessment
@@ -129,7 +129,7 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     surrogate: bool = False,
-    localize: bool = False,
+    localize: bool | None = None,
 ) -> Report:
     """Check the derivative of ``f`` at ``args`` against a reference with a known error.
 
@@ -232,12 +232,16 @@ def check(
         from ``f``'s derivative are INCONCLUSIVE (by design, not judged), the check's
         verdict is then INCONCLUSIVE and ``ok`` is True; a NaN or Inf gradient where
         ``f`` is differentiable is still NONFINITE (not ok). Default False.
-    localize : bool
+    localize : bool or None
         After a MISMATCH, also run :meth:`Report.localize`: the op, the layer and the
         source line whose own rule is wrong (after a NONFINITE, the first whose backward
         turns finite values into NaN or inf: see :mod:`polygrad.localize`); the text
-        report shows it first. Nothing is run for a check that does not fail. Default
-        False (``report.localize()`` can be called later).
+        report shows the located node first. Nothing is run for a check that does not
+        fail. True: the full walk (a budget of 30 s). None (default): the walk runs
+        within the check's own time (``policy.localize_share`` of it, at least
+        ``policy.localize_floor_seconds``), so a failing check costs at most about
+        twice as much; one cut short or finding nothing is a line at the end of the
+        report. False: not run (``report.localize()`` can be called later).
 
     Returns
     -------
@@ -281,6 +285,8 @@ def check(
     report.checked_call = CheckedCall(f, args, prep.argnums, prep.backend.name, prep.supplied)
     if localize and report.verdict in (Verdict.MISMATCH, Verdict.NONFINITE):
         report.localize()
+    elif localize is None:
+        report.localization = localize_by_default(report, opts.policy)
     return report
 
 
