@@ -202,3 +202,91 @@ def test_working_differences_across_a_kink_are_not_another_function(seed):
     right, x = _selu_layer(1.0507009873554805, seed)
     report = pg.check(right, x)
     assert report.verdict is Verdict.PASS and report.ok
+
+
+def _rms_norm_forgetting_eps(framework):
+    """An RMS norm ``x / sqrt(mean(x²) + finfo(x.dtype).eps)`` (as ``F.rms_norm`` with
+    ``eps=None`` computes it) under a custom rule that forgets the eps: the derivative of
+    the same function without it. Its float64 run adds 2^-52, so the float64 reference is
+    that eps-free function's derivative, which the wrong rule is."""
+    if framework == "torch":
+        import torch
+
+        class RMSNorm(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + torch.finfo(x.dtype).eps)
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True))  # the eps forgotten
+                return r * g - x * r**3 * (g * x).sum(-1, keepdim=True) / x.shape[-1]
+
+        return RMSNorm.apply, lambda a, b: (a * b).sum()
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def rms(x):
+        return x * jax.lax.rsqrt(jnp.mean(x**2, -1, keepdims=True) + jnp.finfo(x.dtype).eps)
+
+    def bwd(x, g):
+        r = jax.lax.rsqrt(jnp.mean(x**2, -1, keepdims=True))  # the eps forgotten
+        return (r * g - x * r**3 * jnp.sum(g * x, -1, keepdims=True) / x.shape[-1],)
+
+    rms.defvjp(lambda x: (rms(x), x), bwd)
+    return rms, lambda a, b: jnp.sum(a * b)
+
+
+def _rms_inputs(framework):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 4)) * 1e-3).astype(np.float32)
+    w = rng.standard_normal((2, 4)).astype(np.float32)
+    if framework == "torch":
+        import torch
+
+        return torch.tensor(x), torch.tensor(w)
+    import jax.numpy as jnp
+
+    return jnp.asarray(x), jnp.asarray(w)
+
+
+def _rms_exact(x, w):
+    """The derivative of the float32 function (eps = 2^-23), in float64."""
+    x = np.asarray(x, np.float64)
+    w = np.asarray(w, np.float64)
+    r = 1.0 / np.sqrt(np.mean(x**2, -1, keepdims=True) + EPS32)
+    return r * w - x * r**3 * np.sum(w * x, -1, keepdims=True) / x.shape[-1]
+
+
+@pytest.mark.parametrize("framework", [p for p in FRAMEWORKS if p.values[0] in ("torch", "jax")])
+def test_a_rule_that_is_the_float64_runs_derivative_is_not_passed(framework):
+    """At ``x`` near 1e-3 the eps is 7% of ``mean(x²)``: the float32 value differs from
+    the float64 run by 6.6%, far beyond its round-off (0.5 ulp, measured). The rule that
+    forgets the eps agreed with the float64 reference and was PASS, its entries 2% to 8%
+    off the float32 function's derivative; the float64 run is another function, so the
+    check is judged on the float32 program alone: MISMATCH. The right rule (autodiff of
+    the same forward) is PASS there, its reference the float32 function's derivative."""
+    rms, weighted = _rms_norm_forgetting_eps(framework)
+    x, w = _rms_inputs(framework)
+    report = pg.check(lambda v: weighted(rms(v), w), x)
+    assert report.verdict is Verdict.MISMATCH and not report.ok, str(report)
+    assert any(ANOTHER in note for note in report.notes), report.notes
+    if framework == "torch":
+        import torch
+
+        def forward(v):
+            return v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + torch.finfo(v.dtype).eps)
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        def forward(v):
+            return v * jax.lax.rsqrt(jnp.mean(v**2, -1, keepdims=True) + jnp.finfo(v.dtype).eps)
+
+    report = pg.check(lambda v: weighted(forward(v), w), x)
+    assert report.verdict is Verdict.PASS and report.ok, str(report)
+    np.testing.assert_allclose(report.entries.reference, _rms_exact(x, w).ravel(), rtol=1e-4)
+    assert any(ANOTHER in note for note in report.notes), report.notes

@@ -24,7 +24,7 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
-from .judge import NOTHING_EXPECTED, Expected, JudgeInput
+from .judge import NOTHING_EXPECTED, Expected, JudgeInput, underflow_floor
 from .plan import RULE_RESOLUTION
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "autodiff_roundoff",
     "digits_lost",
     "f_accuracy",
+    "roundoff_accounts_for",
+    "value_apart",
     "function_scale",
     "gather",
     "jacobian_scale",
@@ -234,7 +236,68 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     best = st.f0_mp if st.f0_mp is not None else st.f0
     if target.eps <= F64_EPS or best is None or np.size(best) != y0.size:
         return None
-    return digits_lost(y0, best)
+    rho = digits_lost(y0, best)
+    return np.where(roundoff_accounts_for(target, st.s, rho), rho, 0.0)
+
+
+ROUNDOFF_ACCOUNTS = 8.0
+""":func:`roundoff_accounts_for`: an error of ``f``'s working-dtype value up to this many
+times its measured round-off (noise standard deviation) is round-off."""
+
+
+def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """``(m,)`` bool: whether ``f``'s own round-off in the working dtype can account for a
+    relative error ``rho`` of its value at the point.
+
+    Cancellation makes ``f``'s value from intermediates far larger than itself, whose
+    rounding errors change from input to input: ``f``'s working-dtype values scatter
+    around the true ones by about the error at the point. Where its noise, measured with
+    ECnoise along a random sign direction of scales ``s`` (the largest of three sampling
+    steps: a step too long reads curvature as noise, which keeps this answer yes), is
+    detected and is far below the error (``rho |f| > ROUNDOFF_ACCOUNTS sigma``), the
+    float64 value is not the working one made exact: the float64 run computes another
+    function (code that reads its dtype, ``finfo(x.dtype).eps``). True where nothing
+    is lost, and where the noise is not detected (a staircase: ECnoise finds ``f``
+    constant), as before any measurement.
+    """
+    lost = rho > 0
+    if not np.any(lost):
+        return np.ones(rho.shape, dtype=bool)
+    from ..reference.noise import estimate_noise
+    from ..reference.steps import ecnoise_step
+
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=target.n)
+    W = (np.asarray(s, dtype=np.float64) * signs)[None, :]
+    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
+    try:
+        raws = [estimate_noise(target.evaluate, target.x0, W, y0, 0.0,
+                               ecnoise_step(target.eps) * 2.0**-k) for k in (0, 4, 8)]  # fmt: skip
+    except Exception:  # noqa: BLE001 - not measured: as before any measurement
+        return np.ones(rho.shape, dtype=bool)
+    detected = np.all([r.inform[0] == 1 for r in raws], axis=0)
+    sigma = np.max([r.sigma[0] for r in raws], axis=0)
+    underflow = np.abs(y0) < underflow_floor(target.eps)  # keeps only absolute digits
+    return ~lost | ~detected | underflow | (rho * np.abs(y0) <= ROUNDOFF_ACCOUNTS * sigma)
+
+
+def value_apart(target: Target, f0: np.ndarray | None, s: np.ndarray, c_ad: float) -> float:
+    """How far ``f``'s working-dtype value at the point lies from ``f0`` (its float64 or
+    quad run's), relative, where its round-off does not account for it
+    (:func:`roundoff_accounts_for`); 0 where it does, or where the difference is within
+    ``c_ad`` ulps.
+
+    A value apart says the float64 run computes another function (code that reads its
+    dtype): a reference of it is no reference of the working program, whether the
+    entries fail against it or not.
+    """
+    if f0 is None or target.eps <= F64_EPS or np.size(f0) != target.m:
+        return 0.0
+    rho = digits_lost(target.y0, f0)
+    beyond = np.where(rho > c_ad * target.eps, rho, 0.0)
+    if not np.any(beyond):
+        return 0.0
+    apart = (beyond > 0) & ~roundoff_accounts_for(target, s, beyond)
+    return float(np.max(rho[apart])) if np.any(apart) else 0.0
 
 
 F64_LOST_AT_MOST = 0.01
