@@ -489,3 +489,60 @@ def test_a_passing_check_is_not_localized_by_default():
     model, _ = _torch_model(None)
     report = pg.check(lambda x: model(x).sum(), torch.randn(3, 4, dtype=torch.float32))
     assert report.ok and report.localization is None
+
+
+def _cube_after_relu(framework):
+    """``sum(cube(relu(x) + 0.1))`` with a right ReLU rule (a custom one, as users and
+    ``jax.nn.relu`` write it) and a cube rule 1% too large, at inputs with exact zeros."""
+    x = np.array([0.0, 0.5, -0.7, 1.3, 0.0, 2.0])
+    if framework == "torch":
+        import torch
+
+        class MyReLU(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, v):
+                ctx.save_for_backward(v)
+                return v.clamp(min=0)
+
+            @staticmethod
+            def backward(ctx, g):
+                (v,) = ctx.saved_tensors
+                return g * (v > 0)
+
+        class Cube(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, v):
+                ctx.save_for_backward(v)
+                return v**3
+
+            @staticmethod
+            def backward(ctx, g):
+                (v,) = ctx.saved_tensors
+                return g * 3 * v**2 * 1.01
+
+        return (lambda v: Cube.apply(MyReLU.apply(v) + 0.1).sum()), torch.tensor(x), "Cube"
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def cube(v):
+        return v**3
+
+    cube.defvjp(lambda v: (v**3, v), lambda v, g: (g * 3 * v**2 * 1.01,))
+    return (lambda v: jnp.sum(cube(jax.nn.relu(v) + 0.1))), jnp.asarray(x), "cube"
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_right_rule_at_its_kink_is_not_blamed_before_the_wrong_one(framework):
+    """A ReLU's rule at an input exactly 0 (its own kink) against central differences,
+    which read the mean of its sides (1/2), looked wrong, and the walk stopped there; the
+    ReLU is now noted as at its kink, not judged, and the cube after it is named."""
+    f, x, name = _cube_after_relu(framework)
+    report = pg.check(f, x, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    loc = report.localization
+    assert loc.located is not None and loc.located.site.op.endswith(name), str(loc)
+    assert loc.located.relative == pytest.approx(1e-2, rel=1e-3)
+    kinked = [c for c in loc.checked if c.at_kink]
+    assert len(kinked) == 1 and not kinked[0].wrong and kinked[0].to_dict()["at_kink"]
+    assert "1 at a kink of their own" in str(loc)

@@ -205,6 +205,11 @@ class NodeCheck:
         output, directly or through other nodes, where the NONFINITE walk found one.
     hint : str
         What to do about it (the NONFINITE walk's fix), or ``""``.
+    at_kink : bool
+        The node sits at a kink of its own along a projection (a ReLU at 0): its one-sided
+        differences disagree by an amount that does not shrink with the step, and its
+        central difference (the mean of the two sides) is no derivative, so it is not
+        judged (:func:`at_a_kink`).
     """
 
     site: Site
@@ -217,10 +222,14 @@ class NodeCheck:
     nonfinite: str = ""
     feeds: Site | None = None
     hint: str = ""
+    at_kink: bool = False
 
     @property
     def wrong(self) -> bool:
-        """Its rule is wrong (error over tolerance), or its VJP is non-finite."""
+        """Its rule is wrong (error over tolerance), or its VJP is non-finite; a node at a
+        kink of its own is not judged (its differences read no derivative there)."""
+        if self.at_kink:
+            return False
         return bool(self.error > self.tolerance) or bool(self.nonfinite)
 
     def to_dict(self) -> dict[str, Any]:
@@ -237,6 +246,8 @@ class NodeCheck:
             "arithmetic": self.arithmetic,
             "compared": self.compared,
         }
+        if self.at_kink:
+            d["at_kink"] = True
         if self.nonfinite:
             d["nonfinite"] = self.nonfinite
             d["feeds"] = None if self.feeds is None else self.feeds.to_dict()
@@ -310,13 +321,44 @@ def check_node(node: Node, rng: np.random.Generator) -> NodeCheck:
         scale = float(sum(np.sum(np.abs(t)) for t in terms))
         # the rule's own |∂(uᵀf)/∂x| sizes the differences' input round-off: a wrong rule
         # widens its tolerance by eps / h of its own size only, far below the errors sought
-        ref, err = _reference(node, v, u, _sensitivity(gs, node.inputs))
+        sensitivity = _sensitivity(gs, node.inputs)
+        ref, err = _reference(node, v, u, sensitivity)
         tol = 2 * err + C_ROUNDOFF * node.eps * (scale + abs(ref))
+        if at_a_kink(node, v, u, y, sensitivity):
+            return NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic,
+                             compared=KINK_COMPARED, at_kink=True)  # fmt: skip
         one = NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic)
         if worst is None or _ratio(one) > _ratio(worst):
             worst = one
     assert worst is not None
     return worst
+
+
+KINK_COMPARED = "at a kink of its own: one-sided differences disagree, not judged"
+KINK_PERSISTS = 0.75
+""":func:`at_a_kink`: the gap between one-sided differences keeps at least this share of
+itself when the step halves (a smooth node's halves)."""
+
+
+def at_a_kink(node: Node, v: list[np.ndarray], u: np.ndarray, y: np.ndarray,
+              sensitivity: float) -> bool:  # fmt: skip
+    """Whether the node sits at a kink along ``v``: the gap between the right and left
+    differences of ``uᵀf`` at the smallest step of :func:`_reference` and at half of it
+    is far beyond their round-off, and does not halve with the step (a smooth node's
+    gap is about ``h |uᵀf''|`` and does)."""
+    h = (2.0**-10 if node.eps < 1e-10 else 2.0**-5) * _size(node.inputs) / 4
+    y0 = float(u.dot(y))
+    gaps, noise = [], 0.0
+    for step in (h, h / 2):
+        plus, minus = _projected(node, v, u, step), _projected(node, v, u, -step)
+        gaps.append(abs((plus - y0) - (y0 - minus)) / step)
+        noise = node.eps * (abs(plus) + abs(minus) + 2 * abs(y0) + 2 * sensitivity) / step
+    return bool(gaps[1] > C_ROUNDOFF * noise and gaps[1] >= KINK_PERSISTS * gaps[0])
+
+
+def _projected(node: Node, v: list[np.ndarray], u: np.ndarray, t: float) -> float:
+    """``uᵀ f(x + t v)`` of the node alone."""
+    return float(u.dot(node.forward([x + t * d for x, d in zip(node.inputs, v, strict=True)])))
 
 
 def _sensitivity(grads: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> float:

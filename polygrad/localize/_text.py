@@ -45,9 +45,13 @@ _HEADERS = {
 def localization_lines(loc: Localization) -> list[str]:
     """Header, the located node (or that none was found), counts and notes."""
     custom = sum(c.site.kind == "custom rule" for c in loc.checked)
+    kinks = [c.site.where() for c in loc.checked if c.at_kink]
     count = (f"{len(loc.checked)} node(s) checked alone at their forward-pass inputs "
              f"({custom} custom rule(s), {len(loc.checked) - custom} primitive(s)) "
              f"in {loc.seconds:.2f} s")  # fmt: skip
+    if kinks:
+        count += (f"; {len(kinks)} at a kink of their own, where differences read no "
+                  f"derivative, not judged (the first: {kinks[0]})")  # fmt: skip
     found, none = _HEADERS[loc.searched]
     if loc.by_default is not None and loc.located is None:
         none = _by_default_line(loc)
