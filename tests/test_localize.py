@@ -546,3 +546,23 @@ def test_a_right_rule_at_its_kink_is_not_blamed_before_the_wrong_one(framework):
     kinked = [c for c in loc.checked if c.at_kink]
     assert len(kinked) == 1 and not kinked[0].wrong and kinked[0].to_dict()["at_kink"]
     assert "1 at a kink of their own" in str(loc)
+
+
+def test_torch_detach_and_item_are_named_as_the_jax_and_tf_stop_gradient_is():
+    """``x * x.detach()`` drops half the derivative, with no node whose rule is wrong: the
+    walk names the detach (and an ``.item()``) with its line, as it names a
+    ``stop_gradient`` in JAX and TensorFlow."""
+    import torch
+
+    x = torch.tensor([0.3, -1.2, 0.7, 2.1], dtype=torch.float64)
+    f = lambda v: (v * v.detach()).sum() * v.sum().item()  # noqa: E731
+    report = pg.check(f, x, localize=True)
+    assert report.verdict is pg.Verdict.MISMATCH
+    loc = report.localization
+    assert loc.located is None
+    line = inspect.currentframe().f_lineno - 5
+    for op in ("torch.Tensor.detach", "torch.Tensor.item"):
+        note = next(n for n in loc.notes if n.startswith(f"1 call(s) of {op}"))
+        assert f"test_localize.py:{line}" in note, note
+    plain = pg.check(lambda v: (v * v).sum(), x * 1.0)
+    assert plain.ok and plain.localization is None

@@ -43,7 +43,8 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
     custom: list[RecordedCall] = []
     prims: list[RecordedCall] = []
     flow = Flow()
-    with _recording(torch, _names(torch, call.f, args), custom, prims, flow):
+    bypasses: list[Site] = []
+    with _recording(torch, _names(torch, call.f, args), custom, (prims, bypasses), flow):
         result = call.f(*args)
     outputs = flow.reads(_tensors(torch, _flat(result)))
     steps = sorted(((c.index, Step(c.site, c.reads)) for c in (*custom, *prims)),
@@ -52,7 +53,32 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
     nodes = [[n for n in (_node(torch, c, as_run) for c in group) if n]
              for group in (custom, prims)]  # fmt: skip
     return Recording(with_cotangents(nodes[0], cts), with_cotangents(nodes[1], cts),
-                     steps=tuple(s for _, s in steps), outputs=outputs)  # fmt: skip
+                     notes=_bypass_notes(bypasses), steps=tuple(s for _, s in steps),
+                     outputs=outputs)  # fmt: skip
+
+
+BYPASSES = {
+    "torch.Tensor.detach": "no gradient flows through it",
+    "torch.detach": "no gradient flows through it",
+    "torch.Tensor.item": "its result, a Python number, is outside autograd",
+    "torch.Tensor.tolist": "its result, Python numbers, is outside autograd",
+    "torch.Tensor.register_hook": "a hook can change the gradient in the backward pass",
+}
+"""Calls on a tensor requiring gradients that change what autodiff computes without a node
+whose rule a check could compare: no gradient flows through the first three, and a hook
+rewrites the gradient in the backward pass."""
+
+
+def _bypass_notes(bypasses: list[Site]) -> tuple[str, ...]:
+    """One note per kind of call in :data:`BYPASSES` that the function made, the first
+    named: where it drops or changes a derivative the function needs, it is the bug."""
+    notes = []
+    for op in dict.fromkeys(b.op for b in bypasses):
+        sites = [b for b in bypasses if b.op == op]
+        notes.append(f"{len(sites)} call(s) of {op} ({BYPASSES[op]}) not checked: no rule to "
+                     "compare; where one drops or changes a derivative the function needs, "
+                     f"it is the bug (the first: {sites[0].where()})")  # fmt: skip
+    return tuple(notes)
 
 
 def _cotangents(
@@ -127,11 +153,12 @@ def _recording(
     torch: Any,
     names: dict[int, str],
     custom: list[RecordedCall],
-    prims: list[RecordedCall],
+    prims: tuple[list[RecordedCall], list[Site]],
     flow: Flow,
 ) -> Iterator[None]:
     """Wrap ``Function.apply``, hook modules and enter a TorchFunctionMode, for one run;
-    ``flow`` learns which call made each tensor."""
+    ``flow`` learns which call made each tensor; ``prims``: the primitives, and the calls
+    of :data:`BYPASSES`."""
     from torch.nn.modules import module as mod
 
     stack: list[Any] = []
@@ -181,7 +208,7 @@ def _recording(
     try:
         with (
             replaced_function_apply(torch, recorded),
-            _PrimitiveMode(torch, state, (custom, prims), path, flow),
+            _PrimitiveMode(torch, state, (custom, *prims), path, flow),
         ):
             yield
     finally:
@@ -205,12 +232,13 @@ def _clone(torch: Any, a: Any) -> Any:
 def _PrimitiveMode(
     torch: Any,
     state: _State,
-    calls: tuple[list[RecordedCall], list[RecordedCall]],
+    calls: tuple[list[RecordedCall], list[RecordedCall], list[Site]],
     path: Callable[[], str],
     flow: Flow,
 ) -> Any:
     """A TorchFunctionMode recording top-level calls on tensors requiring gradients in
-    ``calls[1]`` (``calls[0]``, the custom rules, counted in their positions)."""
+    ``calls[1]`` (``calls[0]``, the custom rules, counted in their positions), and the
+    sites of those in :data:`BYPASSES` in ``calls[2]``."""
     from torch.overrides import TorchFunctionMode, resolve_name
 
     skip = _skip_dirs(torch)
@@ -223,7 +251,10 @@ def _PrimitiveMode(
                 torch, name, args)  # fmt: skip
             saved = _clone(torch, args) if keep else ()
             out = func(*args, **kwargs)
-            if keep and isinstance(out, torch.Tensor) and out.grad_fn is not None:
+            if keep and name in BYPASSES:
+                line = source_line(traceback.extract_stack()[:-1], skip)
+                calls[2].append(Site(name, "primitive", path(), line))
+            elif keep and isinstance(out, torch.Tensor) and out.grad_fn is not None:
                 site = Site(name, "primitive", path(),
                             source_line(traceback.extract_stack()[:-1], skip))  # fmt: skip
                 index = len(calls[0]) + len(calls[1])
