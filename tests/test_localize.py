@@ -566,3 +566,27 @@ def test_torch_detach_and_item_are_named_as_the_jax_and_tf_stop_gradient_is():
         assert f"test_localize.py:{line}" in note, note
     plain = pg.check(lambda v: (v * v).sum(), x * 1.0)
     assert plain.ok and plain.localization is None
+
+
+def test_a_second_order_check_is_not_localized_on_first_order_rules():
+    """order=2 with a backward that is not itself differentiable (a detach inside it):
+    MISMATCH, and the walk, which checks first-order rules, says that it cannot see this
+    instead of finding no wrong node; nothing runs by default."""
+    import torch
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, v):
+            ctx.save_for_backward(v)
+            return torch.sin(v)
+
+        @staticmethod
+        def backward(ctx, g):
+            (v,) = ctx.saved_tensors
+            return g * torch.cos(v.detach())
+
+    x = torch.tensor([0.3, -1.2, 0.7, 2.1], dtype=torch.float64)
+    report = pg.check(lambda v: (Sin.apply(v) ** 2).sum(), x, order=2)
+    assert report.verdict is pg.Verdict.MISMATCH and report.localization is None
+    loc = report.localize()
+    assert loc.located is None and loc.notes[0].startswith("not run: order=2"), loc.notes

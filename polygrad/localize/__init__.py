@@ -88,6 +88,8 @@ class CheckedCall:
         The framework's backend name (``"torch"``, ``"jax"``, ``"tensorflow"``, ``"numpy"``).
     supplied : Supplied or None
         A supplied derivative (NumPy).
+    order : int
+        The derivative checked (2: the derivative of the gradient).
     """
 
     f: Callable[..., Any]
@@ -95,6 +97,7 @@ class CheckedCall:
     argnums: tuple[int, ...]
     backend: str
     supplied: Supplied | None = None
+    order: int = 1
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,8 @@ def localize(report: Report, budget: float = 30.0, max_size: int = 1 << 16) -> L
     if call is None:
         return Localization(None, notes=("not run: the report does not hold the checked "
                                          "call (made by polygrad.check only)",))  # fmt: skip
+    if call.order != 1:
+        return Localization(None, notes=(SECOND_ORDER,))
     if verdict == "NONFINITE" and not _autodiff_nonfinite(report):
         return Localization(None, notes=("not run: autodiff is finite at every entry; the "
                                          "reference is the non-finite side",),
@@ -236,14 +241,15 @@ def localize_by_default(report: Report, policy: Policy) -> Localization | None:
     Returns
     -------
     Localization or None
-        None where the verdict is not MISMATCH or NONFINITE, where the share is 0, or
-        where the framework's recorder captures no program (NumPy: the node would be
-        the supplied rule as a whole, which the check itself judged).
+        None where the verdict is not MISMATCH or NONFINITE, where the share is 0, for
+        ``order=2`` (the walk checks first-order rules), or where the framework's
+        recorder captures no program (NumPy: the node would be the supplied rule as a
+        whole, which the check itself judged).
     """
     if str(report.verdict) not in ("MISMATCH", "NONFINITE") or policy.localize_share <= 0:
         return None
     call = getattr(report, "checked_call", None)
-    if call is None or not _captures_program(call.backend):
+    if call is None or call.order != 1 or not _captures_program(call.backend):
         return None
     seconds = report.details.seconds or 0.0
     budget = max(policy.localize_floor_seconds, policy.localize_share * seconds)
@@ -318,6 +324,14 @@ def _record(call: CheckedCall, report: Report, as_run: bool = False) -> Recordin
                                 f"{exc}",))  # fmt: skip
     return rec
 
+
+SECOND_ORDER = (
+    "not run: order=2 checked the derivative of the gradient, and the walk checks each "
+    "node's first-order rule (its VJP); a wrong second-order rule (a backward that is not "
+    "itself differentiable, a detach inside a backward) is not seen by it: check the "
+    "gradient of each custom rule with order=2 on its own"
+)
+"""Why a report of ``order=2`` is not localized."""
 
 _DECLARED_ZERO = ("stop_gradient", "StopGradient")
 """Primitives whose rule is zero by declaration while their forward is the identity."""

@@ -282,7 +282,8 @@ def check(
     ref = compute_reference(prep.target, plan, opts, prep)
     state = judgment(prep, plan, ref, opts)  # assessed, then every pass (pipeline.judgment)
     report = make_report(state.prep, state.plan, state.ref, state.judged, opts, t_start)
-    report.checked_call = CheckedCall(f, args, prep.argnums, prep.backend.name, prep.supplied)
+    report.checked_call = CheckedCall(f, args, prep.argnums, prep.backend.name, prep.supplied,
+                                      opts.order)  # fmt: skip
     if localize and report.verdict in (Verdict.MISMATCH, Verdict.NONFINITE):
         report.localize()
     elif localize is None:
