@@ -516,9 +516,10 @@ def _why(report: Report) -> str:
         return _why_nonsmooth(report, k, n)
     if v == "UNSTABLE":
         return (
-            f"the rule is right (its float64 evaluation agrees with the reference), but at {k} "
-            f"of {_entries(n)} the {report.details.working_dtype} gradient has lost far "
-            "more digits than round-off explains."
+            f"the rule's float64 evaluation agrees with the reference, but at {k} of "
+            f"{_entries(n)} the {report.details.working_dtype} gradient has lost far more "
+            f"digits than round-off explains: its {report.details.working_dtype} arithmetic "
+            "is unstable, or its code differs from the float64 one (a branch on the dtype)."
         )
     if v == "NONFINITE":
         return (

@@ -290,3 +290,30 @@ def test_a_rule_that_is_the_float64_runs_derivative_is_not_passed(framework):
     assert report.verdict is Verdict.PASS and report.ok, str(report)
     np.testing.assert_allclose(report.entries.reference, _rms_exact(x, w).ravel(), rtol=1e-4)
     assert any(ANOTHER in note for note in report.notes), report.notes
+
+
+@pytest.mark.polygrad_backends("torch")
+def test_a_rule_wrong_only_in_float32_is_not_called_right():
+    """A backward 0.1% off only where ``y.dtype == torch.float32``: its float64 evaluation
+    agrees with the reference, its float32 values do not. Not ok (UNSTABLE), and the
+    headline no longer says "the rule is right": it names a branch on the dtype beside
+    unstable arithmetic."""
+    import torch
+
+    class Tanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = torch.tanh(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * (1 + 1e-3 if y.dtype == torch.float32 else 1.0)
+
+    x = torch.tensor([0.3, -1.2, 0.7], dtype=torch.float32)
+    report = pg.check(lambda v: Tanh.apply(v).sum(), x)
+    assert report.verdict is Verdict.UNSTABLE and not report.ok, str(report)
+    headline = str(report).splitlines()[0]
+    assert "the rule is right" not in headline and "a branch on the dtype" in headline
