@@ -737,6 +737,12 @@ def assert_planted_caught(program: Program, framework: str) -> None:
     if low_precision_undecided(report, program) or caught:
         assert not report.ok, f"{program!r}\n{report}"
         return
+    # a known limit (ROUND_OFF_DIFFERENTIATED): a sum of a layer norm is 0 in exact
+    # arithmetic, its float64 Jacobian round-off (which the closed-form rule in extended
+    # precision need not tell); not ok (UNSTABLE, as the right rule is there) is all a
+    # check can say
+    if sums_a_layer_norm(program.root) and not report.ok:
+        return
     if not STRICT:
         # outside the exact property (EXACT_CORRECT), a plant within the tolerance the
         # report states is not required to be caught (a float64 reference of NumPy's
