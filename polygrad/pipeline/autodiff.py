@@ -243,6 +243,9 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
 ROUNDOFF_ACCOUNTS = 8.0
 """:func:`roundoff_accounts_for`: an error of ``f``'s working-dtype value up to this many
 times its measured round-off (noise standard deviation) is round-off."""
+ROUNDOFF_COORDINATES = 8
+""":func:`roundoff_accounts_for` samples this many coordinate directions (all, for fewer
+inputs) beside one random sign direction."""
 
 
 def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.ndarray:
@@ -251,14 +254,15 @@ def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.
 
     Cancellation makes ``f``'s value from intermediates far larger than itself, whose
     rounding errors change from input to input: ``f``'s working-dtype values scatter
-    around the true ones by about the error at the point. Where its noise, measured with
-    ECnoise along a random sign direction of scales ``s`` (the largest of three sampling
-    steps: a step too long reads curvature as noise, which keeps this answer yes), is
-    detected and is far below the error (``rho |f| > ROUNDOFF_ACCOUNTS sigma``), the
-    float64 value is not the working one made exact: the float64 run computes another
-    function (code that reads its dtype, ``finfo(x.dtype).eps``). True where nothing
-    is lost, and where the noise is not detected (a staircase: ECnoise finds ``f``
-    constant), as before any measurement.
+    around the true ones by about the error at the point, or, where the intermediates are
+    so large that a whole range of an input rounds alike, stand still on a staircase.
+    The noise is measured with ECnoise along a random sign direction of scales ``s`` and
+    along coordinate directions (:data:`ROUNDOFF_COORDINATES`), at two sampling steps.
+    Where it is detected along every one of them (no staircase) and, at its largest, is
+    far below the error (``rho |f| > ROUNDOFF_ACCOUNTS sigma``), the float64 value is not
+    the working one made exact: the float64 run computes another function (code that
+    reads its dtype, ``finfo(x.dtype).eps``). True where nothing is lost, where some
+    direction sees ``f`` constant, and below the dtype's smallest normal number.
     """
     lost = rho > 0
     if not np.any(lost):
@@ -266,16 +270,20 @@ def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.
     from ..reference.noise import estimate_noise
     from ..reference.steps import ecnoise_step
 
-    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=target.n)
-    W = (np.asarray(s, dtype=np.float64) * signs)[None, :]
+    rng = np.random.default_rng(0)
+    sc = np.asarray(s, dtype=np.float64)
+    picked = rng.permutation(target.n)[:ROUNDOFF_COORDINATES]
+    W = np.zeros((1 + picked.size, target.n))
+    W[0] = sc * rng.choice([-1.0, 1.0], size=target.n)
+    W[1 + np.arange(picked.size), picked] = sc[picked]
     y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
     try:
         raws = [estimate_noise(target.evaluate, target.x0, W, y0, 0.0,
-                               ecnoise_step(target.eps) * 2.0**-k) for k in (0, 4, 8)]  # fmt: skip
+                               ecnoise_step(target.eps) * 2.0**-k) for k in (0, 4)]  # fmt: skip
     except Exception:  # noqa: BLE001 - not measured: as before any measurement
         return np.ones(rho.shape, dtype=bool)
-    detected = np.all([r.inform[0] == 1 for r in raws], axis=0)
-    sigma = np.max([r.sigma[0] for r in raws], axis=0)
+    detected = np.all([np.all(r.inform == 1, axis=0) for r in raws], axis=0)
+    sigma = np.max([np.max(r.sigma, axis=0) for r in raws], axis=0)
     underflow = np.abs(y0) < underflow_floor(target.eps)  # keeps only absolute digits
     return ~lost | ~detected | underflow | (rho * np.abs(y0) <= ROUNDOFF_ACCOUNTS * sigma)
 
