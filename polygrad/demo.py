@@ -348,6 +348,9 @@ class _Demo:
                 f"worst entry {_value_line(report, worst)}; Taylor slope {t.slope:.2f} "
                 "(2 for a right gradient, 1 for a wrong one)"
             )
+            loc = report.localization
+            if loc is not None and loc.located is not None:
+                detail += f"; the wrong rule, localized: {loc.located.site.op}"
             return Outcome(
                 "custom gradient, bug",
                 framework,

@@ -34,6 +34,7 @@ def test_demo_runs_everything(tmp_path):
         assert f"case 1 normal log-density  {fw} " in text
     assert "MISMATCH" in text and "Taylor slope 1.0" in text
     assert "[as expected] custom gradient, bug" in text and "far outside the tolerance" in text
+    assert "the wrong rule, localized: torch.autograd.Function SinSquare" in text
     for line in text.splitlines():  # every value line gives the gap and the tolerance
         if "case 1 normal log-density" in line:
             assert re.search(r"\|diff\| [\d.e-]+, within the tolerance [\d.e-]+$", line), line
