@@ -49,8 +49,13 @@ def check_deterministic(target: Target) -> list[str]:
                     f"(output size {size:.3g})")  # fmt: skip
         path = _worst(ref, a[:1])
         if path > np.sqrt(eps) * size:
-            _refuse(f"its value at the input ({label}) differs by {path:.3g} between a plain "
-                    f"call and a batched one (output size {size:.3g})")  # fmt: skip
+            raise NondeterministicFunctionError(
+                f"the function's value at the input ({label}) differs by {path:.3g} (output "
+                f"size {size:.3g}) between a plain call and a batched one, far beyond "
+                "round-off: the check needs one function, and this one depends on how it is "
+                "called (state kept between calls, a batch statistic, or a compiled graph "
+                "that rewrites arithmetic whose terms cancel)"
+            )
         if path > 64 * eps * size:
             notes.append(_path_note(label, path, size))
         elif max(repeat, path) > 0:
