@@ -65,8 +65,8 @@ BYPASSES = {
     "torch.Tensor.register_hook": "a hook can change the gradient in the backward pass",
 }
 """Calls on a tensor requiring gradients that change what autodiff computes without a node
-whose rule a check could compare: no gradient flows through the first three, and a hook
-rewrites the gradient in the backward pass."""
+whose rule a check could compare: no gradient flows through a detach, nor from a Python
+number, and a hook rewrites the gradient in the backward pass."""
 
 
 def _bypass_notes(bypasses: list[Site]) -> tuple[str, ...]:

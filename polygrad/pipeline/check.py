@@ -239,9 +239,10 @@ def check(
         report shows the located node first. Nothing is run for a check that does not
         fail. True: the full walk (a budget of 30 s). None (default): the walk runs
         within the check's own time (``policy.localize_share`` of it, at least
-        ``policy.localize_floor_seconds``), so a failing check costs at most about
-        twice as much; one cut short or finding nothing is a line at the end of the
-        report. False: not run (``report.localize()`` can be called later).
+        ``policy.localize_floor_seconds``), so a failing check costs at most its own
+        time again, or that floor where it is more; one cut short or finding nothing is
+        a line at the end of the report. False: not run (``report.localize()`` can be
+        called later).
 
     Returns
     -------

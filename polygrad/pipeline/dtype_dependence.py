@@ -156,8 +156,8 @@ def _apart_note(apart: float, target: Target, f0: np.ndarray, method: str) -> st
         f"f's {dtype} round-off accounts for (its noise, measured at the point, is far "
         f"smaller): the {run} run of f is the odd one out, it computes another function "
         "(code that reads the dtype: a "
-        "constant such as finfo(x.dtype).eps, a branch on the dtype), and a reference of "
-        f"it is none of yours. The check was judged on the {dtype} program alone: {dtype} "
+        "constant such as finfo(x.dtype).eps, a branch on the dtype), whose derivative is "
+        f"not your {dtype} function's. The check was judged on the {dtype} program alone: {dtype} "
         f"differences, with their wider error bars, and mp where the {dtype} program runs "
         "on mpmath numbers"
     )
