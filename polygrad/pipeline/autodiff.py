@@ -240,52 +240,78 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     return np.where(roundoff_accounts_for(target, st.s, rho), rho, 0.0)
 
 
-ROUNDOFF_ACCOUNTS = 8.0
-""":func:`roundoff_accounts_for`: an error of ``f``'s working-dtype value up to this many
-times its measured round-off (noise standard deviation) is round-off."""
-ROUNDOFF_COORDINATES = 8
+SYSTEMATIC_SPREAD = 0.25
+""":func:`roundoff_accounts_for`: a difference between ``f``'s working-dtype and float64
+values that changes by less than this share of itself over the sampled moves is
+systematic (another function), not round-off."""
+SPREAD_MOVES = tuple(2.0**-k for k in (24, 20, 16, 12, 8, 5))
+""":func:`roundoff_accounts_for` samples the difference at these moves (in units of the
+inputs' scales), on both sides."""
+STANDS_STILL = 0.1
+""":func:`roundoff_accounts_for`: working-dtype values that move by less than this share
+of the float64 ones over the widest move stand still on a staircase."""
+SPREAD_COORDINATES = 8
 """:func:`roundoff_accounts_for` samples this many coordinate directions (all, for fewer
 inputs) beside one random sign direction."""
 
 
 def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.ndarray:
     """``(m,)`` bool: whether ``f``'s own round-off in the working dtype can account for a
-    relative error ``rho`` of its value at the point.
+    relative error ``rho`` of its value at the point (against its float64 run).
 
-    Cancellation makes ``f``'s value from intermediates far larger than itself, whose
-    rounding errors change from input to input: ``f``'s working-dtype values scatter
-    around the true ones by about the error at the point, or, where the intermediates are
-    so large that a whole range of an input rounds alike, stand still on a staircase.
-    The noise is measured with ECnoise along a random sign direction of scales ``s`` and
-    along coordinate directions (:data:`ROUNDOFF_COORDINATES`), at two sampling steps.
-    Where it is detected along every one of them (no staircase) and, at its largest, is
-    far below the error (``rho |f| > ROUNDOFF_ACCOUNTS sigma``), the float64 value is not
-    the working one made exact: the float64 run computes another function (code that
-    reads its dtype, ``finfo(x.dtype).eps``). True where nothing is lost, where some
-    direction sees ``f`` constant, and below the dtype's smallest normal number.
+    Round-off of intermediates far larger than ``f`` (cancellation) changes erratically
+    from input to input, or, where a whole range of an input rounds alike, stands still
+    on a staircase while the float64 run moves. A float64 run that computes another
+    function (code that reads its dtype, ``finfo(x.dtype).eps``) differs smoothly, and
+    the working-dtype values move with it. Along a random sign direction of scales ``s``
+    and along coordinate directions (:data:`SPREAD_COORDINATES`), the difference
+    ``d(x)`` of the two is sampled at moves from ``2^-24`` to ``2^-5`` of the scales
+    (:data:`SPREAD_MOVES`). It is systematic along a direction where ``d`` changes by
+    less than :data:`SYSTEMATIC_SPREAD` of itself and the working-dtype values do not
+    stand still over the widest move (:data:`STANDS_STILL`). False (not round-off) where it is
+    systematic along every direction; True where nothing is lost, where ``f`` has no
+    float64 run, and below the dtype's smallest normal number.
     """
     lost = rho > 0
-    if not np.any(lost):
+    if not np.any(lost) or target.evaluate64 is None:
         return np.ones(rho.shape, dtype=bool)
-    from ..reference.noise import estimate_noise
-    from ..reference.steps import ecnoise_step
+    try:
+        systematic = np.all([_systematic(target, w) for w in _spread_directions(target, s)],
+                            axis=0)  # fmt: skip
+    except Exception:  # noqa: BLE001 - not measured: as before any measurement
+        return np.ones(rho.shape, dtype=bool)
+    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
+    underflow = np.abs(y0) < underflow_floor(target.eps)  # keeps only absolute digits
+    return ~lost | ~systematic | underflow
 
+
+def _spread_directions(target: Target, s: np.ndarray) -> np.ndarray:
+    """A random sign direction and up to :data:`SPREAD_COORDINATES` coordinate ones, each
+    scaled by ``s``, ``(d, n)``."""
     rng = np.random.default_rng(0)
     sc = np.asarray(s, dtype=np.float64)
-    picked = rng.permutation(target.n)[:ROUNDOFF_COORDINATES]
+    picked = rng.permutation(target.n)[:SPREAD_COORDINATES]
     W = np.zeros((1 + picked.size, target.n))
     W[0] = sc * rng.choice([-1.0, 1.0], size=target.n)
     W[1 + np.arange(picked.size), picked] = sc[picked]
-    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
-    try:
-        raws = [estimate_noise(target.evaluate, target.x0, W, y0, 0.0,
-                               ecnoise_step(target.eps) * 2.0**-k) for k in (0, 4)]  # fmt: skip
-    except Exception:  # noqa: BLE001 - not measured: as before any measurement
-        return np.ones(rho.shape, dtype=bool)
-    detected = np.all([np.all(r.inform == 1, axis=0) for r in raws], axis=0)
-    sigma = np.max([np.max(r.sigma, axis=0) for r in raws], axis=0)
-    underflow = np.abs(y0) < underflow_floor(target.eps)  # keeps only absolute digits
-    return ~lost | ~detected | underflow | (rho * np.abs(y0) <= ROUNDOFF_ACCOUNTS * sigma)
+    return W
+
+
+def _systematic(target: Target, w: np.ndarray) -> np.ndarray:
+    """``(m,)`` bool: the working-dtype and float64 values differ smoothly along ``w``,
+    and the working-dtype values move as the float64 ones do (see
+    :func:`roundoff_accounts_for`)."""
+    assert target.evaluate64 is not None
+    t = np.array([sign * m for m in SPREAD_MOVES for sign in (1.0, -1.0)])
+    X = target.x0[None, :] + t[:, None] * w[None, :]
+    fw = np.asarray(target.evaluate(X), np.float64)
+    f64 = np.asarray(target.evaluate64(X), np.float64)
+    d = fw - f64
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = (np.max(d, axis=0) - np.min(d, axis=0)) / np.max(np.abs(d), axis=0)
+        moved_w, moved_64 = fw[-2] - fw[-1], f64[-2] - f64[-1]
+        follows = np.abs(moved_w) >= STANDS_STILL * np.abs(moved_64)
+    return np.isfinite(spread) & (spread < SYSTEMATIC_SPREAD) & follows
 
 
 def value_apart(target: Target, f0: np.ndarray | None, s: np.ndarray, c_ad: float) -> float:
