@@ -185,12 +185,16 @@ def check_correct(program: Program, framework: str) -> pg.Report:
 
 
 def check_planted(program: Program, framework: str) -> pg.Report:
-    """polygrad's check of the program with its gradient scaled by ``1 + PLANTED[dtype]``."""
+    """polygrad's check of the program with its gradient scaled by ``1 + PLANTED[dtype]``.
+
+    The property is the verdict: the localization a failing check runs by default (the
+    planted custom rule, found first; see ``tests/test_localize.py``) is left out, so
+    that the CI budget of programs fits its time."""
     rel = PLANTED[program.dtype]
     x = to_input(program, framework)
     if framework == "numpy":
         return pg.check(build(program, framework), x, vjp=numpy_vjp(program, rel))
-    return pg.check(planted(program, framework, rel), x)
+    return pg.check(planted(program, framework, rel), x, localize=False)
 
 
 def jacobian64(program: Program, dtype: Any = np.float64) -> np.ndarray:
