@@ -240,6 +240,10 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     return np.where(roundoff_accounts_for(target, st.s, rho), rho, 0.0)
 
 
+LOST_ULPS = 64.0
+""":func:`roundoff_accounts_for` measures only where ``f`` lost more than this many ulps:
+within them, the allowance ``c_lost · rho`` is no wider than the round-off every entry is
+allowed anyway (``c_ad`` ulps), and nothing needs telling apart."""
 SYSTEMATIC_SPREAD = 0.25
 """:func:`roundoff_accounts_for`: a difference between ``f``'s working-dtype and float64
 values that changes by less than this share of itself over the sampled moves is
@@ -270,9 +274,10 @@ def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.
     less than :data:`SYSTEMATIC_SPREAD` of itself and the working-dtype values do not
     stand still over the widest move (:data:`STANDS_STILL`). False (not round-off) where it is
     systematic along every direction; True where nothing is lost, where ``f`` has no
-    float64 run, and below the dtype's smallest normal number.
+    float64 run, below the dtype's smallest normal number, and within
+    :data:`LOST_ULPS` ulps.
     """
-    lost = rho > 0
+    lost = rho > LOST_ULPS * target.eps  # within it, an allowance no wider than c_ad's
     if not np.any(lost) or target.evaluate64 is None:
         return np.ones(rho.shape, dtype=bool)
     try:
