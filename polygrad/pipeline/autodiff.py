@@ -24,7 +24,7 @@ from ..policy import DEFAULT_POLICY, Policy
 from ..reference.differences import DirectionalDerivatives
 from ..reference.steps import F64_EPS, RademacherDirections, pow2_scales
 from ..report import SEVERITY, Entries, Verdict
-from .judge import NOTHING_EXPECTED, Expected, JudgeInput, underflow_floor
+from .judge import NOTHING_EXPECTED, Expected, JudgeInput
 from .plan import RULE_RESOLUTION
 
 __all__ = [
@@ -32,8 +32,6 @@ __all__ = [
     "autodiff_roundoff",
     "digits_lost",
     "f_accuracy",
-    "roundoff_accounts_for",
-    "value_apart",
     "function_scale",
     "gather",
     "jacobian_scale",
@@ -236,107 +234,7 @@ def f_accuracy(target: Target, st: Setting) -> np.ndarray | None:
     best = st.f0_mp if st.f0_mp is not None else st.f0
     if target.eps <= F64_EPS or best is None or np.size(best) != y0.size:
         return None
-    rho = digits_lost(y0, best)
-    return np.where(roundoff_accounts_for(target, st.s, rho), rho, 0.0)
-
-
-LOST_ULPS = 64.0
-""":func:`roundoff_accounts_for` measures only where ``f`` lost more than this many ulps:
-within them, the allowance ``c_lost · rho`` is no wider than the round-off every entry is
-allowed anyway (``c_ad`` ulps), and nothing needs telling apart."""
-SYSTEMATIC_SPREAD = 0.25
-""":func:`roundoff_accounts_for`: a difference between ``f``'s working-dtype and float64
-values that changes by less than this share of itself over the sampled moves is
-systematic (another function), not round-off."""
-SPREAD_MOVES = tuple(2.0**-k for k in (24, 20, 16, 12, 8, 5))
-""":func:`roundoff_accounts_for` samples the difference at these moves (in units of the
-inputs' scales), on both sides."""
-STANDS_STILL = 0.1
-""":func:`roundoff_accounts_for`: working-dtype values that move by less than this share
-of the float64 ones over the widest move stand still on a staircase."""
-SPREAD_COORDINATES = 8
-""":func:`roundoff_accounts_for` samples this many coordinate directions (all, for fewer
-inputs) beside one random sign direction."""
-
-
-def roundoff_accounts_for(target: Target, s: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """``(m,)`` bool: whether ``f``'s own round-off in the working dtype can account for a
-    relative error ``rho`` of its value at the point (against its float64 run).
-
-    Round-off of intermediates far larger than ``f`` (cancellation) changes erratically
-    from input to input, or, where a whole range of an input rounds alike, stands still
-    on a staircase while the float64 run moves. A float64 run that computes another
-    function (code that reads its dtype, ``finfo(x.dtype).eps``) differs smoothly, and
-    the working-dtype values move with it. Along a random sign direction of scales ``s``
-    and along coordinate directions (:data:`SPREAD_COORDINATES`), the difference
-    ``d(x)`` of the two is sampled at moves from ``2^-24`` to ``2^-5`` of the scales
-    (:data:`SPREAD_MOVES`). It is systematic along a direction where ``d`` changes by
-    less than :data:`SYSTEMATIC_SPREAD` of itself and the working-dtype values do not
-    stand still over the widest move (:data:`STANDS_STILL`). False (not round-off) where it is
-    systematic along every direction; True where nothing is lost, where ``f`` has no
-    float64 run, below the dtype's smallest normal number, and within
-    :data:`LOST_ULPS` ulps.
-    """
-    lost = rho > LOST_ULPS * target.eps  # within it, an allowance no wider than c_ad's
-    if not np.any(lost) or target.evaluate64 is None:
-        return np.ones(rho.shape, dtype=bool)
-    try:
-        systematic = np.all([_systematic(target, w) for w in _spread_directions(target, s)],
-                            axis=0)  # fmt: skip
-    except Exception:  # noqa: BLE001 - not measured: as before any measurement
-        return np.ones(rho.shape, dtype=bool)
-    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
-    underflow = np.abs(y0) < underflow_floor(target.eps)  # keeps only absolute digits
-    return ~lost | ~systematic | underflow
-
-
-def _spread_directions(target: Target, s: np.ndarray) -> np.ndarray:
-    """A random sign direction and up to :data:`SPREAD_COORDINATES` coordinate ones, each
-    scaled by ``s``, ``(d, n)``."""
-    rng = np.random.default_rng(0)
-    sc = np.asarray(s, dtype=np.float64)
-    picked = rng.permutation(target.n)[:SPREAD_COORDINATES]
-    W = np.zeros((1 + picked.size, target.n))
-    W[0] = sc * rng.choice([-1.0, 1.0], size=target.n)
-    W[1 + np.arange(picked.size), picked] = sc[picked]
-    return W
-
-
-def _systematic(target: Target, w: np.ndarray) -> np.ndarray:
-    """``(m,)`` bool: the working-dtype and float64 values differ smoothly along ``w``,
-    and the working-dtype values move as the float64 ones do (see
-    :func:`roundoff_accounts_for`)."""
-    assert target.evaluate64 is not None
-    t = np.array([sign * m for m in SPREAD_MOVES for sign in (1.0, -1.0)])
-    X = target.x0[None, :] + t[:, None] * w[None, :]
-    fw = np.asarray(target.evaluate(X), np.float64)
-    f64 = np.asarray(target.evaluate64(X), np.float64)
-    d = fw - f64
-    with np.errstate(invalid="ignore", divide="ignore"):
-        spread = (np.max(d, axis=0) - np.min(d, axis=0)) / np.max(np.abs(d), axis=0)
-        moved_w, moved_64 = fw[-2] - fw[-1], f64[-2] - f64[-1]
-        follows = np.abs(moved_w) >= STANDS_STILL * np.abs(moved_64)
-    return np.isfinite(spread) & (spread < SYSTEMATIC_SPREAD) & follows
-
-
-def value_apart(target: Target, f0: np.ndarray | None, s: np.ndarray, c_ad: float) -> float:
-    """How far ``f``'s working-dtype value at the point lies from ``f0`` (its float64 or
-    quad run's), relative, where its round-off does not account for it
-    (:func:`roundoff_accounts_for`); 0 where it does, or where the difference is within
-    ``c_ad`` ulps.
-
-    A value apart says the float64 run computes another function (code that reads its
-    dtype): a reference of it is no reference of the working program, whether the
-    entries fail against it or not.
-    """
-    if f0 is None or target.eps <= F64_EPS or np.size(f0) != target.m:
-        return 0.0
-    rho = digits_lost(target.y0, f0)
-    beyond = np.where(rho > c_ad * target.eps, rho, 0.0)
-    if not np.any(beyond):
-        return 0.0
-    apart = (beyond > 0) & ~roundoff_accounts_for(target, s, beyond)
-    return float(np.max(rho[apart])) if np.any(apart) else 0.0
+    return digits_lost(y0, best)
 
 
 F64_LOST_AT_MOST = 0.01

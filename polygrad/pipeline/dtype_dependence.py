@@ -31,7 +31,7 @@ from ..backends.base import Target
 from ..reference.mp import expected_mp_evaluations, mp_seconds_at_least
 from ..report import SEVERITY, Entries, Verdict
 from .assess import Assessment, assess
-from .autodiff import Setting, value_apart
+from .autodiff import Setting
 from .plan import Plan, make_plan
 from .prepare import Options, Prepared
 from .reference import Reference, compute_reference
@@ -117,11 +117,9 @@ def recheck_in_working_dtype(
         or ref.method == "working"
         or target.working_dtype == "float64"
         or target.evaluate64 is None
+        or not np.any(failing)
         or np.any(wrong_in_both(judged.entries))
     ):
-        return None
-    apart = value_apart(target, plan.f0, plan.s, opts.policy.c_ad)
-    if not apart and not np.any(failing):
         return None
     # mp serves the working-dtype check only as its reference (a small check) or to
     # re-examine entries in doubt, which a wide input's cost rules out before it runs
@@ -135,32 +133,11 @@ def recheck_in_working_dtype(
     st = Setting(w_ref.dd, w_plan.full, w_plan.s, w_plan.W, w_plan.rng_state, w_plan.ref_eps,
                  w_ref.vouched, w_plan.f0)  # fmt: skip
     w_judged = assess(w_prep, st, w_ref.method, w_opts)
-    if apart:  # the float64 run is another function at the point: it decides nothing
-        note = _apart_note(apart, target, plan.f0, ref.method)
-        return WorkingRecheck(w_prep, w_plan, w_ref,
-                              replace(w_judged, notes=(note, *w_judged.notes)))  # fmt: skip
     split = another_function(judged.entries, w_judged.entries, failing)
     if not np.any(split):
         return None
     note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
     return WorkingRecheck(w_prep, w_plan, w_ref, replace(w_judged, notes=(note, *w_judged.notes)))
-
-
-def _apart_note(apart: float, target: Target, f0: np.ndarray, method: str) -> str:
-    y0 = np.ravel(np.asarray(target.y0, dtype=np.float64))
-    i = int(np.argmax(np.abs(y0 - np.ravel(f0)) / np.maximum(np.abs(y0), 1e-300)))
-    dtype, run = target.working_dtype, "float64" if method != "quad" else "quad-precision"
-    return (
-        f"f's {dtype} value at the point is {y0[i]:.7g} and its {run} run's "
-        f"{float(np.ravel(f0)[i]):.7g} (relative difference {apart:.2g}), far more than "
-        f"f's {dtype} round-off accounts for (its noise, measured at the point, is far "
-        f"smaller): the {run} run of f is the odd one out, it computes another function "
-        "(code that reads the dtype: a "
-        "constant such as finfo(x.dtype).eps, a branch on the dtype), whose derivative is "
-        f"not your {dtype} function's. The check was judged on the {dtype} program alone: {dtype} "
-        f"differences, with their wider error bars, and mp where the {dtype} program runs "
-        "on mpmath numbers"
-    )
 
 
 def _explicable(e: Entries) -> np.ndarray:
