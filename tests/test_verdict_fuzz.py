@@ -1021,6 +1021,17 @@ CHAINED_CLIPS_AT_A_SHARED_BOUND = Program(
     op("clip", op("clip", X, p=(-2.0, -1.0)), p=(-1.0, -0.5)), (3,), "float32", (1.0, 1.0, -1.0)
 )
 
+# a layer norm of exp of a layer norm of near ties at 1.9e-6, in float32 (a CI-mode JAX
+# program): jax.nn.standardize's variance E[u^2] - E[u]^2 of values near 0.999 cancels, and
+# f's float32 value is 0.2% off its float64 run's, as smoothly over small moves as a
+# float64 run of another function; a check that took it for one and judged the float32
+# program alone read float32 differences of 0 (MISMATCH on the right rule)
+LAYER_NORM_OF_EXP_OF_NEAR_TIES = Program(
+    op("layer_norm", op("exp", op("affine", op("layer_norm", op("affine", X, p=(-2.0, 0.0))),
+       p=(-2.0, 0.0)))),
+    (4, 4), "float32", (2.0**-19,) * 12 + (-(2.0**-19),) + (2.0**-19,) * 3,
+)  # fmt: skip
+
 # erf(log(1 + softplus(-x))) at x = 32: 1 + softplus(-x) rounds at ulp(1), so f in float64
 # is constant over treads 0.0175 wide and 1.7% of |f| high, far wider than ECnoise's
 # samples, which saw no noise; NumPy's reference was 0 (float32) or 12% off (float64),
@@ -1537,6 +1548,7 @@ FOUND = [
         _found(fw, CHAINED_CLIPS_AT_A_SHARED_BOUND)
         for fw in ("numpy", "torch", "jax", "tensorflow")
     ],
+    *[_found(fw, LAYER_NORM_OF_EXP_OF_NEAR_TIES) for fw in ("numpy", "torch", "jax", "tensorflow")],
     _found("numpy", replace(ERF_LOG_SOFTPLUS_TREADS, dtype="float64")),
     _found("numpy", ERF_OF_MEAN),
     _found("tensorflow", PROD_LOG_SOFTMAX_DOMINANT, TF_KERNEL_LOSES_DIGITS),
