@@ -238,13 +238,22 @@ def localize_by_default(report: Report, policy: Policy) -> Localization | None:
     within ``policy.localize_share`` times the check's own time (at least
     ``policy.localize_floor_seconds``).
 
+    Parameters
+    ----------
+    report : Report
+        A report of :func:`polygrad.check` or of one implementation of
+        :func:`polygrad.compare` (it holds the checked call).
+    policy : Policy
+        Its ``localize_share`` and ``localize_floor_seconds`` set the budget, in seconds.
+
     Returns
     -------
     Localization or None
         None where the verdict is not MISMATCH or NONFINITE, where the share is 0, for
         ``order=2`` (the walk checks first-order rules), or where the framework's
         recorder captures no program (NumPy: the node would be the supplied rule as a
-        whole, which the check itself judged).
+        whole, which the check itself judged). It raises nothing: a walk that fails is
+        a note in the returned localization.
     """
     if str(report.verdict) not in ("MISMATCH", "NONFINITE") or policy.localize_share <= 0:
         return None
