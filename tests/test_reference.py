@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import mpmath
@@ -24,9 +25,11 @@ from polygrad.reference.noise import (
     NOISE_DETECTED,
     NOISE_NOT_DETECTED,
     STEP_TOO_LARGE,
+    jittered_noise,
     output_resolution,
     value_grid,
 )
+from polygrad.reference.steps import ecnoise_step
 
 EPS64 = float(np.finfo(np.float64).eps)
 
@@ -396,6 +399,54 @@ def test_round_off_that_equal_spacing_hides_is_measured(k: int) -> None:
         true = float(-du / 4 * scale * mpmath.mpf(2.0**k))
     value, error = dd.central.value[0], dd.central.error[0]
     assert np.all(np.abs(value - true) <= error), (value - true, error)
+
+
+def _erf_of_layer_norm_of_sigmoids(X: np.ndarray) -> np.ndarray:
+    """erf(layer_norm(sigmoid(x))) per row, as NumPy code writes it."""
+    u = 1 / (1 + np.exp(-X))
+    c = u - np.mean(u, axis=1, keepdims=True)
+    return np.vectorize(math.erf)(c / np.sqrt(np.mean(c * c, axis=1, keepdims=True) + 1e-5))
+
+
+ALIASED_AT = np.array([0.026278012976678578, 0.012179721876858101, 0.00045805114412214234])
+
+
+def _erf_of_layer_norm_of_sigmoids_mp(j: int) -> float:
+    """d f[1] / d x[j] of the function above at ``ALIASED_AT``, at 60 digits."""
+
+    def f1(t: mpmath.mpf) -> mpmath.mpf:
+        x = [mpmath.mpf(float(v)) for v in ALIASED_AT]
+        x[j] = t
+        u = [1 / (1 + mpmath.exp(-v)) for v in x]
+        c = [v - sum(u) / 3 for v in u]
+        return mpmath.erf(c[1] / mpmath.sqrt(sum(v * v for v in c) / 3 + mpmath.mpf(1e-5)))
+
+    with mpmath.workdps(60):
+        return float(mpmath.diff(f1, mpmath.mpf(float(ALIASED_AT[j]))))
+
+
+def test_a_noise_that_equal_spacing_aliases_is_measured_before_the_ladder_goes_down() -> None:
+    """Along x[2] the mean of the sigmoids (near 0.5, rounded at 2^-53) moves by nearly a
+    whole number of its ulps from one equally spaced ECnoise sample to the next: the
+    sampled round-off of f[1] is a slow sawtooth, and ECnoise reads 1.7e-16 of noise where
+    f carries 1.5e-14. Trusting it, the ladder read round-off as truncation and went down
+    to steps of 6e-11, whose differences are all round-off (1.8e-4 off, error bar 6e-6).
+    With the noise measured again at jittered samples before it goes down, the reference
+    covers the truth."""
+    fn, x = _erf_of_layer_norm_of_sigmoids, ALIASED_AT
+    W = np.diag([2.0**-5, 2.0**-6, 2.0**-11])
+    f0 = fn(x[None])[0]
+    step = ecnoise_step(EPS64)
+    noise = estimate_noise(fn, x, W, f0, EPS64, step)
+    jittered, _ = jittered_noise(fn, x, W, EPS64, step)
+    assert jittered[2, 1] > 1e-15  # 2^-53 / sqrt(12) x |d f[1] / d mean| = 270
+    verify = functools.partial(jittered_noise, fn, x, eps=EPS64, step=step)
+    dd = directional_derivatives(fn, x, W, f0, noise.sigma, EPS64, "float64", 0.25, 10,
+                                 resolution=EPS64, verify=verify)  # fmt: skip
+    for j in range(3):
+        value, error = dd.central.value[j, 1] / W[j, j], dd.central.error[j, 1] / W[j, j]
+        true = _erf_of_layer_norm_of_sigmoids_mp(j)
+        assert abs(value - true) <= error, (j, value - true, error)
 
 
 def _saturating_erf(X: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from ..reference.noise import (
     NOISE_DETECTED,
     NOISE_NOT_DETECTED,
     NoiseEstimate,
+    jittered_noise,
     output_resolution,
     tread_noise,
 )
@@ -214,6 +215,7 @@ def _differences(
         # a short ladder starts with a pair of its steps; a long one is evaluated whole
         first_levels=p.first_levels if levels <= 4 else 0, resolution=target.eps,
         first_start=p.first_start, unseen=unseen,
+        verify=functools.partial(jittered_noise, fn, target.x0, eps=eps, step=ecnoise_step(eps)),
     )  # fmt: skip
     dd, ambiguous = covering_both_readings(dd, res, plan.f0, eps)
     info["staircase"] = info.get("staircase", 0) + ambiguous

@@ -442,6 +442,7 @@ def directional_derivatives(
     resolution: float = 0.0,
     first_start: int = 0,
     unseen: UnseenNoise | None = None,
+    verify: Callable[[np.ndarray], tuple[np.ndarray, int]] | None = None,
 ) -> DirectionalDerivatives:
     """Estimate ``J w_k`` for every direction ``w_k`` with error bars.
 
@@ -520,6 +521,14 @@ def directional_derivatives(
         rounding far coarser than ``f``), whose noise ``unseen.measure`` measures over
         several treads before any estimate (read at its own ulps, it gives 0, or one
         tread's slope, with an error bar of ulps).
+    verify : callable, optional
+        ``W_rows (k, n) -> (sigma (k, m), evaluations)``: the noise measured again in a way
+        that no pattern of the round-off fools (jittered samples,
+        :func:`polygrad.reference.noise.jittered_noise`). Before a direction's ladder
+        goes below its steps (where round-off weighs most), its ``sigma`` is raised to
+        it, and the move is decided again: a noise that ECnoise's equally spaced samples
+        aliased to a fraction of itself reads as truncation at every step and drives the
+        ladder down to steps whose differences are all round-off.
 
     Returns
     -------
@@ -555,11 +564,15 @@ def directional_derivatives(
             evals += _measure_treads(unseen, W, Y, f0, steps, sigma, measured)
             sol = _solve(Y, f0, steps, sigma, eps)
     kinked = np.zeros(d, dtype=bool)
+    verified = np.zeros(d, dtype=bool)  # directions whose noise jittered samples measured
     for _ in range(max_refinements):
-        k_up, k_dn, kinked = _refinement_moves(
-            sol, Y, f0, steps, norms, target_relative_error, resolution, h_floor,
-            settled, kinked, refine_levels,
-        )  # fmt: skip
+        args = (Y, f0, steps, norms, target_relative_error, resolution, h_floor, settled,
+                kinked, refine_levels)  # fmt: skip
+        k_up, k_dn, kinked = _refinement_moves(sol, *args)
+        if verify is not None and np.any((k_dn > 0) & ~verified):
+            evals += _verify_noise(verify, W, sigma, k_dn > 0, verified)
+            sol = _solve(Y, f0, steps, sigma, eps)
+            k_up, k_dn, kinked = _refinement_moves(sol, *args)
         # each direction moves up by at most 2 refine_levels in all (and to steps of 32)
         k_up = np.minimum(k_up, 2 * refine_levels - raised)
         raised += k_up
@@ -604,6 +617,19 @@ def _measure_treads(
     measured[rows] = True
     found, evals = unseen.measure(W[rows], at[rows])
     sigma[rows] = np.where(unseen.mask[rows], np.fmax(sigma[rows], found), sigma[rows])
+    return evals
+
+
+def _verify_noise(
+    verify: Callable[[np.ndarray], tuple[np.ndarray, int]], W: np.ndarray, sigma: np.ndarray,
+    descending: np.ndarray, verified: np.ndarray,
+) -> int:  # fmt: skip
+    """Raise ``sigma`` (``(d, m)``, in place) to ``verify``'s noise along the ``descending``
+    directions (``(d,)``) not ``verified`` before (updated in place); its evaluations."""
+    rows = np.flatnonzero(descending & ~verified)
+    verified[rows] = True
+    found, evals = verify(W[rows])
+    sigma[rows] = np.fmax(sigma[rows], found)
     return evals
 
 
