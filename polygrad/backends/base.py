@@ -251,6 +251,16 @@ class Target:
         ``() -> bool``: whether ``f`` holds custom gradient rules whose forward
         operations its mp interpreter runs inline (a ``torch.autograd.Function``), so
         that a kink among them cannot be told from a kink autodiff differentiates.
+    working_mp_value : callable or None
+        ``(dps: int) -> object ndarray (m,) or None``: ``f`` at ``x0`` on mpmath
+        numbers run as the working-dtype program (its constants as the working dtype
+        computes them: ``finfo(x.dtype).eps``), for a working dtype narrower than
+        float64: PyTorch's ``evaluate_mp`` (the captured working program), JAX's
+        ``f`` traced again in the working dtypes (its ``evaluate_mp`` is traced in
+        float64); None where no such program runs (TensorFlow's float64 run is its
+        working graph rewritten, NumPy's code reads no dtype on mpmath numbers). Tells
+        code that reads its dtype (see
+        :func:`polygrad.pipeline.dtype_dependence.measured_apart`).
     symmetric_reads : callable or None
         ``() -> dict or None``: for each checked leaf (by position in
         ``input_layout``) whose value reaches an operation of ``f``'s captured program
@@ -282,6 +292,7 @@ class Target:
     deferred: dict[str, Callable[[Target], None]] = field(default_factory=dict)
     intermediate_kinks: Callable[[], bool | None] | None = None
     custom_rules: Callable[[], bool] | None = None
+    working_mp_value: Callable[[int], np.ndarray | None] | None = None
     symmetric_reads: Callable[[], dict[int, tuple[str, ...]] | None] | None = None
 
     _symmetric_asked: bool = field(default=False, init=False, repr=False)

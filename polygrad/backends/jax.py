@@ -987,6 +987,9 @@ class JaxBackend(Backend):
                 "reverse": lambda t: _probe_reverse(t, work),
             },  # fmt: skip
             symmetric_reads=lambda: _symmetric_reads(flat, working_ctx),
+            working_mp_value=(
+                None if wd == np.dtype(np.float64) else lambda dps: _working_mp_value(flat, dps)
+            ),
         )
         # built when a check asks for it
         defer_quad(target, lambda _: _quad_evaluator(flat), interpreted=True)
@@ -1189,6 +1192,17 @@ def _mp_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None
         if ev2 is not None or not (why2 or "").startswith("f could not be traced"):
             return ev2, why2
     return ev, why
+
+
+def _working_mp_value(flat: _FlatFunction, dps: int) -> np.ndarray | None:
+    """``f`` at the point on mpmath numbers, traced in the working dtypes (its literals
+    and ``finfo(x.dtype)`` as the working program has them), or None where that trace
+    has no mp evaluator; the evaluator is cached like the float64-traced one."""
+    from ..mpexec.jaxpr import build_evaluate_mp
+
+    ev, _ = CAPTURES.get("jax.mp.working", flat.capture_key(), flat.frozen(),
+                         lambda: build_evaluate_mp(flat, flat.leaves, flat.dtypes))  # fmt: skip
+    return None if ev is None else ev(flat.x0, np.zeros_like(flat.x0), dps)
 
 
 def _quad_evaluator(flat: _FlatFunction) -> tuple[Callable[..., np.ndarray] | None, str | None]:

@@ -940,6 +940,8 @@ class TorchBackend(Backend):
             custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
         )
+        if wide is not work:  # its mp program is the working one: f's constants as f has them
+            target.working_mp_value = functools.partial(_mp_at_the_point, target)
         # built when a check asks for it
         defer_quad(
             target, functools.partial(quad_of_mp_program, build=_quad_from_graph), interpreted=True
@@ -1272,6 +1274,14 @@ def _working_dtype(
         notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
         wd = narrow[0]
     return wd
+
+
+def _mp_at_the_point(target: Target, dps: int) -> np.ndarray | None:
+    """``f`` at the point on mpmath numbers (the captured working program), or None."""
+    if not target.mp_mode():
+        return None
+    assert target.evaluate_mp is not None
+    return target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
 
 
 def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:

@@ -6,9 +6,16 @@ function there: ``-log(p + finfo(p.dtype).eps)`` adds 1.2e-7 in float32 and 2.2e
 float64, and at ``p = 1e-7`` the two derivatives differ by a factor of two. Judged
 against the float64 run, the right float32 rule looks wrong (MISMATCH, or UNSTABLE).
 
-Where entries fail against the float64 reference (or against mp), the check runs again
-on the working dtype alone: its own finite differences, escalated to mp only where the mp
-program is the working one (PyTorch captures the program it differentiates). When,
+Where ``f``'s values measure the float64 run to be another function (its value far from
+the working one, and the working program on mpmath numbers at the working value, see
+:func:`measured_apart`), the check is judged on the working dtype alone whatever its
+entries' verdicts: a rule that is the float64 run's derivative (an RMS norm's rule that
+forgets ``finfo(x.dtype).eps``) agrees with the float64 reference, and is not passed on it.
+
+Otherwise, where entries fail against the float64 reference (or against mp), the check
+runs again on the working dtype alone: its own finite differences, escalated to mp only
+where the mp program is the working one (PyTorch captures the program it
+differentiates). When,
 at a failing entry, autodiff agrees with the working-dtype check, and the float64 run
 is another function there (the two references disagree beyond both error bars and the
 working tolerance, or the float64 evaluation of the rule differs from autodiff by more
@@ -85,6 +92,84 @@ def mp_follows_working(target: Target) -> bool:
     return bool(np.all(to_working <= to_64) and np.any(to_working < to_64))
 
 
+APART_ULPS = 64.0
+"""The float64 run of ``f`` is a candidate for another function where its value differs
+from the working program's by more than this many of the working dtype's ulps of
+``|f|`` (far beyond the rounding of a literal to the working dtype, a few ulps)."""
+
+CLOSER = 8.0
+"""... and it is another function where the working program run on mpmath numbers is
+this many times closer to the working value than to the float64 run, at every output
+where they are apart (a working value that is only round-off of the same function is as
+far from mp as the float64 run is close to it)."""
+
+
+def measured_apart(target: Target, plan: Plan, opts: Options) -> str | None:
+    """The note saying that the float64 run of ``f`` computes another function at ``x``
+    (code that reads its dtype: ``finfo(x.dtype).eps``, a branch on the dtype), or None.
+
+    Measured on ``f``'s values at ``x``, not on any entry's verdict, so that a rule that
+    is the float64 run's derivative is not passed on it: the float64 value lies more
+    than :data:`APART_ULPS` working ulps from the working one, and the working program on
+    mpmath numbers (``target.working_mp_value``, which PyTorch and JAX run) is
+    :data:`CLOSER` times closer to the working value than to the
+    float64 run there, and resolved (:data:`RESOLVED`). Where the values agree this
+    costs nothing; the mp evaluations run only where they are apart, within the mp
+    budget (``opts.policy.mp_auto_seconds``).
+    """
+    assert target.evaluate64 is not None
+    y64 = np.asarray(target.evaluate64(target.x0[None, :])[0], dtype=np.float64)
+    yw = np.asarray(target.y0, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        far = np.abs(y64 - yw) > APART_ULPS * target.eps * np.maximum(np.abs(yw), np.abs(y64))
+    if not np.any(far) or mp_seconds_at_least(target.n, 1) > opts.policy.mp_auto_seconds:
+        return None
+    y_mp = _working_program_on_mp(target)
+    if y_mp is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        closer = CLOSER * np.abs(y_mp - yw) < np.abs(y_mp - y64)
+    if not np.all(closer[far]):
+        return None
+    i = int(np.flatnonzero(far)[0])
+    dtype = target.working_dtype
+    return (
+        f"the float64 run of f computes another function at x: its value is {y64[i]:.9g} "
+        f"where the {dtype} program gives {yw[i]:.9g} (output {i}), and the {dtype} program "
+        f"on mpmath numbers gives {y_mp[i]:.9g}. Code that reads the dtype (a constant "
+        "such as finfo(x.dtype).eps, a branch on the dtype) does this; the float64 "
+        f"reference is no reference for the {dtype} code, which was judged on the {dtype} "
+        f"program alone: {dtype} differences, with their wider error bars, and mp where "
+        f"the {dtype} program runs on mpmath numbers"
+    )
+
+
+RESOLVED = 1e-10
+"""The working program's value on mpmath numbers is a value where it agrees at
+:data:`_MP_DIGITS` digits and at twice as many to this relative amount: a value that
+cancels to 0 (a sum of a layer norm) is its round-off at any number of digits (1.9e-28
+at 30, 1e-58 at 60), and under a ReLU the working program's 0 sits closer to it than the
+float64 run's 1.6e-13 does without being another function."""
+
+
+def _working_program_on_mp(target: Target) -> np.ndarray | None:
+    """``f`` at ``x0`` on mpmath numbers as the working program, in float64, or None where
+    the backend runs no such program (``target.working_mp_value``) or its value is not
+    resolved (:data:`RESOLVED`)."""
+    if target.working_mp_value is None:
+        return None
+    try:
+        at = [target.working_mp_value(dps) for dps in (_MP_DIGITS, 2 * _MP_DIGITS)]
+    except Exception:  # noqa: BLE001 - no mp evaluation: nothing measured
+        return None
+    if any(y is None for y in at):
+        return None
+    y, y2 = (np.array([float(v) for v in np.ravel(v)]) for v in at)
+    with np.errstate(invalid="ignore"):
+        resolved = np.abs(y - y2) <= RESOLVED * np.maximum(np.abs(y), np.abs(y2))
+    return y if np.all(resolved) else None
+
+
 def recheck_in_working_dtype(
     prep: Prepared, plan: Plan, ref: Reference, judged: Assessment, opts: Options
 ) -> WorkingRecheck | None:
@@ -102,13 +187,15 @@ def recheck_in_working_dtype(
     Returns
     -------
     WorkingRecheck or None
-        None when no failing entry could be explained so (see :func:`_explicable`),
-        when some entry is wrong in both dtypes alike (:func:`wrong_in_both`: then the
-        rule is wrong whatever the float64 run computes, and the check is decided),
-        when the reference already is the working dtype's (or the working dtype is
-        float64, or the user chose the reference), or when the working-dtype check does
-        not show another function; otherwise the working-dtype check, whose verdict is
-        the check's.
+        The working-dtype check, whose verdict is the check's, wherever ``f``'s values
+        measure the float64 run to be another function (:func:`measured_apart`),
+        whatever the entries' verdicts. Otherwise None when no failing entry could be
+        explained so (see :func:`_explicable`), when some entry is wrong in both dtypes
+        alike (:func:`wrong_in_both`: then the rule is wrong whatever the float64 run
+        computes, and the check is decided), when the reference already is the working
+        dtype's (or the working dtype is float64, or the user chose the reference), or
+        when the working-dtype check does not show another function; else the
+        working-dtype check.
     """
     target = prep.target
     failing = _explicable(judged.entries)
@@ -117,9 +204,10 @@ def recheck_in_working_dtype(
         or ref.method == "working"
         or target.working_dtype == "float64"
         or target.evaluate64 is None
-        or not np.any(failing)
-        or np.any(wrong_in_both(judged.entries))
     ):
+        return None
+    apart = measured_apart(target, plan, opts)
+    if apart is None and (not np.any(failing) or np.any(wrong_in_both(judged.entries))):
         return None
     # mp serves the working-dtype check only as its reference (a small check) or to
     # re-examine entries in doubt, which a wide input's cost rules out before it runs
@@ -133,10 +221,13 @@ def recheck_in_working_dtype(
     st = Setting(w_ref.dd, w_plan.full, w_plan.s, w_plan.W, w_plan.rng_state, w_plan.ref_eps,
                  w_ref.vouched, w_plan.f0)  # fmt: skip
     w_judged = assess(w_prep, st, w_ref.method, w_opts)
-    split = another_function(judged.entries, w_judged.entries, failing)
-    if not np.any(split):
-        return None
-    note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
+    if apart is not None:  # the float64 run is measured to be another function: not a judge
+        note = apart
+    else:
+        split = another_function(judged.entries, w_judged.entries, failing)
+        if not np.any(split):
+            return None
+        note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
     return WorkingRecheck(w_prep, w_plan, w_ref, replace(w_judged, notes=(note, *w_judged.notes)))
 
 

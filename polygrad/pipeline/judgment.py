@@ -13,9 +13,9 @@ through :func:`judgment`:
    * ``symmetric-subspace``: failures inside a symmetric matrix argument that an
      operation defined on symmetric matrices reads (or that ``symmetric=`` declares),
      checked along symmetric directions (:mod:`polygrad.pipeline.subspace`);
-   * ``working-dtype``: failures where the float64 run is measured to be another
-     function than the working-dtype program
-     (:mod:`polygrad.pipeline.dtype_dependence`).
+   * ``working-dtype``: the whole check where ``f``'s values measure the float64 run
+     to be another function than the working-dtype program, or failures that such a
+     function explains (:mod:`polygrad.pipeline.dtype_dependence`).
 
 3. **Evidence** (:data:`EVIDENCE`): passes that measure a fact about some entries of
    the framed comparison and never change a verdict themselves. Each reads the same

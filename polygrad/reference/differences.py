@@ -584,14 +584,8 @@ def directional_derivatives(
         sol = _solve(Y, f0, steps, sigma, eps)
 
     def est(t: TableauResult, step: np.ndarray) -> Estimate:
-        return Estimate(
-            value=np.asarray(t.value, dtype=np.float64),
-            error=t.error,
-            step=step,
-            noise=np.array(sigma, copy=True),
-            method=method,
-            evaluations=evals,
-        )
+        value, noise = np.asarray(t.value, dtype=np.float64), np.array(sigma, copy=True)
+        return Estimate(value, t.error, step, noise, method=method, evaluations=evals)
 
     sol = _confirmed(_solve(Y, f0, steps, sigma, eps, final=sol), Y, f0, steps, sigma)
     right = _with_jumps(est(sol.r, sol.step_r), sol.jump_r, sol.sgn_r)
