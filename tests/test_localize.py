@@ -568,6 +568,34 @@ def test_torch_detach_and_item_are_named_as_the_jax_and_tf_stop_gradient_is():
     assert plain.ok and plain.localization is None
 
 
+@pytest.mark.polygrad_backends("torch")
+def test_a_gradient_hook_is_checked_with_the_rule_and_named_by_the_walk():
+    """``Tensor.register_hook`` on an intermediate: polygrad evaluates ``f`` without
+    gradients too (its values, the mutation check), where PyTorch refuses to register a
+    hook; it used to raise that error. The hook acts in the backward pass only: an
+    identity hook is PASS, one that scales the gradient by 1.01 is MISMATCH (as far off as
+    the hook makes it), and the walk names the hook's line."""
+    import torch
+
+    x = torch.tensor([0.3, -1.2, 0.7, 2.1], dtype=torch.float64)
+
+    def f(v, scale):
+        y = torch.tanh(v)
+        y.register_hook(lambda g: g * scale)
+        return (y * y).sum()
+
+    right = pg.check(lambda v: f(v, 1.0), x)
+    assert right.verdict is pg.Verdict.PASS and right.ok, str(right)
+    t = np.tanh(x.numpy())
+    np.testing.assert_allclose(right.entries.reference, 2 * t * (1 - t * t), rtol=1e-12)
+    wrong = pg.check(lambda v: f(v, 1.01), x)
+    assert wrong.verdict is pg.Verdict.MISMATCH and not wrong.ok, str(wrong)
+    np.testing.assert_allclose(wrong.entries.autodiff, 1.01 * wrong.entries.reference, rtol=1e-12)
+    line = f.__code__.co_firstlineno + 2
+    note = next(n for n in wrong.localization.notes if "torch.Tensor.register_hook" in n)
+    assert f"test_localize.py:{line}" in note, note
+
+
 def test_a_second_order_check_is_not_localized_on_first_order_rules():
     """order=2 with a backward that is not itself differentiable (a detach inside it):
     MISMATCH, and the walk, which checks first-order rules, says that it cannot see this

@@ -1043,7 +1043,7 @@ class TorchBackend(Backend):
 
             return raw
 
-        raw = bind(f, args)
+        raw = _hooks_without_grad_ignored(torch, bind(f, args))
 
         def build64() -> tuple[Callable[..., Any], list[Any]]:
             return raw, [p.to(torch.float64) for p in primals]
@@ -1090,7 +1090,7 @@ class TorchBackend(Backend):
 
             return raw
 
-        raw = bind(holder)
+        raw = _hooks_without_grad_ignored(torch, bind(holder))
 
         def build64() -> tuple[Callable[..., Any], list[Any]]:
             return raw, [p.to(torch.float64) for p in primals]
@@ -1274,6 +1274,44 @@ def _working_dtype(
         notes.append(computed_in_note(str(wd).removeprefix("torch."), name, narrow[1]))
         wd = narrow[0]
     return wd
+
+
+class _NoHandle:
+    """What ``register_hook`` returns where it registers nothing."""
+
+    def remove(self) -> None:
+        """Nothing to remove."""
+
+
+@functools.lru_cache(maxsize=1)
+def _hook_mode(torch: Any) -> type:
+    """A :class:`torch.overrides.TorchFunctionMode` in which ``Tensor.register_hook`` on a
+    tensor that does not require gradients registers nothing (and does not raise)."""
+
+    class HooksNeedGrad(torch.overrides.TorchFunctionMode):
+        def __torch_function__(
+            self, func: Callable[..., Any], types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.Tensor.register_hook and not getattr(args[0], "requires_grad", 1):
+                return _NoHandle()
+            return func(*args, **(kwargs or {}))
+
+    return HooksNeedGrad
+
+
+def _hooks_without_grad_ignored(torch: Any, raw: Callable[..., Any]) -> Callable[..., Any]:
+    """``raw`` with ``Tensor.register_hook`` a no-op on tensors that do not require
+    gradients: a hook acts only in a backward pass, and polygrad evaluates ``f`` without
+    gradients (its values, the mutation check), where PyTorch refuses to register one
+    ("cannot register a hook on a tensor that doesn't require gradient"). Where
+    gradients flow (autodiff), the hook is registered and changes the gradient as in
+    the user's own backward pass: a check judges it with the rest of the rule."""
+
+    def call(*leaves: Any) -> Any:
+        with _hook_mode(torch)():
+            return raw(*leaves)
+
+    return call
 
 
 def _mp_at_the_point(target: Target, dps: int) -> np.ndarray | None:
