@@ -118,8 +118,9 @@ def measured_apart(target: Target, plan: Plan, opts: Options) -> str | None:
     budget (``opts.policy.mp_auto_seconds``).
     """
     assert target.evaluate64 is not None
-    y64 = np.asarray(target.evaluate64(target.x0[None, :])[0], dtype=np.float64)
-    yw = np.asarray(target.y0, dtype=np.float64)
+    # the float64 reference's plan holds f's float64 value at x already
+    y64 = plan.f0 if plan.method == "float64" else target.evaluate64(target.x0[None, :])[0]
+    y64, yw = np.asarray(y64, dtype=np.float64), np.asarray(target.y0, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         far = np.abs(y64 - yw) > APART_ULPS * target.eps * np.maximum(np.abs(yw), np.abs(y64))
     if not np.any(far) or mp_seconds_at_least(target.n, 1) > opts.policy.mp_auto_seconds:
