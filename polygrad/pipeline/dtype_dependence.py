@@ -125,12 +125,12 @@ def measured_apart(target: Target, plan: Plan, opts: Options) -> str | None:
         far = np.abs(y64 - yw) > APART_ULPS * target.eps * np.maximum(np.abs(yw), np.abs(y64))
     if not np.any(far) or mp_seconds_at_least(target.n, 1) > opts.policy.mp_auto_seconds:
         return None
-    y_mp = _working_program_on_mp(target)
+    y_mp = _working_program_on_mp(target, _MP_DIGITS)
     if y_mp is None:
         return None
     with np.errstate(invalid="ignore"):
         closer = CLOSER * np.abs(y_mp - yw) < np.abs(y_mp - y64)
-    if not np.all(closer[far]):
+    if not np.all(closer[far]) or not _resolved(target, y_mp):
         return None
     i = int(np.flatnonzero(far)[0])
     dtype = target.working_dtype
@@ -153,22 +153,26 @@ at 30, 1e-58 at 60), and under a ReLU the working program's 0 sits closer to it 
 float64 run's 1.6e-13 does without being another function."""
 
 
-def _working_program_on_mp(target: Target) -> np.ndarray | None:
-    """``f`` at ``x0`` on mpmath numbers as the working program, in float64, or None where
-    the backend runs no such program (``target.working_mp_value``) or its value is not
-    resolved (:data:`RESOLVED`)."""
+def _working_program_on_mp(target: Target, dps: int) -> np.ndarray | None:
+    """``f`` at ``x0`` on mpmath numbers at ``dps`` digits as the working program, in
+    float64, or None where the backend runs no such program (``target.working_mp_value``)."""
     if target.working_mp_value is None:
         return None
     try:
-        at = [target.working_mp_value(dps) for dps in (_MP_DIGITS, 2 * _MP_DIGITS)]
+        y = target.working_mp_value(dps)
     except Exception:  # noqa: BLE001 - no mp evaluation: nothing measured
         return None
-    if any(y is None for y in at):
-        return None
-    y, y2 = (np.array([float(v) for v in np.ravel(v)]) for v in at)
+    return None if y is None else np.array([float(v) for v in np.ravel(y)])
+
+
+def _resolved(target: Target, y: np.ndarray) -> bool:
+    """Whether ``y``, the working program at :data:`_MP_DIGITS` digits, agrees with its
+    value at twice as many (:data:`RESOLVED`)."""
+    y2 = _working_program_on_mp(target, 2 * _MP_DIGITS)
+    if y2 is None or y2.shape != y.shape:
+        return False
     with np.errstate(invalid="ignore"):
-        resolved = np.abs(y - y2) <= RESOLVED * np.maximum(np.abs(y), np.abs(y2))
-    return y if np.all(resolved) else None
+        return bool(np.all(np.abs(y - y2) <= RESOLVED * np.maximum(np.abs(y), np.abs(y2))))
 
 
 def recheck_in_working_dtype(
