@@ -596,6 +596,31 @@ def test_a_gradient_hook_is_checked_with_the_rule_and_named_by_the_walk():
     assert f"test_localize.py:{line}" in note, note
 
 
+@pytest.mark.polygrad_backends("torch")
+def test_a_custom_function_is_named_without_a_detach_the_user_never_wrote():
+    """The walk copies a custom ``Function``'s inputs (a detach) while it records: that
+    detach is polygrad's, and the localization used to name it at the user's line as a
+    possible bug."""
+    import torch
+
+    class Sin(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.sin(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * torch.cos(x) * 1.2
+
+    report = pg.check(lambda v: Sin.apply(v).sum(), torch.tensor([0.3, -1.2, 0.8]))
+    assert report.verdict is pg.Verdict.MISMATCH
+    loc = report.localization
+    assert loc.located is not None and loc.located.site.op == "torch.autograd.Function Sin"
+    assert not any("detach" in n for n in loc.notes), loc.notes
+
+
 def test_a_second_order_check_is_not_localized_on_first_order_rules():
     """order=2 with a backward that is not itself differentiable (a detach inside it):
     MISMATCH, and the walk, which checks first-order rules, says that it cannot see this

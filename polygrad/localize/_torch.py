@@ -182,8 +182,13 @@ def _recording(
                     source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
                 )
                 index = len(custom) + len(prims)
-                custom.append(RecordedCall(lambda *x, **y: original(cls, *x, **y),
-                                           _clone(torch, a), dict(k), site, index,
+                state.depth += 1  # the copy's detach is polygrad's call, not the function's
+                try:
+                    saved = _clone(torch, a)
+                finally:
+                    state.depth -= 1
+                custom.append(RecordedCall(lambda *x, **y: original(cls, *x, **y), saved,
+                                           dict(k), site, index,
                                            flow.reads(_tensors(torch, a))))  # fmt: skip
             state.depth += 1
             try:
