@@ -1305,13 +1305,28 @@ def _hooks_without_grad_ignored(torch: Any, raw: Callable[..., Any]) -> Callable
     gradients (its values, the mutation check), where PyTorch refuses to register one
     ("cannot register a hook on a tensor that doesn't require gradient"). Where
     gradients flow (autodiff), the hook is registered and changes the gradient as in
-    the user's own backward pass: a check judges it with the rest of the rule."""
+    the user's own backward pass: a check judges it with the rest of the rule. The mode
+    (a Python call per operation) runs only for a function that registers a hook: the
+    first call PyTorch refuses runs again in it, and so does every later call."""
+
+    hooks = [False]  # f registers hooks: every later call runs in the mode
 
     def call(*leaves: Any) -> Any:
+        if not hooks[0]:
+            try:  # no mode, no cost, for the functions that register no hook
+                return raw(*leaves)
+            except RuntimeError as exc:
+                if _HOOK_REFUSED not in str(exc):
+                    raise
+                hooks[0] = True
         with _hook_mode(torch)():
             return raw(*leaves)
 
     return call
+
+
+_HOOK_REFUSED = "cannot register a hook on a tensor that doesn't require gradient"
+"""PyTorch's error for ``register_hook`` on a tensor that does not require gradients."""
 
 
 def _mp_at_the_point(target: Target, dps: int) -> np.ndarray | None:
