@@ -608,3 +608,36 @@ def test_a_gradient_rule_that_raises_is_named_first_under_mode_auto():
     text = str(info.value)
     assert text.startswith("mode='auto' needs a VJP or a JVP, and this function provides neither")
     assert text.index("reverse mode failed") < text.index("forward mode")
+
+
+def test_a_python_float_of_a_tensor_is_a_wrong_gradient_not_an_unstable_one():
+    """``scale = float(tf.reduce_max(tf.abs(x)))`` cuts the tape in eager code, so the
+    gradient misses the path through ``scale`` in every dtype. Only AutoGraph can trace
+    it, and it turns ``float()`` into a cast that the graph differentiates: the float64
+    evaluation of the rule, which runs that graph, agreed with the reference, and the
+    check said UNSTABLE (the float32 arithmetic). It is MISMATCH, with a note on
+    AutoGraph; a branch on a tensor's value, which AutoGraph also converts, keeps its
+    gradient and stays PASS."""
+    x = tf.constant([0.5, -2.0, 1.0, 0.25])
+
+    def f(v):
+        scale = float(tf.reduce_max(tf.abs(v)))
+        return tf.reduce_sum(tf.sin(v / scale))
+
+    report = pg.check(f, x)
+    assert report.verdict is pg.Verdict.MISMATCH and not report.ok, str(report)
+    # d f / d x[1] through scale = |x[1]| = 2: cos(-1) / 2 + sum_i cos(x_i / 2) x_i / 4
+    v = np.array([0.5, -2.0, 1.0, 0.25])
+    true = np.cos(-1.0) / 2 + np.sum(np.cos(v / 2) * v / 4)
+    assert report.entries.reference[1] == pytest.approx(true, rel=1e-9)
+    assert report.entries.autodiff[1] == pytest.approx(np.cos(-1.0) / 2, rel=1e-6)
+    assert any("AutoGraph" in n for n in report.notes), report.notes
+
+    def g(v):
+        if tf.reduce_sum(v) > 0:
+            return tf.reduce_sum(tf.sin(v) * v)
+        return tf.reduce_sum(tf.cos(v))
+
+    branch = pg.check(g, tf.constant([0.5, -2.0, 1.0, 2.25]))
+    assert branch.verdict is pg.Verdict.PASS and branch.ok, str(branch)
+    assert not any("AutoGraph" in n for n in branch.notes), branch.notes

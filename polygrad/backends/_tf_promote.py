@@ -350,6 +350,22 @@ def _trace(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) ->
     return seen[key]
 
 
+_AUTOGRAPHED: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Concrete functions that only AutoGraph could trace (its conversion of ``f``'s Python)."""
+
+
+def autographed_graph(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
+    """The concrete function of ``call`` in the working dtypes where only AutoGraph could
+    trace it, else None: AutoGraph rewrites Python (``float(t)`` becomes a cast, which
+    the graph differentiates, while eager code cuts the tape there), so its graph's rule
+    need not be ``f``'s."""
+    try:
+        concrete = _trace(tf, call, specs)
+    except Exception:  # noqa: BLE001 - not traceable: no graph to compare
+        return None
+    return concrete if concrete in _AUTOGRAPHED else None
+
+
 def _trace_once(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any]) -> Any:
     """The concrete function of ``call``: without AutoGraph first, with it if that fails.
 
@@ -364,7 +380,10 @@ def _trace_once(tf: Any, call: Callable[[list[Any]], list[Any]], specs: list[Any
         for autograph in (False, True):
             try:
                 traced = tf.function(lambda *leaves: call(list(leaves)), autograph=autograph)
-                return traced.get_concrete_function(*specs)
+                concrete = traced.get_concrete_function(*specs)
+                if autograph:
+                    _AUTOGRAPHED.add(concrete)
+                return concrete
             except Exception as exc:  # noqa: BLE001 - retried with AutoGraph, then re-raised
                 error = exc
     finally:

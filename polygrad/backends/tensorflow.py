@@ -106,6 +106,7 @@ from ._quad_eval import defer_quad, quad_of_mp_program
 from ._tf_flow import missing_derivatives
 from ._tf_promote import (
     Float64Graph,
+    autographed_graph,
     disconnection_cause,
     failed_run_reason,
     narrowest_computed,
@@ -172,6 +173,25 @@ def _rewrite_config(cfg: Any, rule: Callable[[str, Any], Any]) -> Any:
         new = rule(key, value)
         out[key] = _rewrite_config(value, rule) if new is None else new
     return out
+
+
+def _as_list(concrete: Any) -> Callable[[list[Any]], list[Any]]:
+    """A concrete function of the leaves as a call of the list of leaves."""
+    return lambda leaves: list(concrete(*leaves))
+
+
+def _pulled_back(tf: Any, call: Callable[[list[Any]], list[Any]], leaves: list[Any]) -> np.ndarray:
+    """The gradient of the sum of ``call``'s outputs, each weighted by fixed pseudo-random
+    numbers (seed 0), with respect to every leaf, flattened (float64)."""
+    rng = np.random.default_rng(0)
+    with tf.GradientTape() as tape:
+        for leaf in leaves:
+            tape.watch(leaf)
+        outs = call(leaves)
+        total = tf.add_n([tf.reduce_sum(tf.cast(o, tf.float64) * rng.standard_normal(o.shape))
+                          for o in outs])  # fmt: skip
+    grads = tape.gradient(total, leaves, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return np.concatenate([np.ravel(np.asarray(g, dtype=np.float64)) for g in grads])
 
 
 def _promote_config(cfg: Any) -> Any:
@@ -1053,6 +1073,12 @@ class TensorflowBackend(Backend):
             return _Program(tf, call64, leaves64, layout, out_sizes, batch_size, notes, shared)
 
         call64, reason = self._captured_call(captured, leaves64, out_sizes)
+        if (
+            call64 is not None
+            and not captured.custom_gradient
+            and self._graph_rule_differs(call, specs, originals, notes)
+        ):
+            return program(call64, "graph"), False
         if call64 is not None and not captured.custom_gradient:
             if captured.widened_draws:
                 notes.append(
@@ -1077,6 +1103,37 @@ class TensorflowBackend(Backend):
             "reference is computed in the working dtype, with error bars to match"
         )
         return None, False
+
+    def _graph_rule_differs(
+        self, call: _FlatCall, specs: list[Any], originals: list[np.ndarray], notes: list[str]
+    ) -> bool:
+        """Whether AutoGraph had to convert ``f`` to trace it and the graph's gradient, in
+        the working dtype at the point, is not the one ``f`` computes eagerly (then a note
+        says so): ``scale = float(tf.reduce_max(x))`` cuts the tape eagerly, while the
+        graph casts, and differentiates through ``scale``. The float64 graph then gives
+        the reference values, but its rule is not ``f``'s, and cannot clear a failing
+        entry as round-off (UNSTABLE)."""
+        tf = self.tf
+        concrete = autographed_graph(tf, call, specs)
+        if concrete is None:
+            return False
+        leaves = [tf.constant(a) for a in originals]
+        try:
+            eager, graph = (_pulled_back(tf, fn, leaves) for fn in (call, _as_list(concrete)))
+        except Exception:  # noqa: BLE001 - the gradients cannot be compared: nothing said
+            return False
+        scale = max(float(np.max(np.abs(eager), initial=0.0)), float(np.max(np.abs(graph))))
+        if not float(np.max(np.abs(eager - graph), initial=0.0)) > 1e-3 * scale:
+            return False
+        notes.append(
+            "TensorFlow could trace f only through AutoGraph, which rewrites its Python "
+            "(float() or int() of a tensor becomes a cast, which the graph differentiates "
+            "and eager code does not), and the graph's gradient differs from the one f "
+            "computes eagerly at the point: the float64 graph gives the reference values, "
+            "but its rule is not f's, so a wrong rule cannot be told from round-off in the "
+            "working dtype (no UNSTABLE verdict)"
+        )
+        return True
 
     def _captured_call(
         self, captured: Float64Graph, leaves64: list[Any], out_sizes: list[int]
