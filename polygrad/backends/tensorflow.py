@@ -1120,10 +1120,11 @@ class TensorflowBackend(Backend):
         leaves = [tf.constant(a) for a in originals]
         try:
             eager, graph = (_pulled_back(tf, fn, leaves) for fn in (call, _as_list(concrete)))
+            scale = float(np.max(np.abs(np.concatenate([eager, graph])), initial=0.0))
+            differs = float(np.max(np.abs(eager - graph), initial=0.0)) > 1e-3 * scale
         except Exception:  # noqa: BLE001 - the gradients cannot be compared: nothing said
             return False
-        scale = max(float(np.max(np.abs(eager), initial=0.0)), float(np.max(np.abs(graph))))
-        if not float(np.max(np.abs(eager - graph), initial=0.0)) > 1e-3 * scale:
+        if not differs:
             return False
         notes.append(
             "TensorFlow could trace f only through AutoGraph, which rewrites its Python "
