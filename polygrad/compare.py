@@ -423,12 +423,19 @@ def _resolve(
 
 
 # -------------------------------------------------------------------------- arguments
-def _as_numpy_args(args: tuple[Any, ...], dtype: str | None) -> tuple[Any, ...]:
-    """The arguments as NumPy arrays (Python floats too), cast to ``dtype`` if given."""
+def _as_numpy_args(
+    args: tuple[Any, ...], dtype: str | None, argnums: tuple[int, ...]
+) -> tuple[Any, ...]:
+    """The arguments as NumPy arrays, cast to ``dtype`` if given; Python numbers become
+    arrays only in the checked arguments (``argnums``): elsewhere each implementation
+    gets the ``3`` or ``0.5`` its code is written for (``x / t`` with ``t`` an int tensor
+    is a dtype error in TensorFlow, with ``t = 3`` it is not)."""
     src = select_backend(args)
 
-    def leaf(x: Any) -> Any:
+    def leaf(x: Any, checked: bool) -> Any:
         if isinstance(x, (bool, np.bool_)) or x is None or isinstance(x, str):
+            return x
+        if not checked and isinstance(x, (int, float, complex)):
             return x
         if src.owns(x) or isinstance(x, (float, int, complex, np.generic, np.ndarray)):
             a = np.asarray(src.to_numpy(x) if src.owns(x) else x)
@@ -441,7 +448,7 @@ def _as_numpy_args(args: tuple[Any, ...], dtype: str | None) -> tuple[Any, ...]:
             a = a.astype(np.result_type(real, 1j) if a.dtype.kind == "c" else real)
         return a
 
-    return tuple(tree_map(leaf, a) for a in args)
+    return tuple(tree_map(lambda x, c=i in argnums: leaf(x, c), a) for i, a in enumerate(args))
 
 
 def _to_backend(be: Backend, args_np: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -563,7 +570,8 @@ def compare(
                    budget, nonsmooth, p, symmetric=symmetric_positions(symmetric), rtol=rtol,
                    atol=atol, surrogate=surrogate)  # fmt: skip
     argnums_t = normalize_argnums(argnums, len(args))
-    impls = _implementations(implementations, _as_numpy_args(args, dtype), argnums_t, batch_size)
+    args_np = _as_numpy_args(args, dtype, argnums_t)
+    impls = _implementations(implementations, args_np, argnums_t, batch_size)
     ref_impl = _choose_reference(impls, reference)
     ref_prep, plan, ref = _reference_stages(ref_impl, argnums_t, opts)
     setting = setting_of(plan, ref)

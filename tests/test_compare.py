@@ -337,3 +337,25 @@ def test_compare_reports_keep_their_own_call_for_localize():
     assert walk.located is None and [k.site.op for k in walk.checked] == [
         "dot_general", "tanh", "reduce_sum"]  # fmt: skip
     assert not any(k.wrong for k in walk.checked)
+
+
+def test_a_python_number_that_is_not_checked_reaches_each_implementation_as_written():
+    """``x / t`` with ``t = 3``: compare used to hand each implementation ``t`` as an int
+    tensor, and TensorFlow refused ``float64 / int64``. Each gets the Python ``3`` its code
+    is written for (as ``pg.check`` gives it), and every right gradient is PASS, its
+    reference the closed form ``softmax(x / t)``."""
+    x = np.array([0.1, -0.7, 1.3, 0.4])
+    c = pg.compare(
+        {
+            "torch": lambda v, t: torch.logsumexp(v / t, 0) * t,
+            "jax": lambda v, t: jax.scipy.special.logsumexp(v / t) * t,
+            "tf": lambda v, t: tf.reduce_logsumexp(v / t) * t,
+        },
+        x,
+        3,
+    )
+    softmax = np.exp(x / 3) / np.sum(np.exp(x / 3))
+    for name in ("torch", "jax", "tf"):
+        report = c[name].report
+        assert report.verdict is pg.Verdict.PASS and report.ok, (name, str(report))
+        np.testing.assert_allclose(report.entries.reference, softmax, rtol=1e-12)
