@@ -15,11 +15,16 @@ __all__ = ["TreeDef", "flatten", "unflatten"]
 
 @dataclass(frozen=True)
 class TreeDef:
-    """Structure of a pytree: ``kind`` is 'leaf', 'tuple', 'list' or 'dict'."""
+    """Structure of a pytree: ``kind`` is 'leaf', 'tuple', 'list' or 'dict'.
+
+    A dict's leaves come in the order of ``keys`` (sorted where its keys compare, as JAX
+    orders them); ``insertion`` is the dict's own order, which :func:`unflatten` rebuilds.
+    """
 
     kind: str
     children: tuple[TreeDef, ...] = ()
     keys: tuple[Any, ...] = ()
+    insertion: tuple[Any, ...] = ()
 
     @property
     def num_leaves(self) -> int:
@@ -33,7 +38,8 @@ def flatten(tree: Any, path: str = "") -> tuple[list[Any], list[str], TreeDef]:
 
     ``paths`` are human-readable names of the leaves such as ``"[1]['w']"``.
     Tuples (but not namedtuples' field names), lists and dicts are containers;
-    anything else is a leaf.
+    anything else is a leaf. A dict's entries come in sorted key order where the keys
+    compare (JAX's order, so that every framework's leaves line up).
     """
     if isinstance(tree, (tuple, list)):
         leaves: list[Any] = []
@@ -48,14 +54,23 @@ def flatten(tree: Any, path: str = "") -> tuple[list[Any], list[str], TreeDef]:
         return leaves, paths, TreeDef(kind, tuple(children))
     if isinstance(tree, dict):
         leaves, paths, children = [], [], []
-        keys = tuple(tree.keys())
+        keys = _sorted_keys(tree)
         for k in keys:
             lv, ps, td = flatten(tree[k], f"{path}[{k!r}]")
             leaves += lv
             paths += ps
             children.append(td)
-        return leaves, paths, TreeDef("dict", tuple(children), keys)
+        return leaves, paths, TreeDef("dict", tuple(children), keys, tuple(tree.keys()))
     return [tree], [path], TreeDef("leaf")
+
+
+def _sorted_keys(tree: dict[Any, Any]) -> tuple[Any, ...]:
+    """A dict's keys in sorted order where they compare (as JAX flattens a dict, so that
+    a dict argument's leaves line up across frameworks), else in insertion order."""
+    try:
+        return tuple(sorted(tree.keys()))
+    except TypeError:
+        return tuple(tree.keys())
 
 
 def unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
@@ -77,7 +92,8 @@ def _build(td: TreeDef, it: Iterator[Any]) -> Any:
         return tuple(items)
     if td.kind == "list":
         return items
-    return dict(zip(td.keys, items, strict=True))
+    by_key = dict(zip(td.keys, items, strict=True))
+    return {k: by_key[k] for k in td.insertion or td.keys}  # the user's order of keys
 
 
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:

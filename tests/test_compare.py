@@ -359,3 +359,35 @@ def test_a_python_number_that_is_not_checked_reaches_each_implementation_as_writ
         report = c[name].report
         assert report.verdict is pg.Verdict.PASS and report.ok, (name, str(report))
         np.testing.assert_allclose(report.entries.reference, softmax, rtol=1e-12)
+
+
+def test_a_dict_argument_lines_up_across_frameworks_whatever_its_key_order():
+    """``{"w": ..., "b": ...}``: JAX flattens a dict in sorted key order, polygrad's own
+    pytrees (PyTorch, TensorFlow, NumPy) used the insertion order, and compare set the
+    reference of ``w[0]`` against JAX's ``b`` (a right JAX gradient was MISMATCH). Every
+    framework now lines a dict's leaves up in sorted key order: each implementation is
+    PASS, each entry's reference the closed form of its own name."""
+    p = {"w": np.array([0.3, -0.2]), "b": np.array(0.5)}
+    x = np.array([1.0, 2.0])
+
+    def np_grad(q, v):
+        t = np.tanh(q["w"] @ v + q["b"])
+        return {"w": 2 * t * (1 - t * t) * v, "b": 2 * t * (1 - t * t)}
+
+    c = pg.compare(
+        {
+            "torch": lambda q, v: torch.tanh(q["w"] @ v + q["b"]) ** 2,
+            "jax": lambda q, v: jnp.tanh(q["w"] @ v + q["b"]) ** 2,
+            "tf": lambda q, v: tf.tanh(tf.reduce_sum(q["w"] * v) + q["b"]) ** 2,
+            "numpy": (lambda q, v: np.tanh(q["w"] @ v + q["b"]) ** 2, np_grad),
+        },
+        p,
+        x,
+    )
+    d = 2 * np.tanh(0.4) * (1 - np.tanh(0.4) ** 2)
+    closed = {"q['b']": d, "q['w'][0]": d * 1.0, "q['w'][1]": d * 2.0}
+    for name in ("torch", "jax", "tf", "numpy"):
+        report = c[name].report
+        assert report.verdict is pg.Verdict.PASS and report.ok, (name, str(report))
+        expected = [closed[n] for n in report.entries.names]
+        np.testing.assert_allclose(report.entries.reference, expected, rtol=1e-12)
