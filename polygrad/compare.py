@@ -49,6 +49,7 @@ from .errors import InputTypeError, ShapeMismatchError
 from .localize import CheckedCall, localize_by_default
 from .pipeline.autodiff import Setting
 from .pipeline.check import make_report
+from .pipeline.dtype_dependence import working_only
 from .pipeline.judge import overall
 from .pipeline.judgment import CheckState, judgment, setting_of
 from .pipeline.plan import make_plan
@@ -581,11 +582,16 @@ def compare(
     # the primal from the program the reference ended on (the working dtype's, where the
     # float64 run is another function)
     y_ref, y_ref_err = _reference_primal(ref_state.ref_prep.target, ref_state.ref.method, dps)
+    # where the reference run's float64 run is measured to be another function, every
+    # implementation is judged against its working program (as check() judges each alone)
+    apart = ref_state.float64_apart
+    src, src_plan, src_ref = (ref_state.ref_prep, ref_state.plan, ref_state.ref) if apart else (
+        ref_prep, plan, ref)  # fmt: skip
     entries = {}
     for impl in impls:  # the same loop judges every implementation against one reference
         report = ref_report
         if impl is not ref_impl:
-            state = judgment(_prepared(impl, ref_prep), plan, ref, opts, ref_prep)
+            state = judgment(_prepared(impl, src, apart), src_plan, src_ref, opts, src)
             report = _report(impl, state, ref_report, ref_impl.name, nonsmooth, surrogate)
         _keep_call(impl, report, argnums_t, localize, opts.policy)
         fwd = _forward(impl.target, y_ref, y_ref_err, setting, p.c_ad)
@@ -658,15 +664,18 @@ def _implementations(
     return impls
 
 
-def _prepared(impl: _Impl, ref_prep: Prepared) -> Prepared:
-    """An implementation other than the reference's, ready for :func:`assess`.
+def _prepared(impl: _Impl, ref_prep: Prepared, working: bool = False) -> Prepared:
+    """An implementation other than the reference's, ready for :func:`assess`; with
+    ``working``, on its working dtype alone (no float64 evaluation of its rule: judged
+    against the working program's reference, a float64 run of code that reads its
+    dtype would be another function's rule).
 
     Raises
     ------
     ValueError
         It provides neither a VJP nor a JVP.
     """
-    t = impl.target
+    t = working_only(impl.target) if working else impl.target
     modes = [md for md in ref_prep.modes if t.has_mode(md)] or [
         md for md in ("rev", "fwd") if t.has_mode(md)
     ]

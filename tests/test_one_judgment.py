@@ -172,3 +172,35 @@ def test_decide_is_a_union_of_the_evidence():
     orders = {tuple(decide(base, list(p)).entries.status)
               for p in ([first, nothing, other], [other, nothing, first])}  # fmt: skip
     assert orders == {(kink, SEVERITY[Verdict.PASS], kink)}
+
+
+def _norm_with_eps():
+    """``sqrt(sum(x²) + finfo(x.dtype).eps)`` in three frameworks, as users write it
+    (TensorFlow's float64 run is its float32 graph rewritten, the eps kept; PyTorch's and
+    JAX's run the code again on float64, another function)."""
+    import jax.numpy as jnp
+    import tensorflow as tf
+    import torch
+
+    return {
+        "jax": lambda x: jnp.sqrt(jnp.sum(x**2) + jnp.finfo(x.dtype).eps),
+        "torch": lambda x: torch.sqrt((x**2).sum() + torch.finfo(x.dtype).eps),
+        "tf": lambda x: tf.sqrt(tf.reduce_sum(x**2) + np.finfo(x.dtype.as_numpy_dtype).eps),
+    }
+
+
+@pytest.mark.polygrad_backends("torch", "jax", "tensorflow")
+def test_code_that_reads_its_dtype_gets_the_same_verdict_in_compare_and_check():
+    """At ``x`` near 1e-4 the float32 eps is 1/6 of ``sum(x²)``. compare() judged every
+    implementation against the reference implementation's float64 run (the eps-free
+    function): TensorFlow, whose own check passes, was MISMATCH, and so was PyTorch once
+    JAX's working program was the reference but PyTorch's float64 rule was still
+    consulted. Each is PASS, as alone, against ``x / sqrt(sum(x²) + 2^-23)``."""
+    x = np.array([1e-4, -2e-4, 3e-4])
+    c = pg.compare(_norm_with_eps(), x, dtype="float32")
+    x32 = x.astype(np.float32).astype(np.float64)
+    exact = x32 / np.sqrt(np.sum(x32**2) + 2.0**-23)
+    for fw in ("jax", "torch", "tf"):
+        report = c[fw].report
+        assert report.verdict == Verdict.PASS and report.ok, (fw, str(c))
+        np.testing.assert_allclose(report.entries.reference, exact, rtol=1e-4)

@@ -53,12 +53,15 @@ _MP_DIGITS = 30
 
 @dataclass(frozen=True)
 class WorkingRecheck:
-    """The check run again on the working dtype alone, ready for the report."""
+    """The check run again on the working dtype alone, ready for the report; ``measured``:
+    adopted because ``f``'s values measure the float64 run to be another function
+    (:func:`measured_apart`), not only at failing entries."""
 
     prep: Prepared
     plan: Plan
     ref: Reference
     judged: Assessment
+    measured: bool = False
 
 
 def working_only(target: Target, mp_can_serve: bool = True) -> Target:
@@ -233,7 +236,8 @@ def recheck_in_working_dtype(
         if not np.any(split):
             return None
         note = _note(judged.entries, w_judged.entries, split, target.working_dtype)
-    return WorkingRecheck(w_prep, w_plan, w_ref, replace(w_judged, notes=(note, *w_judged.notes)))
+    judged_w = replace(w_judged, notes=(note, *w_judged.notes))
+    return WorkingRecheck(w_prep, w_plan, w_ref, judged_w, measured=apart is not None)
 
 
 def _explicable(e: Entries) -> np.ndarray:

@@ -127,6 +127,11 @@ class CheckState:
         :func:`polygrad.check`).
     passes : tuple of PassRecord
         The frames and evidence passes run, in order.
+    float64_apart : bool
+        The working-dtype frame measured the float64 run of ``f`` to be another function
+        (:func:`~polygrad.pipeline.dtype_dependence.measured_apart`): ``ref`` is then the
+        working program's, and :func:`polygrad.compare` judges every implementation
+        against it.
     """
 
     prep: Prepared
@@ -135,6 +140,7 @@ class CheckState:
     judged: Assessment
     ref_prep: Prepared
     passes: tuple[PassRecord, ...] = ()
+    float64_apart: bool = False
 
 
 Frame = Callable[[CheckState, Options], CheckState | None]
@@ -162,7 +168,8 @@ def _working_dtype(state: CheckState, opts: Options) -> CheckState | None:
     if w is None:
         return None
     # the working-dtype reference is the implementation's own program: later passes use it
-    return replace(state, prep=w.prep, plan=w.plan, ref=w.ref, judged=w.judged, ref_prep=w.prep)
+    return replace(state, prep=w.prep, plan=w.plan, ref=w.ref, judged=w.judged, ref_prep=w.prep,
+                   float64_apart=state.float64_apart or w.measured)  # fmt: skip
 
 
 def _as_evidence(source: str, before: Assessment, after: Assessment | None) -> Evidence | None:
