@@ -24,6 +24,7 @@ one-sided derivatives and whether its value lies between them.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -449,7 +450,8 @@ def _as_numpy_args(
             a = a.astype(np.result_type(real, 1j) if a.dtype.kind == "c" else real)
         return a
 
-    return tuple(tree_map(lambda x, c=i in argnums: leaf(x, c), a) for i, a in enumerate(args))
+    return tuple(tree_map(functools.partial(leaf, checked=i in argnums), a)
+                 for i, a in enumerate(args))  # fmt: skip
 
 
 def _to_backend(be: Backend, args_np: tuple[Any, ...]) -> tuple[Any, ...]:
