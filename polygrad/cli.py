@@ -113,6 +113,15 @@ def _framework_of(mod: ModuleType) -> str:
     return found[0] if found else DEFAULT_BACKEND
 
 
+def _gradient_supplied(args: argparse.Namespace, mod: ModuleType) -> bool:
+    """``--grad``/``--jac`` given, or ``{name}_grad``/``{name}_jac`` defined next to the
+    function: the derivative of a NumPy function."""
+    if getattr(args, "grad", None) or getattr(args, "jac", None):
+        return True
+    name = args.function.rpartition(":")[2]
+    return any(callable(getattr(mod, f"{name}_{key}", None)) for key in ("grad", "jac"))
+
+
 def _command_function(command: str) -> Callable[..., Any]:
     from . import check, sweep, taylor_test
 
@@ -225,8 +234,9 @@ def _prepare(args: argparse.Namespace) -> Call:
     if not args.inputs:
         raise UsageError('give the point: --arg EXPR once per argument, or --at "1.0, 2.0"')
     f, mod = load_function(args.function)
-    # a supplied gradient means a NumPy function, whatever else the file imports
-    guess = DEFAULT_BACKEND if getattr(args, "grad", None) else _framework_of(mod)
+    # a supplied gradient (--grad, or f_grad / f_jac next to f) means a NumPy function,
+    # whatever else the file imports
+    guess = DEFAULT_BACKEND if _gradient_supplied(args, mod) else _framework_of(mod)
     backend = _backend_name(args.backend or guess, args.backend)
     values = [read_argument(kind, text) for kind, text in args.inputs]
     options: dict[str, Any] = {"backend": backend, **_flag_options(args)}

@@ -129,6 +129,35 @@ def test_framework_from_imports_and_taylor(user_files, tmp_path):
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.polygrad_backends("torch")
+def test_a_numpy_function_with_its_gradient_in_a_file_that_imports_torch(tmp_path):
+    """``f`` and ``f_grad`` in NumPy, in a file that also imports torch (for other
+    functions): the CLI used to run ``f`` as torch and fail with a bare TypeError. The
+    gradient next to ``f`` makes it a NumPy function; the torch function beside it is
+    still run as torch."""
+    path = tmp_path / "mixed.py"
+    path.write_text(textwrap.dedent(
+        """
+        import numpy as np
+        import torch
+
+        def f(x):
+            return np.sum(np.log1p(x**2))
+
+        def f_grad(x):
+            return 2 * x / (1 + x**2)
+
+        def g(x):
+            return torch.sum(torch.sin(x) * x)
+        """
+    ))  # fmt: skip
+    r = run("check", f"{path}:f", "--at", "0.5, -1.5, 2.0", "--no-color")
+    assert r.returncode == 0, r.stderr
+    assert "PASS" in r.stdout and "numpy, float32" in r.stdout
+    t = run("check", f"{path}:g", "--at", "0.5, -1.5", "--no-color", "--backend", "torch")
+    assert t.returncode == 0 and "torch, float32" in t.stdout, t.stderr
+
+
 def test_sweep_with_plot(user_files, tmp_path):
     f = str(user_files / "model.py")
     png = tmp_path / "sweep.png"
