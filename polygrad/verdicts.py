@@ -121,6 +121,11 @@ class Entries:
             "reference_error": num(self.reference_error[i]),
             "difference": num(self.difference[i]),
             "tolerance": num(self.tolerance[i]),
+            # the tolerance of the float64 evaluation of the rule, which decides MISMATCH
+            # where the working dtype is narrower (UNSTABLE where only the working value fails)
+            "tolerance_float64": num(self.tolerance64[i])
+            if np.isfinite(self.autodiff64[i])
+            else None,
             "left": num(self.left[i]),
             "right": num(self.right[i]),
             # whether autodiff lies between the one-sided derivatives: said at a kink only

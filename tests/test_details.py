@@ -103,3 +103,31 @@ def test_reference_info_leaves_out_an_unset_resolution():
                          1e-3, 1.0, 1.0, 1e-10, 40, 0.1, False)  # fmt: skip
     assert "resolution" not in info.to_dict()
     assert info.to_dict()["dps"] is None
+
+
+@pytest.mark.polygrad_backends("torch")
+def test_a_mismatch_entry_in_to_dict_carries_the_tolerance_that_decided_it():
+    """A bfloat16 tanh whose rule is 5% off: MISMATCH on the float64 evaluation of the
+    rule. The working tolerance (bfloat16's) is wider than the difference; the dict now
+    holds the float64 one too, which the difference exceeds, so a script reading the
+    JSON sees why the entry failed."""
+    import torch
+
+    class Tanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = torch.tanh(x)
+            ctx.save_for_backward(y)
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            (y,) = ctx.saved_tensors
+            return g * (1 - y * y) * 1.05
+
+    x = torch.tensor([0.3, -0.8, 1.2, 0.05], dtype=torch.bfloat16)
+    report = pg.check(lambda v: Tanh.apply(v).sum(), x)
+    assert report.verdict is pg.Verdict.MISMATCH
+    worst = report.to_dict()["worst_entries"][0]
+    assert worst["verdict"] == "MISMATCH"
+    assert worst["difference"] > worst["tolerance_float64"] > 0
