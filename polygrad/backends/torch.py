@@ -905,22 +905,19 @@ class TorchBackend(Backend):
         y0 = work.evaluate(x0[None, :])[0]
         flows = _check_gradient_flows(torch, work, primals, y0, eps)
         notes.extend([flows] if flows else [])
-        out_layout = output_layout(
-            [
-                np.empty(tuple(t.shape), complex if t.is_complex() else float)
-                for t in work.out_leaves
-            ],
-            work.out_paths,
-        )
+        shapes = [np.empty(tuple(t.shape), complex if t.is_complex() else float)
+                  for t in work.out_leaves]  # fmt: skip
+        out_layout = output_layout(shapes, work.out_paths)
 
         wide: _Program | None = work
         if wd != torch.float64:
             draws = in_dtype if in_dtype != torch.float64 else None  # what x.dtype draws in
             wide = self._promoted(build64, batch_size, notes, draws)
         key = (wrt, tuple(argnums), tuple(names), _signature(primals))
-        checked = argnums if wrt == "inputs" else None
-        deferred = self._deferred(work, wide, primals, x0, y0.size, key,
-                                  lambda: frozen_state(f, args, checked))  # fmt: skip
+        frozen = functools.partial(frozen_state, f, args, argnums if wrt == "inputs" else None)
+        deferred = self._deferred(work, wide, primals, x0, y0.size, key, frozen)
+        # its mp program is the working one (built as the target's, from the same cache)
+        mp_program = functools.partial(self._mp_program, key, frozen, work, primals)
         target = Target(
             x0=x0,
             y0=y0,
@@ -939,9 +936,9 @@ class TorchBackend(Backend):
             deferred=deferred,
             custom_rules=lambda: _unbounded_custom_functions(torch, work.call, primals),
             symmetric_reads=lambda: _symmetric_reads(work.call, primals),
-        )
-        if wide is not work:  # its mp program is the working one: f's constants as f has them
-            target.working_mp_value = functools.partial(_mp_at_the_point, target)
+            working_mp_value=None if wide is work else functools.partial(
+                _mp_at_the_point, mp_program, x0),
+        )  # fmt: skip
         # built when a check asks for it
         defer_quad(
             target, functools.partial(quad_of_mp_program, build=_quad_from_graph), interpreted=True
@@ -967,8 +964,8 @@ class TorchBackend(Backend):
                 target.jvp64 = wide.jvp_or_none(rng, " in float64", target)
 
         def build_mp(target: Target) -> None:
-            target.evaluate_mp, target.mp_unavailable_reason = CAPTURES.get(
-                "torch.mp", key, state(), lambda: self._mp_evaluator(work, primals)
+            target.evaluate_mp, target.mp_unavailable_reason = self._mp_program(
+                key, state, work, primals
             )
 
         def build_rule_mp(target: Target) -> None:
@@ -977,6 +974,15 @@ class TorchBackend(Backend):
             target.vjp_mp = None if rule is None else (lambda U, dps: rule(x0, U, dps))
 
         return {"forward": probe_forward, "mp": build_mp, "rule_mp": build_rule_mp}
+
+    def _mp_program(
+        self, key: tuple[Any, ...], state: Callable[[], Any], work: _Program, primals: list[Any]
+    ) -> tuple[Callable[..., np.ndarray] | None, str | None]:
+        """``(evaluate_mp, reason)`` of the captured working program, cached per function,
+        argument signature and frozen state (see :mod:`._capture_cache`)."""
+        return CAPTURES.get(  # type: ignore[no-any-return]
+            "torch.mp", key, state(), lambda: self._mp_evaluator(work, primals)
+        )
 
     def gradient_function(
         self, f: Callable[..., Any], args: tuple[Any, ...], argnums: tuple[int, ...]
@@ -1329,12 +1335,14 @@ _HOOK_REFUSED = "cannot register a hook on a tensor that doesn't require gradien
 """PyTorch's error for ``register_hook`` on a tensor that does not require gradients."""
 
 
-def _mp_at_the_point(target: Target, dps: int) -> np.ndarray | None:
-    """``f`` at the point on mpmath numbers (the captured working program), or None."""
-    if not target.mp_mode():
-        return None
-    assert target.evaluate_mp is not None
-    return target.evaluate_mp(target.x0, np.zeros_like(target.x0), dps)
+def _mp_at_the_point(
+    program: Callable[[], tuple[Callable[..., np.ndarray] | None, str | None]],
+    x0: np.ndarray,
+    dps: int,
+) -> np.ndarray | None:
+    """``f`` at ``x0`` on mpmath numbers (the captured working program), or None."""
+    evaluate_mp, _ = program()
+    return None if evaluate_mp is None else evaluate_mp(x0, np.zeros_like(x0), dps)
 
 
 def _quad_from_graph(evaluate_mp: Any, q: Any) -> Callable[[np.ndarray], np.ndarray]:
