@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import torch_planted_tanh
 from details_cases import CASES, shape
 
 import polygrad as pg
@@ -113,17 +114,7 @@ def test_a_mismatch_entry_in_to_dict_carries_the_tolerance_that_decided_it():
     JSON sees why the entry failed."""
     import torch
 
-    class Tanh(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            y = torch.tanh(x)
-            ctx.save_for_backward(y)
-            return y
-
-        @staticmethod
-        def backward(ctx, g):
-            (y,) = ctx.saved_tensors
-            return g * (1 - y * y) * 1.05
+    Tanh = torch_planted_tanh(0.05)
 
     x = torch.tensor([0.3, -0.8, 1.2, 0.05], dtype=torch.bfloat16)
     report = pg.check(lambda v: Tanh.apply(v).sum(), x)
