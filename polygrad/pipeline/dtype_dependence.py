@@ -119,6 +119,24 @@ def measured_apart(target: Target, plan: Plan, opts: Options) -> str | None:
     float64 run there, and resolved (:data:`RESOLVED`). Where the values agree this
     costs nothing; the mp evaluations run only where they are apart, within the mp
     budget (``opts.policy.mp_auto_seconds``).
+
+    Parameters
+    ----------
+    target : Target
+        The implementation; ``target.evaluate64`` is not None and its working dtype is
+        narrower than float64.
+    plan : Plan
+        The plan of the check as run (``plan.f0`` is ``f``'s float64 value at ``x`` where
+        its method is ``"float64"``).
+    opts : Options
+        The check's options (its policy's mp budget).
+
+    Returns
+    -------
+    str or None
+        The note (it gives the float64, working and mp values of the first output apart),
+        or None where nothing was measured apart. It raises nothing of its own: an mp
+        evaluation that fails measures nothing.
     """
     assert target.evaluate64 is not None
     # the float64 reference's plan holds f's float64 value at x already

@@ -440,8 +440,15 @@ def jittered_noise(
     Returns
     -------
     sigma : ndarray, shape (k, m)
-        Standard deviation of the round-off (0 where it reads as the rest of ``f``).
+        Standard deviation of the round-off (0 where it reads as the rest of ``f``), in
+        the units of ``f``'s values.
     evaluations : int
+        ``2 * 9 * k``: two fits (at the step and a quarter of it) of 9 samples each.
+
+    Raises
+    ------
+    Exception
+        Whatever ``fn`` raises; nothing of its own.
     """
     offsets = np.arange(9) - 4
     delta = np.full(W.shape[0], generic_step(eps, step))
