@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._core import Node, NodeCheck, Site, Step, check_nodes
+from ._share import Share, share_of_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
@@ -57,6 +58,7 @@ __all__ = [
     "CheckedCall",
     "Localization",
     "NodeCheck",
+    "Share",
     "Site",
     "Step",
     "locate",
@@ -151,6 +153,10 @@ class Localization:
         :func:`localize_by_default`); None where it was asked for.
     cut_short : bool
         The budget ran out before every node was checked, and none was found.
+    share : Share or None
+        How much of the function's error the located node explains (see
+        :mod:`polygrad.localize._share`); None where it was not measured (a note says
+        why) or nothing was located.
     """
 
     located: NodeCheck | None
@@ -160,6 +166,7 @@ class Localization:
     searched: str = WRONG_RULE
     by_default: float | None = None
     cut_short: bool = False
+    share: Share | None = None
 
     @property
     def shown_first(self) -> bool:
@@ -180,6 +187,7 @@ class Localization:
             "seconds": self.seconds,
             "by_default": self.by_default,
             "cut_short": self.cut_short,
+            "share": None if self.share is None else self.share.to_dict(),
         }
 
     def lines(self) -> list[str]:
@@ -315,7 +323,45 @@ def locate(call: CheckedCall, report: Report, budget: float = 30.0,
                             time.perf_counter() - start, searched)  # fmt: skip
     if nonfinite:
         return _walk_nonfinite(rec, budget, max_size, start)
-    return _walk(rec, budget, max_size, start)
+    found = _walk(rec, budget, max_size, start)
+    if found.located is None:
+        return found
+    return _with_share(found, rec, call, report, start, budget)
+
+
+def _with_share(found: Localization, rec: Recording, call: CheckedCall, report: Report,
+                start: float, budget: float) -> Localization:  # fmt: skip
+    """``found`` with the located node's share of the function's error, or a note that
+    says why it was not measured (the budget spent, among others); a failure is a note,
+    never an error."""
+    from ..backends import get_backend
+
+    assert found.located is not None
+    index = found.located.index
+    nodes = [n for n in (*rec.custom, *rec.primitives) if n.index == index]
+    try:
+        share: Share | str = (
+            f"the walk's budget of {budget:.2g} s is spent (report.localize() measures it)"
+            if time.perf_counter() - start > budget
+            else share_of_error(
+                call, report, nodes[0], rec, _recorder(call), get_backend(call.backend)
+            )
+            if nodes and index >= 0
+            else "the recorder does not number its nodes"
+        )
+    except Exception as exc:  # noqa: BLE001 - a diagnostic that cannot run: say so
+        share = f"it failed: {type(exc).__name__}: {exc}"
+    seconds = time.perf_counter() - start
+    if isinstance(share, str):
+        note = f"the located node's share of the function's error is not measured: {share}"
+        return replace(found, notes=(*found.notes, note), seconds=seconds)
+    return replace(found, share=share, seconds=seconds)
+
+
+def _recorder(call: CheckedCall) -> Callable[..., Recording]:
+    """The ``record`` function of ``call``'s framework."""
+    module = importlib.import_module(f"{__name__}.{_RECORDERS[call.backend]}")
+    return module.record  # type: ignore[no-any-return]
 
 
 def _record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording:

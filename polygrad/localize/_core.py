@@ -28,6 +28,7 @@ __all__ = [
     "Step",
     "check_node",
     "check_nodes",
+    "projected_error",
     "with_cotangents",
 ]
 
@@ -210,6 +211,8 @@ class NodeCheck:
         differences disagree by an amount that does not shrink with the step, and its
         central difference (the mean of the two sides) is no derivative, so it is not
         judged (:func:`at_a_kink`).
+    index : int
+        The node's position in the forward pass (:attr:`Node.index`).
     """
 
     site: Site
@@ -223,6 +226,7 @@ class NodeCheck:
     feeds: Site | None = None
     hint: str = ""
     at_kink: bool = False
+    index: int = -1
 
     @property
     def wrong(self) -> bool:
@@ -326,12 +330,26 @@ def check_node(node: Node, rng: np.random.Generator) -> NodeCheck:
         tol = 2 * err + C_ROUNDOFF * node.eps * (scale + abs(ref))
         if at_a_kink(node, v, u, y, sensitivity):
             return NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic,
-                             compared=KINK_COMPARED, at_kink=True)  # fmt: skip
-        one = NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic)
+                             compared=KINK_COMPARED, at_kink=True, index=node.index)  # fmt: skip
+        one = NodeCheck(node.site, ad, ref, abs(ad - ref), tol, node.arithmetic, index=node.index)
         if worst is None or _ratio(one) > _ratio(worst):
             worst = one
     assert worst is not None
     return worst
+
+
+def projected_error(node: Node, u: np.ndarray, v: Sequence[np.ndarray]) -> float:
+    """``uᵀ (J_rule - J) v`` of the node alone: its VJP of ``u`` dotted with ``v``, minus
+    :func:`_reference`'s differences of ``uᵀ f`` along ``v`` (scaled to a largest entry of
+    1, so that the step is relative to the inputs' size)."""
+    grads = node.vjp(list(node.inputs), u)
+    ad = float(sum(np.sum(np.asarray(g, dtype=np.float64) * d)
+                   for g, d in zip(grads, v, strict=True)))  # fmt: skip
+    scale = max((float(np.max(np.abs(d))) for d in v if d.size), default=0.0)
+    if scale == 0.0:
+        return ad
+    ref, _ = _reference(node, [d / scale for d in v], u)
+    return ad - ref * scale
 
 
 KINK_COMPARED = "at a kink of its own: one-sided differences disagree, not judged"

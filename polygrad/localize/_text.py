@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from . import Localization
     from ._core import NodeCheck
+    from ._share import Share
 
 
 def node_lines(c: NodeCheck) -> list[str]:
@@ -56,10 +57,30 @@ def localization_lines(loc: Localization) -> list[str]:
     if loc.by_default is not None and loc.located is None:
         none = _by_default_line(loc)
     lines = [found, *node_lines(loc.located)] if loc.located is not None else [none]
+    if loc.share is not None:
+        lines.append(share_line(loc.share))
     if loc.checked:
         lines.append(f"  {count}")
     lines += [f"  note: {n}" for n in loc.notes]
     return lines
+
+
+def share_line(s: Share) -> str:
+    """How much of the function's error the located node explains, and what that means."""
+    pct = f"{100 * s.fraction:.0f}%"
+    line = (f"  share:  {pct} of the function's error: its error carried through the program, "
+            f"{s.node:.3e}, against the function's {s.function:.3e} (the sum of its outputs "
+            f"along the error's direction; tolerance {s.tolerance:.1e})")  # fmt: skip
+    if s.fraction < 1 - SHARE_WHOLE:
+        line += ("; the rest comes from elsewhere, such as a second wrong rule: check "
+                 "again once this one is fixed")  # fmt: skip
+    elif s.fraction > 1 + SHARE_WHOLE:
+        line += "; other parts of the program offset some of it"
+    return line
+
+
+SHARE_WHOLE = 0.1
+"""A share within this of 1 is the whole error."""
 
 
 def _by_default_line(loc: Localization) -> str:

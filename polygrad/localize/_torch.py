@@ -181,7 +181,7 @@ def _recording(
                     path(),
                     source_line(traceback.extract_stack()[:-1], _skip_dirs(torch)),
                 )
-                index = len(custom) + len(prims)
+                index = len(custom) + len(prims[0])
                 state.depth += 1  # the copy's detach is polygrad's call, not the function's
                 try:
                     saved = _clone(torch, a)

@@ -1,0 +1,218 @@
+"""How much of the function's error the located node explains.
+
+The function's error is ``ΔJ = J_autodiff - J_reference`` from the check's own entries.
+Along the sum of the outputs (cotangent ``1``) it is the vector ``e = 1ᵀ ΔJ`` over the
+checked inputs, and along its own direction ``v = e / |e|`` it is ``|e|``. To first order,
+a node ``N`` whose rule is off by ``ΔJ_N`` adds ``ḡᵀ ΔJ_N ṫ`` to it, where ``ḡ`` is the
+cotangent ``N``'s outputs receive in the program's backward pass from ``1`` (recorded as
+the program runs) and ``ṫ`` the tangent its inputs get when the function's inputs move
+along ``v`` (central differences of the inputs ``N`` saw in two more recordings, at
+``x ± h v``). ``ḡᵀ ΔJ_N ṫ`` is the node's VJP applied to ``ḡ``, dotted with ``ṫ``, minus
+central differences of ``ḡᵀ N`` along ``ṫ`` (:func:`polygrad.localize._core.projected_error`).
+The share is ``ḡᵀ ΔJ_N ṫ / |e|``: near 1 where the node is the whole bug; the rest, where
+it is less, comes from elsewhere (a second wrong rule). It is measured at two steps ``h``
+and ``h / 2`` and given only where the two agree (a kink of an intermediate along ``v``
+would make ``ṫ`` no tangent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._pytree import flatten, unflatten
+from ._core import Node, projected_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backends.base import Backend
+    from ..report import Report
+    from . import CheckedCall, Recording
+
+__all__ = ["Share", "share_of_error"]
+
+AGREE = 0.02
+"""The shares at the steps ``h`` and ``h / 2`` agree within this (absolute), else none is
+given."""
+
+
+@dataclass(frozen=True)
+class Share:
+    """The located node's part of the function's error.
+
+    Attributes
+    ----------
+    node : float
+        ``ḡᵀ ΔJ_N ṫ``: the node's rule error carried through the program, along the sum of
+        the outputs and the direction of the function's error.
+    function : float
+        ``|1ᵀ ΔJ|``: the function's error along the same pair (from the check's entries).
+    tolerance : float
+        The check's tolerance along that pair (``Σ_j |v_j| Σ_i tolerance_ij``).
+    """
+
+    node: float
+    function: float
+    tolerance: float
+
+    @property
+    def fraction(self) -> float:
+        """``node / function``: 1 where the node explains the whole error."""
+        return self.node / self.function
+
+    def to_dict(self) -> dict[str, float]:
+        """``node``, ``function``, ``tolerance`` and ``fraction`` as a mapping."""
+        return {"node": self.node, "function": self.function, "tolerance": self.tolerance,
+                "fraction": self.fraction}  # fmt: skip
+
+
+Recorder = Callable[..., "Recording"]
+
+
+def share_of_error(call: CheckedCall, report: Report, node: Node, walked: Recording,
+                   record: Recorder, backend: Backend) -> Share | str:  # fmt: skip
+    """The located ``node``'s share of the function's error (:class:`Share`), or why it
+    was not measured (a string).
+
+    Parameters
+    ----------
+    call : CheckedCall
+        The checked call; its checked arguments are moved (copies), never the user's.
+    report : Report
+        Its report: the function's error and tolerance come from its entries.
+    node : Node
+        The located node, as the wrong-rule walk recorded it.
+    walked : Recording
+        That walk's recording.
+    record : callable
+        The framework's recorder (``record(call, report, as_run=...)``).
+    backend : Backend
+        The framework's backend: its ``to_numpy`` and ``from_numpy`` make the moved
+        copies of the checked arguments.
+    """
+    error = _function_error(report, _checked(call, backend))
+    if isinstance(error, str):
+        return error
+    e, tol = error
+    model = float(np.linalg.norm(e))
+    v = e / model
+    bound = float(np.abs(v).dot(tol))
+    if not model > bound:
+        return ("the entries' errors cancel in the sum of the outputs (along it, the error "
+                f"{model:.2e} is within the tolerance {bound:.2e})")  # fmt: skip
+    g = _cotangent(call, report, node, walked, record)
+    if isinstance(g, str):
+        return g
+    parts = []
+    for h in _steps(_checked(call, backend), report):
+        t = _tangent(call, report, node, walked, record, backend, v, h)
+        if isinstance(t, str):
+            return t
+        parts.append(projected_error(node, g, t))
+    if abs(parts[0] - parts[1]) > AGREE * model:
+        return ("the inputs of the node do not move smoothly along the direction of the "
+                f"error (shares {parts[0] / model:.3g} and {parts[1] / model:.3g} at two "
+                "steps): an intermediate is at a kink there")  # fmt: skip
+    return Share(parts[1], model, bound)
+
+
+def _function_error(report: Report,
+                    checked: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | str:  # fmt: skip
+    """``1ᵀ ΔJ`` over the checked inputs and the summed tolerances, from a full check's
+    entries (column by column: the outputs of one input are consecutive)."""
+    d = report.details
+    ent = report.entries
+    m, n = d.outputs, d.inputs
+    if d.strategy != "full" or len(ent.names) != m * n:
+        return "measured on a full check only (this one checked projections)"
+    if sum(a.size for a in checked) != n or any(np.iscomplexobj(a) for a in checked):
+        return (
+            "measured where the checked inputs are real arguments of the function (here: "
+            'wrt="parameters", or complex values)'
+        )
+    diff = (ent.autodiff - ent.reference).reshape(n, m)
+    if not np.all(np.isfinite(diff)) or np.iscomplexobj(diff):
+        return "the function's error is not finite at every entry"
+    return diff.sum(axis=1), ent.tolerance.reshape(n, m).sum(axis=1)
+
+
+def _cotangent(call: CheckedCall, report: Report, node: Node, walked: Recording,
+               record: Recorder) -> np.ndarray | str:  # fmt: skip
+    """The cotangent ``node``'s outputs receive in the program's backward pass from ones
+    on its outputs (the recorder's ``as_run`` pass), as float64."""
+    rec = record(call, report, as_run=True)
+    same = _same_node(rec, node, walked)
+    if same is None or same.cotangent is None:
+        return "the node's cotangent could not be recorded"
+    g = np.asarray(same.cotangent, dtype=np.float64)
+    if g.size != node.forward(list(node.inputs)).size or not np.all(np.isfinite(g)):
+        return "the node's cotangent does not match its outputs"
+    return g
+
+
+def _tangent(call: CheckedCall, report: Report, node: Node, walked: Recording,
+             record: Recorder, backend: Backend, v: np.ndarray,
+             h: float) -> list[np.ndarray] | str:  # fmt: skip
+    """The tangent of ``node``'s inputs as the checked inputs move along ``v``: central
+    differences of the inputs it saw at ``x ± h v``."""
+    seen = []
+    for t in (h, -h):
+        rec = record(_moved_call(call, backend, t * v), report)
+        same = _same_node(rec, node, walked)
+        if same is None:
+            return "the program records other nodes at moved inputs"
+        seen.append(same.inputs)
+    return [(a - b) / (2 * h) for a, b in zip(seen[0], seen[1], strict=True)]
+
+
+def _same_node(rec: Recording, node: Node, within: Recording) -> Node | None:
+    """The node of ``rec`` that is ``node`` of ``within``: the same op at the same place,
+    on inputs of the same shapes, the same number of times before it (positions differ
+    where one recording runs in other dtypes: JAX's float64 trace adds casts)."""
+    key = _key(node)
+    ordinal = sum(_key(n) == key for n in _in_order(within) if n.index < node.index)
+    same = [n for n in _in_order(rec) if _key(n) == key]
+    return same[ordinal] if ordinal < len(same) else None
+
+
+def _key(n: Node) -> tuple[Any, ...]:
+    return (n.site, tuple(x.shape for x in n.inputs))
+
+
+def _in_order(rec: Recording) -> list[Node]:
+    return sorted((*rec.custom, *rec.primitives), key=lambda n: n.index)
+
+
+def _moved_call(call: CheckedCall, backend: Backend, delta: np.ndarray) -> CheckedCall:
+    """``call`` with new arrays for its checked arguments, moved by ``delta`` (flattened
+    over their leaves, in the check's order) and rounded to their dtypes."""
+    args = list(call.args)
+    start = 0
+    for i in call.argnums:
+        leaves, _, tree = flatten(args[i])
+        new = []
+        for leaf in leaves:
+            a = backend.to_numpy(leaf)
+            step = delta[start : start + a.size].reshape(a.shape)
+            new.append(backend.from_numpy((a.astype(np.float64) + step).astype(a.dtype)))
+            start += a.size
+        args[i] = unflatten(tree, new)
+    return replace(call, args=tuple(args))
+
+
+def _steps(checked: list[np.ndarray], report: Report) -> Sequence[float]:
+    """``h`` and ``h / 2``: the cube root of the working dtype's eps (the step of least
+    error of a central difference) times the size of the checked inputs."""
+    from ..backends.base import dtype_eps
+
+    eps = dtype_eps(report.details.working_dtype)
+    size = max([1.0] + [float(np.max(np.abs(a))) for a in checked if a.size])
+    h = eps ** (1 / 3) * size
+    return (h, h / 2)
+
+
+def _checked(call: CheckedCall, backend: Backend) -> list[np.ndarray]:
+    """The leaves of the checked arguments as NumPy arrays, in the check's order."""
+    return [backend.to_numpy(leaf) for i in call.argnums for leaf in flatten(call.args[i])[0]]
