@@ -100,15 +100,25 @@ def _scale(n: int) -> np.ndarray:
 
 
 def _value_line(report: Any, i: int) -> str:
-    """Entry ``i``: autodiff and reference, with their gap beside the tolerance that judges it."""
+    """Entry ``i``: autodiff and reference, with their gap beside the tolerance that judges it;
+    the two values with the digits that show where they part."""
     e = report.entries
     diff, tol = float(e.difference[i]), float(e.tolerance[i])
     within = "within" if diff <= tol else "far outside"
+    d = _digits(float(e.reference[i]), diff)
     return (
-        f"{e.names[i]}: autodiff {e.autodiff[i]:.6g}, reference {e.reference[i]:.6g} "
+        f"{e.names[i]}: autodiff {e.autodiff[i]:.{d}g}, reference {e.reference[i]:.{d}g} "
         f"(error bar ± {e.reference_error[i]:.1g}); |diff| {diff:.2g}, {within} the "
         f"tolerance {tol:.2g}"
     )
+
+
+def _digits(value: float, diff: float) -> int:
+    """Significant digits that show two numbers ``diff`` apart near ``value`` as different
+    (at least 6, at most 17)."""
+    if diff <= 0 or value == 0 or not np.isfinite(value / diff):
+        return 6
+    return int(min(17, max(6, np.ceil(np.log10(abs(value) / diff)) + 2)))
 
 
 def _kink_lines(report: Any) -> list[str]:
@@ -128,8 +138,20 @@ def _kink_lines(report: Any) -> list[str]:
         "NONSMOOTH, which is not a gradient error (the check is ok).",
         f"e.g. {e.names[i]}: left derivative {e.left[i]:.4g}, right {e.right[i]:.4g}, autodiff "
         f"{e.autodiff[i]:.4g}, central difference {e.reference[i]:.4g} (|diff| "
-        f"{e.difference[i]:.2g}, against a tolerance of {e.tolerance[i]:.2g} for a smooth entry)",
+        f"{e.difference[i]:.2g}, against a tolerance of {e.tolerance[i]:.2g} for a smooth entry)"
+        + _beyond_sides(e, i),
     ]
+
+
+def _beyond_sides(e: Any, i: int) -> str:
+    """Why autodiff may lie beyond both one-sided derivatives at a kink, where it does."""
+    lo, hi = sorted((float(e.left[i]), float(e.right[i])))
+    if lo <= float(e.autodiff[i]) <= hi:
+        return ""
+    return (
+        "; autodiff lies beyond both, which a conservative gradient may do where several ReLUs "
+        "and pooling windows switch at once (each takes one side of its own kink)"
+    )
 
 
 def _plain_difference(s: Any) -> str:
@@ -140,11 +162,12 @@ def _plain_difference(s: Any) -> str:
     line = (
         f"a plain float32 central difference is off by {s.measured_error_at(2.0**-13):.1g} "
         f"at h = 2^-13 (round-off; at most {worst_user:.1g} over the user's steps 2^-5 to "
-        f"2^-13) and by {s.measured_error_at(best):.1g} at h = {best:.3g}, the best step swept"
+        f"2^-13) and by {s.measured_error_at(best):.1g} at h = {best:.3g}, the step that its "
+        "measured round-off and truncation predict to be best"
     )
     if best >= float(np.max(s.steps)):
         line += (
-            " and the largest: this f is quadratic (f''' = 0, measured "
+            " (the largest swept): this f is quadratic (f''' = 0, measured "
             f"{float(np.max(np.abs(s.third_derivative))):.1g}), so a central difference has no "
             "truncation error at any step and only round-off, which falls like 1/h, is left; a "
             "function with curvature has a smaller best step (the sweep plot shows both)"

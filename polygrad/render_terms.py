@@ -56,9 +56,13 @@ def _parts(t: YourTerms) -> str:
         return "    no float64 evaluation of f: round-off and truncation cannot be told apart here"
     bend = "kink of f crossed by the step" if t.kink is not None else "truncation"
     bend_value = t.kink if t.kink is not None else t.truncation
+    ad = (
+        "autodiff's gap to the nearer one-sided derivative" if t.kink is not None
+        else "autodiff error"
+    )  # fmt: skip
     return (
         f"    its |numeric - autodiff| there: round-off {_g(t.roundoff)} (f's noise / "
-        f"{t.step_name}), {bend} {_g(bend_value)}, autodiff error {_g(t.autodiff_error)}; "
+        f"{t.step_name}), {bend} {_g(bend_value)}, {ad} {_g(t.autodiff_error)}; "
         f"{_dominant(t)}"
     )
 
@@ -98,8 +102,9 @@ def _relative_note(t: YourTerms) -> str | None:
     if not k:
         return None
     return (
-        f"    {k} of {t.entries} entries are at most twice the round-off of this step (the "
-        f"worst is {_g(abs(t.worst_autodiff))}, the median entry {_g(t.typical)}): their "
+        f"    {k} of {t.entries} entries are at most twice the round-off of this step "
+        f"(|gradient| at the worst entry {_g(abs(t.worst_autodiff))}, median |gradient| "
+        f"{_g(t.typical)}): their "
         "relative error is of order 1 whatever the gradient, so a max of relative errors is ruled "
         "by them; the absolute |numeric - autodiff| and its parts are what tell"
     )
@@ -139,6 +144,12 @@ def _best_step_line(t: YourTerms) -> str:
         if t.best_step_capped:
             txt += ", and stops at a quarter of the input's scale"
         txt += "; where f curves, the best step is smaller"
+    if t.best_value is not None and t.value is not None and t.best_value >= t.value:
+        txt += (
+            f"; no step in that range brings this metric below your {_g(t.value)}: the entries "
+            "whose gradient is below the round-off rule it at every step, so read the absolute "
+            "|numeric - autodiff| and its parts above instead"
+        )
     return txt
 
 

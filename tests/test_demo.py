@@ -38,7 +38,13 @@ def test_demo_runs_everything(tmp_path):
     for line in text.splitlines():  # every value line gives the gap and the tolerance
         if "case 1 normal log-density" in line:
             assert re.search(r"\|diff\| [\d.e-]+, within the tolerance [\d.e-]+$", line), line
+            # the two values carry the digits where they part: |diff| 2e-8 near 0.77 shows
+            # 10 digits, not -0.773585 against -0.773586 (a gap that reads 50 times the |diff|)
+            m = re.search(r"autodiff (\S+), reference (\S+) .*\|diff\| (\S+),", line)
+            ad, ref, diff = (float(v) for v in m.groups())
+            assert abs(abs(ad - ref) - diff) <= 0.1 * diff, line
     assert "this f is quadratic (f''' = 0" in text  # what the best step h = 0.5 rests on
+    assert "the best step swept" not in text  # 0.5 is predicted best, not the best measured
     # the user's own checks, re-run and explained: compute_gradient (case 1), the loop (case 2)
     assert "your check: tf.test.compute_gradient with delta = 0.000122 (2^-13)" in text
     assert "your check: central differences with h = 0.0001" in text
@@ -46,6 +52,8 @@ def test_demo_runs_everything(tmp_path):
     # the digit image as it is: its kinks are shown, NONSMOOTH and ok
     assert re.search(r"\(\d+ NONSMOOTH, \d+ PASS\)", text)
     assert "NONSMOOTH in case 2 marks the pixels at a kink" in text
+    # the user's relative metric reads 1 at every step: the best-step line says so
+    assert "no step in that range brings this metric below your 1" in text
     summary = json.loads((out / "summary.json").read_text())
     statuses = [o["status"] for o in summary["outcomes"]]
     assert statuses[:6] == ["PASS"] * 5 + ["MISMATCH"]
