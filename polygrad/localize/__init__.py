@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._core import Node, NodeCheck, Site, Step, check_nodes
-from ._share import Share, share_of_error
+from ._share import Probe, Share, probe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
@@ -323,39 +323,31 @@ def locate(call: CheckedCall, report: Report, budget: float = 30.0,
                             time.perf_counter() - start, searched)  # fmt: skip
     if nonfinite:
         return _walk_nonfinite(rec, budget, max_size, start)
-    found = _walk(rec, budget, max_size, start)
-    if found.located is None:
-        return found
-    return _with_share(found, rec, call, report, start, budget)
+    return _walk(rec, budget, max_size, start, _shares(call, report, rec, budget, start))
 
 
-def _with_share(found: Localization, rec: Recording, call: CheckedCall, report: Report,
-                start: float, budget: float) -> Localization:  # fmt: skip
-    """``found`` with the located node's share of the function's error, or a note that
-    says why it was not measured (the budget spent, among others); a failure is a note,
-    never an error."""
+def _shares(call: CheckedCall, report: Report, rec: Recording, budget: float,
+            start: float) -> Callable[[Node], Share | str]:  # fmt: skip
+    """``share(node)``: the node's :class:`Share` of the function's error, or why it is not
+    measured; the program is recorded again (:func:`._share.probe`) on the first call,
+    within the walk's ``budget``. A failure is a reason, never an error."""
     from ..backends import get_backend
 
-    assert found.located is not None
-    index = found.located.index
-    nodes = [n for n in (*rec.custom, *rec.primitives) if n.index == index]
-    try:
-        share: Share | str = (
-            f"the walk's budget of {budget:.2g} s is spent (report.localize() measures it)"
-            if time.perf_counter() - start > budget
-            else share_of_error(
-                call, report, nodes[0], rec, _recorder(call), get_backend(call.backend)
-            )
-            if nodes and index >= 0
-            else "the recorder does not number its nodes"
-        )
-    except Exception as exc:  # noqa: BLE001 - a diagnostic that cannot run: say so
-        share = f"it failed: {type(exc).__name__}: {exc}"
-    seconds = time.perf_counter() - start
-    if isinstance(share, str):
-        note = f"the located node's share of the function's error is not measured: {share}"
-        return replace(found, notes=(*found.notes, note), seconds=seconds)
-    return replace(found, share=share, seconds=seconds)
+    made: list[Probe | str] = []
+
+    def share(node: Node) -> Share | str:
+        try:
+            if not made:
+                if time.perf_counter() - start > budget:
+                    return f"the walk's budget of {budget:.2g} s is spent (report.localize() " \
+                        "measures it)"  # fmt: skip
+                made.append(probe(call, report, rec, _recorder(call), get_backend(call.backend)))
+            p = made[0]
+            return p if isinstance(p, str) else p.share(node)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic that cannot run: say so
+            return f"it failed: {type(exc).__name__}: {exc}"
+
+    return share
 
 
 def _recorder(call: CheckedCall) -> Callable[..., Recording]:
@@ -396,31 +388,82 @@ def _declared_zero(node: Node) -> bool:
     return node.site.op.split(" ", 1)[0] in _DECLARED_ZERO
 
 
-def _walk(rec: Recording, budget: float, max_size: int, start: float) -> Localization:
-    """Custom rule regions first, then primitives, until one is wrong or the budget ends.
-    A ``stop_gradient`` is not checked (its zero rule differs from its identity forward by
-    declaration, as in the shift of a library's logsumexp): a note names it."""
-    notes = list(rec.notes)
-    checked: list[NodeCheck] = []
-    cut = False
+OFF_PATH = 0.1
+"""A wrong node whose op's calls together explain less than this share of the function's
+error is passed over, and the walk goes on: its error lies in a derivative the check does
+not measure (a weight's, where the check is of the input)."""
+
+
+@dataclass
+class _Found:
+    """What a walk has found so far: the nodes checked, the notes, the wrong nodes passed
+    over with their shares, and whether the budget cut it short."""
+
+    checked: list[NodeCheck]
+    notes: list[str]
+    passed: list[tuple[NodeCheck, Share]]
+    cut: bool = False
+
+
+def _walk(rec: Recording, budget: float, max_size: int, start: float,
+          share: Callable[[Node], Share | str]) -> Localization:  # fmt: skip
+    """Custom rule regions first, then primitives, until one is wrong and explains the
+    function's error (``share``; :data:`OFF_PATH`), or the budget ends. A ``stop_gradient``
+    is not checked (its zero rule differs from its identity forward by declaration, as in
+    the shift of a library's logsumexp): a note names it."""
+    found = _Found([], list(rec.notes), [])
     stops = [n for n in rec.primitives if _declared_zero(n)]
     if stops:
-        notes.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is zero "
-                     f"by declaration; where one drops a derivative the function needs, it "
-                     f"is the bug (the first: {stops[0].site.where()})")  # fmt: skip
+        first = stops[0].site.where()
+        found.notes.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is "
+                           "zero by declaration; where one drops a derivative the function "
+                           f"needs, it is the bug (the first: {first})")  # fmt: skip
     for group in (rec.custom, tuple(n for n in rec.primitives if not _declared_zero(n))):
-        left = budget - (time.perf_counter() - start)
-        walk = check_nodes(group, max(left, 0.0), max_size)
-        checked.extend(walk.checked)
-        notes.extend(walk.notes)
-        cut = cut or walk.cut_short
-        if checked and checked[-1].wrong:
-            return Localization(checked[-1], tuple(checked), tuple(notes),
-                                time.perf_counter() - start)  # fmt: skip
+        rest = list(group)
+        while rest:
+            walk = check_nodes(rest, max(budget - (time.perf_counter() - start), 0.0), max_size)
+            found.checked.extend(walk.checked)
+            found.notes.extend(walk.notes)
+            found.cut = found.cut or walk.cut_short
+            if walk.stopped < 0:
+                break
+            node, rest = rest[walk.stopped], rest[walk.stopped + 1 :]
+            s = share(node)
+            if isinstance(s, Share) and abs(s.same_op_fraction) < OFF_PATH:
+                found.passed.append((walk.checked[-1], s))
+                continue
+            return _located(found, walk.checked[-1], s, start)
+    if found.passed:
+        first, s = found.passed.pop(0)
+        return _located(found, first, s, start)
     if not rec.custom and not rec.primitives:
-        notes.append("no operation of the program could be checked alone")
-    return Localization(None, tuple(checked), tuple(notes), time.perf_counter() - start,
-                        cut_short=cut)  # fmt: skip
+        found.notes.append("no operation of the program could be checked alone")
+    return Localization(None, tuple(found.checked), tuple(found.notes),
+                        time.perf_counter() - start, cut_short=found.cut)  # fmt: skip
+
+
+def _located(found: _Found, c: NodeCheck, share: Share | str, start: float) -> Localization:
+    """The localization of ``c``, with its share (or why none), and the wrong nodes passed
+    over on the way, each with its share."""
+    notes = list(found.notes)
+    for p, s in found.passed:
+        notes.append(f"also wrong, passed over: {p.site.where()} ({_times(p)} x its tolerance),"
+                     f" whose calls explain {_percent(s.same_op_fraction)} of this check's "
+                     "error: its error is in a derivative this check does not measure (of a "
+                     "weight, where the check is of the inputs)")  # fmt: skip
+    if isinstance(share, str):
+        notes.append(f"the located node's share of the function's error is not measured: {share}")
+    return Localization(c, tuple(found.checked), tuple(notes), time.perf_counter() - start,
+                        share=share if isinstance(share, Share) else None)  # fmt: skip
+
+
+def _percent(fraction: float) -> str:
+    """``fraction`` in whole percent (0%, not -0%)."""
+    return f"{abs(round(100 * fraction)) if abs(fraction) < 0.005 else round(100 * fraction)}%"
+
+
+def _times(c: NodeCheck) -> str:
+    return f"{c.error / c.tolerance:.3g}" if c.tolerance > 0 else "inf"
 
 
 def _walk_nonfinite(rec: Recording, budget: float, max_size: int, start: float) -> Localization:

@@ -119,9 +119,13 @@ class Flow:
         return tuple(out)
 
     def made_by(self, index: int, values: Iterable[Any]) -> None:
-        """Record that the call at position ``index`` returned ``values``."""
+        """Record that the call at position ``index`` returned ``values``; a value an
+        earlier call made stays that call's (an identity, such as an eval-mode dropout,
+        returns its input: its cotangent is the maker's)."""
         for v in values:
-            self.made[id(v)] = (index, v)
+            hit = self.made.get(id(v))
+            if hit is None or hit[1] is not v:
+                self.made[id(v)] = (index, v)
 
     def outputs(self) -> dict[int, list[Any]]:
         """``index -> values`` made by each call (``index >= 0``), in the order returned."""
@@ -400,6 +404,8 @@ class Walk:
     checked: tuple[NodeCheck, ...]
     notes: tuple[str, ...]
     cut_short: bool = False
+    stopped: int = -1
+    """The position in the nodes given of the wrong node the walk stopped at (-1: none)."""
 
 
 def check_nodes(
@@ -414,7 +420,7 @@ def check_nodes(
     skipped, and so is one whose evaluation raises (both noted), or for which ``judge``
     gives None (it has nothing to judge there)."""
     rng = np.random.default_rng(seed)
-    start, done, notes, skipped, cut = time.perf_counter(), [], [], 0, False
+    start, done, notes, skipped, cut, stopped = time.perf_counter(), [], [], 0, False, -1
     for i, node in enumerate(nodes):
         if time.perf_counter() - start > budget:
             notes.append(f"cut short: the budget of {budget:.2g} s ran out after {i} of "
@@ -435,7 +441,8 @@ def check_nodes(
             continue
         done.append(one)
         if one.wrong:
+            stopped = i
             break
     if skipped:
         notes.append(f"{skipped} node(s) with more than {max_size} input entries not checked")
-    return Walk(tuple(done), tuple(notes), cut)
+    return Walk(tuple(done), tuple(notes), cut, stopped)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
     from . import CheckedCall, Recording
 
-__all__ = ["Share", "share_of_error"]
+__all__ = ["Probe", "Share", "probe"]
 
 AGREE = 0.02
 """The shares at the steps ``h`` and ``h / 2`` agree within this (absolute), else none is
@@ -51,30 +51,86 @@ class Share:
         ``|1ᵀ ΔJ|``: the function's error along the same pair (from the check's entries).
     tolerance : float
         The check's tolerance along that pair (``Σ_j |v_j| Σ_i tolerance_ij``).
+    same_op : float
+        The part of every call of the same op (the node's other call sites of one custom
+        rule, a layer used several times) together, the node's own included.
+    calls : int
+        How many calls of that op the program made (1: the node alone).
     """
 
     node: float
     function: float
     tolerance: float
+    same_op: float = float("nan")
+    calls: int = 1
 
     @property
     def fraction(self) -> float:
         """``node / function``: 1 where the node explains the whole error."""
         return self.node / self.function
 
+    @property
+    def same_op_fraction(self) -> float:
+        """``same_op / function``: the share of every call of the op together."""
+        return self.same_op / self.function
+
     def to_dict(self) -> dict[str, float]:
-        """``node``, ``function``, ``tolerance`` and ``fraction`` as a mapping."""
+        """``node``, ``function``, ``tolerance``, ``fraction``, ``same_op``,
+        ``same_op_fraction`` and ``calls`` as a mapping."""
         return {"node": self.node, "function": self.function, "tolerance": self.tolerance,
-                "fraction": self.fraction}  # fmt: skip
+                "fraction": self.fraction, "same_op": self.same_op,
+                "same_op_fraction": self.same_op_fraction, "calls": self.calls}  # fmt: skip
 
 
 Recorder = Callable[..., "Recording"]
 
 
-def share_of_error(call: CheckedCall, report: Report, node: Node, walked: Recording,
-                   record: Recorder, backend: Backend) -> Share | str:  # fmt: skip
-    """The located ``node``'s share of the function's error (:class:`Share`), or why it
-    was not measured (a string).
+@dataclass(frozen=True)
+class Probe:
+    """What every node's share is measured from: the function's error along the sum of
+    its outputs and its own direction ``v``, and the program recorded three more times:
+    as run (each node's cotangent) and at ``x ± h v`` for two steps ``h`` (each node's
+    tangent)."""
+
+    function: float
+    tolerance: float
+    walked: Recording
+    as_run: Recording
+    moved: tuple[tuple[float, Recording, Recording], ...]
+
+    def part(self, node: Node) -> float | str:
+        """``ḡᵀ ΔJ_N ṫ`` of ``node`` (a node of :attr:`walked`), or why it is not measured."""
+        g = _cotangent(self, node)
+        if isinstance(g, str):
+            return g
+        parts = []
+        for h, plus, minus in self.moved:
+            seen = [_same_node(rec, node, self.walked) for rec in (plus, minus)]
+            if seen[0] is None or seen[1] is None:
+                return "the program records other nodes at moved inputs"
+            t = [(a - b) / (2 * h) for a, b in zip(seen[0].inputs, seen[1].inputs, strict=True)]
+            parts.append(projected_error(node, g, t))
+        if abs(parts[0] - parts[1]) > AGREE * self.function:
+            return ("the inputs of the node do not move smoothly along the direction of the "
+                    f"error (shares {parts[0] / self.function:.3g} and "
+                    f"{parts[1] / self.function:.3g} at two steps): an intermediate is at a "
+                    "kink there")  # fmt: skip
+        return parts[1]
+
+    def share(self, node: Node) -> Share | str:
+        """``node``'s :class:`Share`, with every call of its op together."""
+        own = self.part(node)
+        if isinstance(own, str):
+            return own
+        same = [n for n in _in_order(self.walked) if n.site.op == node.site.op]
+        parts = [own if n is node else self.part(n) for n in same]
+        total = sum(p for p in parts if not isinstance(p, str))
+        return Share(own, self.function, self.tolerance, total, len(same))
+
+
+def probe(call: CheckedCall, report: Report, walked: Recording, record: Recorder,
+          backend: Backend) -> Probe | str:  # fmt: skip
+    """The :class:`Probe` of a failed check, or why no share can be measured (a string).
 
     Parameters
     ----------
@@ -82,17 +138,18 @@ def share_of_error(call: CheckedCall, report: Report, node: Node, walked: Record
         The checked call; its checked arguments are moved (copies), never the user's.
     report : Report
         Its report: the function's error and tolerance come from its entries.
-    node : Node
-        The located node, as the wrong-rule walk recorded it.
     walked : Recording
-        That walk's recording.
+        The wrong-rule walk's recording, whose nodes the shares are of.
     record : callable
         The framework's recorder (``record(call, report, as_run=...)``).
     backend : Backend
         The framework's backend: its ``to_numpy`` and ``from_numpy`` make the moved
         copies of the checked arguments.
     """
-    error = _function_error(report, _checked(call, backend))
+    checked = _checked(call, backend)
+    if isinstance(checked, str):
+        return checked
+    error = _function_error(report, checked)
     if isinstance(error, str):
         return error
     e, tol = error
@@ -102,20 +159,10 @@ def share_of_error(call: CheckedCall, report: Report, node: Node, walked: Record
     if not model > bound:
         return ("the entries' errors cancel in the sum of the outputs (along it, the error "
                 f"{model:.2e} is within the tolerance {bound:.2e})")  # fmt: skip
-    g = _cotangent(call, report, node, walked, record)
-    if isinstance(g, str):
-        return g
-    parts = []
-    for h in _steps(_checked(call, backend), report):
-        t = _tangent(call, report, node, walked, record, backend, v, h)
-        if isinstance(t, str):
-            return t
-        parts.append(projected_error(node, g, t))
-    if abs(parts[0] - parts[1]) > AGREE * model:
-        return ("the inputs of the node do not move smoothly along the direction of the "
-                f"error (shares {parts[0] / model:.3g} and {parts[1] / model:.3g} at two "
-                "steps): an intermediate is at a kink there")  # fmt: skip
-    return Share(parts[1], model, bound)
+    moved = tuple((h, record(_moved_call(call, backend, h * v), report),
+                   record(_moved_call(call, backend, -h * v), report))
+                  for h in _steps(checked, report))  # fmt: skip
+    return Probe(model, bound, walked, record(call, report, as_run=True), moved)
 
 
 def _function_error(report: Report,
@@ -129,7 +176,7 @@ def _function_error(report: Report,
         return "measured on a full check only (this one checked projections)"
     if sum(a.size for a in checked) != n or any(np.iscomplexobj(a) for a in checked):
         return (
-            "measured where the checked inputs are real arguments of the function (here: "
+            "measured where the checked inputs are real arrays passed to the function (here: "
             'wrt="parameters", or complex values)'
         )
     diff = (ent.autodiff - ent.reference).reshape(n, m)
@@ -138,33 +185,16 @@ def _function_error(report: Report,
     return diff.sum(axis=1), ent.tolerance.reshape(n, m).sum(axis=1)
 
 
-def _cotangent(call: CheckedCall, report: Report, node: Node, walked: Recording,
-               record: Recorder) -> np.ndarray | str:  # fmt: skip
-    """The cotangent ``node``'s outputs receive in the program's backward pass from ones
+def _cotangent(p: Probe, node: Node) -> np.ndarray | str:
+    """The cotangent ``node``'s outputs received in the program's backward pass from ones
     on its outputs (the recorder's ``as_run`` pass), as float64."""
-    rec = record(call, report, as_run=True)
-    same = _same_node(rec, node, walked)
+    same = _same_node(p.as_run, node, p.walked)
     if same is None or same.cotangent is None:
         return "the node's cotangent could not be recorded"
     g = np.asarray(same.cotangent, dtype=np.float64)
     if g.size != node.forward(list(node.inputs)).size or not np.all(np.isfinite(g)):
         return "the node's cotangent does not match its outputs"
     return g
-
-
-def _tangent(call: CheckedCall, report: Report, node: Node, walked: Recording,
-             record: Recorder, backend: Backend, v: np.ndarray,
-             h: float) -> list[np.ndarray] | str:  # fmt: skip
-    """The tangent of ``node``'s inputs as the checked inputs move along ``v``: central
-    differences of the inputs it saw at ``x ± h v``."""
-    seen = []
-    for t in (h, -h):
-        rec = record(_moved_call(call, backend, t * v), report)
-        same = _same_node(rec, node, walked)
-        if same is None:
-            return "the program records other nodes at moved inputs"
-        seen.append(same.inputs)
-    return [(a - b) / (2 * h) for a, b in zip(seen[0], seen[1], strict=True)]
 
 
 def _same_node(rec: Recording, node: Node, within: Recording) -> Node | None:
@@ -213,6 +243,13 @@ def _steps(checked: list[np.ndarray], report: Report) -> Sequence[float]:
     return (h, h / 2)
 
 
-def _checked(call: CheckedCall, backend: Backend) -> list[np.ndarray]:
-    """The leaves of the checked arguments as NumPy arrays, in the check's order."""
-    return [backend.to_numpy(leaf) for i in call.argnums for leaf in flatten(call.args[i])[0]]
+def _checked(call: CheckedCall, backend: Backend) -> list[np.ndarray] | str:
+    """The leaves of the checked arguments as NumPy arrays, in the check's order, or why
+    they are not the framework's arrays."""
+    leaves = [leaf for i in call.argnums for leaf in flatten(call.args[i])[0]]
+    if not all(backend.owns(leaf) and hasattr(leaf, "dtype") for leaf in leaves):
+        return (
+            "measured where the checked inputs are real arrays passed to the function (here: "
+            'wrt="parameters", or another kind of argument)'
+        )
+    return [backend.to_numpy(leaf) for leaf in leaves]

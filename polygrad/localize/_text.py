@@ -66,15 +66,23 @@ def localization_lines(loc: Localization) -> list[str]:
 
 
 def share_line(s: Share) -> str:
-    """How much of the function's error the located node explains, and what that means."""
-    pct = f"{100 * s.fraction:.0f}%"
-    line = (f"  share:  {pct} of the function's error: its error carried through the program, "
-            f"{s.node:.3e}, against the function's {s.function:.3e} (the sum of its outputs "
-            f"along the error's direction; tolerance {s.tolerance:.1e})")  # fmt: skip
-    if s.fraction < 1 - SHARE_WHOLE:
+    """How much of the function's error the located node explains (with the other calls of
+    its op, where it has some), and what that means."""
+    line = (f"  share:  {100 * s.fraction:.0f}% of the function's error: its error carried "
+            f"through the program, {s.node:.3e}, against the function's {s.function:.3e} "
+            "(the sum of its outputs along the error's direction; tolerance "
+            f"{s.tolerance:.1e})")  # fmt: skip
+    whole = s.fraction
+    if s.calls > 1 and abs(s.same_op_fraction - s.fraction) > SHARE_WHOLE / 2:
+        whole = s.same_op_fraction
+        line += (f"; with the {s.calls - 1} other call(s) of the same op, "
+                 f"{100 * whole:.0f}%")  # fmt: skip
+        if abs(whole - 1) <= SHARE_WHOLE:
+            line += ": together they explain it"
+    if whole < 1 - SHARE_WHOLE:
         line += ("; the rest comes from elsewhere, such as a second wrong rule: check "
                  "again once this one is fixed")  # fmt: skip
-    elif s.fraction > 1 + SHARE_WHOLE:
+    elif whole > 1 + SHARE_WHOLE:
         line += "; other parts of the program offset some of it"
     return line
 

@@ -63,10 +63,16 @@ BYPASSES = {
     "torch.Tensor.item": "its result, a Python number, is outside autograd",
     "torch.Tensor.tolist": "its result, Python numbers, is outside autograd",
     "torch.Tensor.register_hook": "a hook can change the gradient in the backward pass",
+    "torch.nn.Module.register_full_backward_hook": "a module's backward hook can change the "
+    "gradient its inputs receive in the backward pass",
 }
 """Calls on a tensor requiring gradients that change what autodiff computes without a node
 whose rule a check could compare: no gradient flows through a detach, nor from a Python
 number, and a hook rewrites the gradient in the backward pass."""
+
+
+MODULE_HOOK = "torch.nn.Module.register_full_backward_hook"
+"""How a module with backward hooks (or backward pre-hooks) is named among the bypasses."""
 
 
 def _bypass_notes(bypasses: list[Site]) -> tuple[str, ...]:
@@ -174,7 +180,7 @@ def _recording(
     def recorded(original: Callable[..., Any]) -> Callable[..., Any]:
         def apply(cls: Any, *a: Any, **k: Any) -> Any:
             index = -1
-            if state.depth == 0:
+            if state.depth == 0 and not _internal(cls):
                 site = Site(
                     f"torch.autograd.Function {cls.__name__}",
                     "custom rule",
@@ -203,6 +209,8 @@ def _recording(
 
     def enter(m: Any, i: Any) -> None:
         stack.append(m)
+        if getattr(m, "_backward_hooks", None) or getattr(m, "_backward_pre_hooks", None):
+            prims[1].append(Site(MODULE_HOOK, "primitive", path()))
 
     def leave(m: Any, i: Any, o: Any) -> None:  # returns None: the output is kept
         if stack:
@@ -219,6 +227,12 @@ def _recording(
     finally:
         pre.remove()
         post.remove()
+
+
+def _internal(cls: type) -> bool:
+    """A Function of PyTorch's own (the ``BackwardHookFunction`` of module hooks): not a
+    user's rule."""
+    return cls.__module__ == "torch" or cls.__module__.startswith("torch.")
 
 
 def _skip_dirs(torch: Any) -> tuple[str, ...]:
