@@ -237,6 +237,8 @@ def _try_node(
     import jax
 
     dtype = np.dtype(np.float64) if wide else np.dtype(jax.numpy.asarray(e.invals[moving[0]]).dtype)
+    if not wide and dtype in (np.float64, np.complex128) and not jax.config.read("jax_enable_x64"):
+        return None  # a float64 value of the float64 trace, which this mode cannot run
 
     def mode() -> Any:
         return jax.enable_x64(True) if wide else contextlib.nullcontext()
