@@ -220,7 +220,9 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """Build the documentation site (figures drawn at build time) into site/."""
-    session.install("-e", ".[all,docs]", *CONSTRAINTS)
+    session.install("-e", ".[all,docs]", "pytest", *CONSTRAINTS)
+    # a number in prose without a results file, or one that contradicts it, fails the build
+    session.run("python", "-m", "pytest", "-q", "tests/test_docs_numbers.py")
     session.run("mkdocs", "build", "--strict", "--site-dir", "site")
 
 

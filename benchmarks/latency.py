@@ -628,7 +628,10 @@ QUICK_REPEATS = 2
 def _ratio(row: dict[str, Any], key: str) -> str:
     tool = row.get(f"tool_{key}")
     ours = row.get(f"polygrad_{key}")
-    return "" if not tool or ours is None else f"{ours / tool:.1f}x"
+    if not tool or ours is None:
+        return ""
+    r = ours / tool
+    return f"{r:.2g}x" if r < 1 else f"{r:.1f}x"  # 0.087x, not 0.1x
 
 
 def _ms(v: float | None) -> str:

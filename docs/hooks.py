@@ -472,7 +472,7 @@ VALUES: dict[str, Callable[[], str]] = {
     "noise.best_step": lambda: _pow2(noise_sweep().optimal_step),
     "noise.clean_best_step": lambda: _pow2(clean_sweep().optimal_step),
     "cnn.tf_ratio": lambda: cnn_ratio("tensorflow", "tf.test.compute_gradient"),
-    "cnn.torch_ratio": lambda: cnn_ratio("torch", "torch.autograd.gradcheck float32"),
+    "cnn.torch_ratio": lambda: cnn_ratio("torch", "torch.autograd.gradcheck float64"),
     "zoo.date": lambda: str(_results("zoo")["meta"]["date"]),
 }
 """Name of an inline ``<!-- value: NAME -->`` marker → the text it is replaced with."""

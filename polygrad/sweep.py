@@ -1,6 +1,6 @@
 """Error of a plain finite difference against the step: the V-shaped curve, measured and predicted.
 
-:func:`sweep` answers the question of USERS.md case 1 ("the error grows as the
+:func:`sweep` answers the question of a float32 finite-difference check ("the error grows as the
 step shrinks — which step should I choose?"). For each direction ``w`` it
 measures, in the working dtype, the error of the plain central difference
 
