@@ -641,3 +641,28 @@ def test_a_second_order_check_is_not_localized_on_first_order_rules():
     assert report.verdict is pg.Verdict.MISMATCH and report.localization is None
     loc = report.localize()
     assert loc.located is None and loc.notes[0].startswith("not run: order=2"), loc.notes
+
+
+def test_jax_a_scope_under_vmap_is_named_without_the_transformation():
+    """The name stack of an equation under ``jax.vmap`` is ``vmap(blk)``: the path is the
+    scope, ``blk``."""
+    import jax
+
+    jnp = jax.numpy
+
+    @jax.custom_vjp
+    def mm(x, w):
+        return x @ w
+
+    mm.defvjp(lambda x, w: (x @ w, (x, w)),
+              lambda r, g: (g @ r[1].T * 1.001, jnp.outer(r[0], g)))  # fmt: skip
+    w = jnp.asarray(np.random.default_rng(0).standard_normal((3, 2)), jnp.float32)
+
+    def block(row):
+        with jax.named_scope("blk"):
+            return jnp.tanh(mm(row, w))
+
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((4, 3)), jnp.float32)
+    report = pg.check(lambda x: jax.vmap(block)(x).sum(), x, localize=True)
+    site = report.localization.located.site
+    assert site.op.endswith(".mm") and site.path == "blk"

@@ -18,7 +18,7 @@ What each framework records (``_torch``, ``_jax``, ``_tf``, ``_numpy``):
   function call under a ``TorchFunctionMode`` (the primitives);
 * JAX: the jaxpr's equations (``pjit`` and ``closed_call`` bodies entered), each with the
   values it saw; ``custom_vjp_call`` / ``custom_jvp_call`` equations are the custom
-  nodes; paths from ``name_stack`` (Flax, Equinox), lines from ``source_info``;
+  nodes; paths from ``name_stack`` (Flax, ``jax.named_scope``), lines from ``source_info``;
 * TensorFlow: every ``tf.custom_gradient`` function called while the program runs
   eagerly (its rule and inputs, the name scope: Keras layer names, the call site), and
   every eager op the checked arguments reach (an op callback, ``_tf_ops``), re-executed

@@ -8,13 +8,15 @@ replaces the derivative of its body); every other equation is a primitive node. 
 re-binds its one equation on float64 copies of its floating inputs under
 ``jax.enable_x64`` (the working dtype where the equation does not run in float64), and
 its VJP is ``jax.vjp`` of that binding: the custom rule for a custom node. The layer
-path is the equation's ``name_stack`` (Flax and Equinox module names), the source line
+path is the equation's ``name_stack`` (Flax module names, ``jax.named_scope``; the
+transformations wrapped around them left out), the source line
 its ``source_info`` (the innermost frame outside JAX).
 """
 
 from __future__ import annotations
 
 import linecache
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -87,6 +89,21 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
                      steps=tuple(tape.steps), outputs=tape.flow.reads(results))  # fmt: skip
 
 
+_TRANSFORM = re.compile(r"^[A-Za-z_]\w*\((.*)\)$")
+
+
+def _scopes(name_stack: Any) -> str:
+    """The module and scope names of a name stack, without the transformations wrapped
+    around them (``vmap(blk)`` is ``blk``; an unnamed ``vmap()`` is nothing)."""
+    parts = []
+    for part in str(name_stack).split("/"):
+        while (m := _TRANSFORM.match(part)) is not None:
+            part = m.group(1)
+        if part:
+            parts.append(part)
+    return "/".join(parts)
+
+
 def _cotangents(closed: Any, leaves: list[Any], tape: _Tape) -> dict[int, np.ndarray] | None:
     """The cotangent of each equation's floating outputs (flattened, by position) in one
     backward pass of the program from cotangents of ones on its floating outputs: the
@@ -148,7 +165,7 @@ def _run(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], outer: tuple[st
     for eqn in jaxpr.eqns:
         vals = [read(v) for v in eqn.invars]
         name = eqn.primitive.name
-        stack = "/".join(p for p in (prefix, str(eqn.source_info.name_stack)) if p)
+        stack = "/".join(p for p in (prefix, _scopes(eqn.source_info.name_stack)) if p)
         inner = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
         if name in _ENTERED and inner is not None and name not in _CUSTOM:
             body = getattr(inner, "jaxpr", inner)
