@@ -284,11 +284,26 @@ def test_budget_cuts_the_walk_short_with_a_note():
     f = lambda x: model(x).sum()  # noqa: E731
     report = pg.check(f, x)
     loc = locate(CheckedCall(f, (x,), (0,), "torch"), report, budget=0.0)
-    assert loc.checked == () and any("cut short" in n for n in loc.notes)
+    # the custom rule is checked whatever the budget, the primitives are not
+    assert [c.site.kind for c in loc.checked] == ["custom rule"]
+    assert any("cut short" in n for n in loc.notes)
     loc = locate(CheckedCall(f, (x,), (0,), "torch"), report, max_size=10)
     assert any("more than 10 input entries not checked" in n for n in loc.notes)
     assert all(c.site.op == "torch.Tensor.sum" or c.site.path.startswith("model.1")
                or "tanh" in c.site.op for c in loc.checked)  # fmt: skip
+
+
+def test_a_custom_rule_is_located_with_no_budget_left():
+    """A first localization in a process can spend a short budget compiling: the first
+    custom rule regions are checked whatever the budget."""
+    import torch
+
+    model, _ = _torch_model("scaled")
+    x = torch.randn(3, 4)
+    f = lambda x: model(x).sum()  # noqa: E731
+    report = pg.check(f, x, localize=False)
+    loc = locate(CheckedCall(f, (x,), (0,), "torch"), report, budget=0.0)
+    assert loc.located is not None and loc.located.site.op == "torch.autograd.Function LinearFn"
 
 
 # ---------------------------------------------------------------- the report's JSON
@@ -482,9 +497,33 @@ def test_a_failing_check_is_localized_by_default_within_its_own_time(framework):
     assert pg.check(f, x, localize=False).localization is None
     tight = dataclasses.replace(DEFAULT_POLICY, localize_share=1e-9,
                                 localize_floor_seconds=1e-9)  # fmt: skip
-    cut = pg.check(f, x, policy=tight).localization
+    # the first custom rules are checked whatever the budget: the planted one is found
+    tight_loc = pg.check(f, x, policy=tight).localization
+    assert tight_loc is not None and tight_loc.located is not None
+    assert tight_loc.located.site.kind == "custom rule"
+
+
+def test_a_walk_cut_short_by_default_is_a_line_at_the_end():
+    """A budget too short for the primitives (no custom rule here: a hook scales the
+    gradient) is a line at the end of the report, not a verdict."""
+    import torch
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 3).double()
+
+    def f(x):
+        h = lin(x)
+        h.register_hook(lambda g: g * 1.001)
+        return torch.tanh(h).sum()
+
+    x = torch.randn(2, 4, dtype=torch.float64)
+    tight = dataclasses.replace(DEFAULT_POLICY, localize_share=1e-9,
+                                localize_floor_seconds=1e-9)  # fmt: skip
+    report = pg.check(f, x, policy=tight)
+    assert report.verdict is pg.Verdict.MISMATCH
+    cut = report.localization
     assert cut is not None and cut.located is None and not cut.shown_first
-    text = str(pg.check(f, x, policy=tight))
+    text = str(report)
     at = text.index("localization (run by default")
     assert at > text.index("worst entries:") and "cut short" in text[at:], text
     assert "Localized:" not in text, text

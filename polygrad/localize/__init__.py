@@ -388,6 +388,10 @@ def _declared_zero(node: Node) -> bool:
     return node.site.op.split(" ", 1)[0] in _DECLARED_ZERO
 
 
+CUSTOM_AT_LEAST = 8
+"""The first custom rule regions of a walk are checked whatever its budget: users' bugs are
+there, and a first check in a process can spend a short budget compiling (JAX, float64)."""
+
 OFF_PATH = 0.1
 """A wrong node whose op's calls together explain less than this share of the function's
 error is passed over, and the walk goes on: its error lies in a derivative the check does
@@ -421,7 +425,10 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float,
     for group in (rec.custom, tuple(n for n in rec.primitives if not _declared_zero(n))):
         rest = list(group)
         while rest:
-            walk = check_nodes(rest, max(budget - (time.perf_counter() - start), 0.0), max_size)
+            left = max(budget - (time.perf_counter() - start), 0.0)
+            done = len(group) - len(rest)
+            first = max(CUSTOM_AT_LEAST - done, 0) if group is rec.custom else 0
+            walk = check_nodes(rest, left, max_size, at_least=first)
             found.checked.extend(walk.checked)
             found.notes.extend(walk.notes)
             found.cut = found.cut or walk.cut_short

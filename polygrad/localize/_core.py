@@ -414,15 +414,16 @@ def check_nodes(
     max_size: int,
     seed: int = 0,
     judge: Callable[[Node, np.random.Generator], NodeCheck | None] = check_node,
+    at_least: int = 0,
 ) -> Walk:
     """Check ``nodes`` in order with ``judge`` until one is wrong, ``budget`` seconds
-    have passed, or all are checked; a node with more than ``max_size`` input entries is
-    skipped, and so is one whose evaluation raises (both noted), or for which ``judge``
-    gives None (it has nothing to judge there)."""
+    have passed (after the first ``at_least`` nodes), or all are checked; a node with more
+    than ``max_size`` input entries is skipped, and so is one whose evaluation raises (both
+    noted), or for which ``judge`` gives None (it has nothing to judge there)."""
     rng = np.random.default_rng(seed)
     start, done, notes, skipped, cut, stopped = time.perf_counter(), [], [], 0, False, -1
     for i, node in enumerate(nodes):
-        if time.perf_counter() - start > budget:
+        if i >= at_least and time.perf_counter() - start > budget:
             notes.append(f"cut short: the budget of {budget:.2g} s ran out after {i} of "
                          f"{len(nodes)} {node.site.kind} nodes")  # fmt: skip
             cut = True
