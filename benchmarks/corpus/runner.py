@@ -100,13 +100,14 @@ def _polygrad(f: Any, x: Any, **kw: Any) -> dict[str, Any]:
 
 
 def _why(report: Any) -> str:
+    """The report's headline in full, and the first line that gives a reason, if any."""
     text = str(report).strip().splitlines()
     keep = [
         ln.strip()
-        for ln in text
+        for ln in text[1:]
         if any(w in ln.lower() for w in ("because", "why", "reason", "could not", "no reference"))
     ]
-    return " | ".join(keep[:2])[:300] if keep else (text[0][:300] if text else "")
+    return " | ".join(text[:1] + keep[:1])
 
 
 def _truth(key: CaseKey, a: Adapter, p: Problem, n: int) -> dict[str, Any]:

@@ -166,17 +166,39 @@ def _listing(rows: list[dict[str, Any]]) -> list[str]:
         out += ["", f"**{title}: {len(rs)}**", ""]
         for r in sorted(rs, key=lambda r: r["name"]):
             pg = r.get("polygrad", {})
-            why = pg.get("error") or pg.get("why") or r.get("reason", "")
+            why = _sentences(pg.get("error") or pg.get("why") or r.get("reason", ""))
             w = pg.get("worst") or {}
             nums = ""
             if w:
                 nums = (
-                    f"; worst {w.get('name')}: autodiff {w.get('autodiff')}, "
-                    f"reference {w.get('reference')} ± {w.get('reference_error')}"
+                    f"; worst {w.get('name')}: autodiff {_num(w.get('autodiff'))}, "
+                    f"reference {_num(w.get('reference'))} ± {_num(w.get('reference_error'))}"
                 )
             at = _point(r) if "n" in r else ""
-            out.append(f"- `{r['name']}`: `{r.get('repro', '')}`, {at} — {why}{nums}")
+            repro = f"`{r['repro']}`, " if r.get("repro") else ""
+            out.append(f"- `{r['name']}`: {repro}{at} — {why}{nums}")
     return out
+
+
+STORED_WHY = 300
+"""The length at which a run stored a report's reason (older runs cut it there)."""
+
+
+def _sentences(text: str) -> str:
+    """``text`` without a trailing period, cut at its last sentence end (with "…") where a
+    run stored it cut mid-sentence at :data:`STORED_WHY` characters."""
+    text = text.strip()
+    if len(text) >= STORED_WHY:
+        end = max(text.rfind(". "), text.rfind("; "))
+        text = (text[:end] if end > 0 else text) + " …"
+    return text.rstrip(".")
+
+
+def _num(v: Any) -> str:
+    """A stored number for the table: NaN for None (a non-finite value), else 4 digits."""
+    if v is None:
+        return "NaN"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def _findings(rows: list[dict[str, Any]]) -> list[str]:
