@@ -219,6 +219,16 @@ def _legend_entries(ax: Any) -> tuple[list[Any], list[str]]:
     return [h for h, _ in kept], [lab for _, lab in kept]
 
 
+def _placement(ax: Any, legend: Any) -> dict[str, Any]:
+    """Where a rebuilt legend goes: where the figure anchored it (a heat map's legend below
+    its axes, where it covers no entry), in axes coordinates; else the best place."""
+    if getattr(legend, "_bbox_to_anchor", None) is None:
+        return {"loc": "best"}
+    b = legend.get_bbox_to_anchor().transformed(ax.transAxes.inverted())
+    return {"loc": legend._loc, "bbox_to_anchor": (b.x0, b.y0, b.width, b.height),
+            "bbox_transform": ax.transAxes}  # fmt: skip
+
+
 def tidy(fig: Any) -> Any:
     """Readable legends and labels for the site, on a figure polygrad drew.
 
@@ -231,8 +241,9 @@ def tidy(fig: Any) -> Any:
         legend = ax.get_legend()
         if legend is not None:
             handles, labels = _legend_entries(ax)
+            place = _placement(ax, legend)
             if handles:
-                ax.legend(handles, labels, fontsize=8.5, loc="best", framealpha=0.9)
+                ax.legend(handles, labels, fontsize=8.5, framealpha=0.9, **place)
             else:  # every line lies outside the limits: no empty box
                 legend.remove()
         for text in ax.texts:

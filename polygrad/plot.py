@@ -37,11 +37,13 @@ def _figure(ax: Any, size: tuple[float, float] = (6.4, 4.4)) -> tuple[Any, Any]:
     return fig, fig.add_subplot()
 
 
-def _save(fig: Any, path: str | Path | None) -> None:
+def _save(fig: Any, path: str | Path | None, tight: bool = False) -> None:
+    """Write ``fig`` to ``path`` (None: nothing); ``tight``: grown to hold what lies outside
+    its axes (a legend below them)."""
     if path is not None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight" if tight else None)
 
 
 def plot_sweep(s: Sweep, path: str | Path | None = None, ax: Any = None) -> Any:
@@ -293,7 +295,8 @@ def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) 
             xs, ys, "s", mfc="none", mec="k", ms=5, mew=0.8, label="fails or undecided"
         )
     if handles:
-        ax.legend(handles=handles, fontsize=7, loc="upper right")
+        # below the axes: over them it covers entries of the heat map
+        ax.legend(handles=handles, fontsize=7, loc="upper right", bbox_to_anchor=(1.0, -0.12))
     ax.set_xlabel(xlabel)
     if ylabel:
         ax.set_ylabel(ylabel)
@@ -301,5 +304,5 @@ def plot_report(report: Report, path: str | Path | None = None, ax: Any = None) 
         ax.set_yticks([])
     counts = ", ".join(f"{k} {v}" for k, v in sorted(report.counts().items()))
     ax.set_title(f"polygrad: {report.verdict} ({counts})", fontsize=10)
-    _save(fig, path)
+    _save(fig, path, tight=bool(handles))
     return fig

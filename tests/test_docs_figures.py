@@ -88,3 +88,18 @@ def test_shared_legend_keeps_proxy_entries(hooks: Any) -> None:
     (legend,) = fig.legends
     assert [t.get_text() for t in legend.get_texts()] == ["error", "kink"]
     assert left.get_legend() is None and right.get_legend() is None
+
+
+def test_a_legend_placed_outside_the_axes_stays_there(hooks: Any) -> None:
+    """The entries heat map puts its legend below the axes, where it covers no entry."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.imshow([[0.0, 1.0], [1.0, 0.0]])
+    (line,) = ax.plot([0.0], [0.0], "s", label="kink")
+    ax.legend(handles=[line], loc="upper right", bbox_to_anchor=(1.0, -0.12))
+    hooks.tidy(fig)
+    fig.canvas.draw()
+    box = ax.get_legend().get_window_extent()
+    assert box.y1 <= ax.get_window_extent().y0  # wholly below the axes
+    plt.close(fig)
