@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._core import Node, NodeCheck, Site, Step, check_nodes
-from ._share import Probe, Share, probe
+from ._share import WHOLE, Probe, Share, probe
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..backends.base import Supplied
@@ -119,6 +119,9 @@ class Recording:
         with the positions of the calls whose outputs it read; empty when unknown.
     outputs : tuple of int
         The positions of the calls that made the function's outputs; empty when unknown.
+    suspects : tuple of str
+        Notes on calls that change a derivative with no rule to compare (a detach, a
+        hook): said where no located rule explains the whole error.
     """
 
     custom: tuple[Node, ...] = ()
@@ -127,6 +130,7 @@ class Recording:
     located: NodeCheck | None = None
     steps: tuple[Step, ...] = ()
     outputs: tuple[int, ...] = ()
+    suspects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -406,6 +410,7 @@ class _Found:
     checked: list[NodeCheck]
     notes: list[str]
     passed: list[tuple[NodeCheck, Share]]
+    suspects: list[str]
     cut: bool = False
 
 
@@ -415,11 +420,11 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float,
     function's error (``share``; :data:`OFF_PATH`), or the budget ends. A ``stop_gradient``
     is not checked (its zero rule differs from its identity forward by declaration, as in
     the shift of a library's logsumexp): a note names it."""
-    found = _Found([], list(rec.notes), [])
+    found = _Found([], list(rec.notes), [], list(rec.suspects))
     stops = [n for n in rec.primitives if _declared_zero(n)]
     if stops:
         first = stops[0].site.where()
-        found.notes.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is "
+        found.suspects.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is "
                            "zero by declaration; where one drops a derivative the function "
                            f"needs, it is the bug (the first: {first})")  # fmt: skip
     for group in (rec.custom, tuple(n for n in rec.primitives if not _declared_zero(n))):
@@ -445,7 +450,7 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float,
         return _located(found, first, s, start)
     if not rec.custom and not rec.primitives:
         found.notes.append("no operation of the program could be checked alone")
-    return Localization(None, tuple(found.checked), tuple(found.notes),
+    return Localization(None, tuple(found.checked), (*found.notes, *found.suspects),
                         time.perf_counter() - start, cut_short=found.cut)  # fmt: skip
 
 
@@ -460,6 +465,10 @@ def _located(found: _Found, c: NodeCheck, share: Share | str, start: float) -> L
                      "weight, where the check is of the inputs)")  # fmt: skip
     if isinstance(share, str):
         notes.append(f"the located node's share of the function's error is not measured: {share}")
+    if not (isinstance(share, Share) and abs(share.same_op_fraction - 1) <= WHOLE):
+        notes += found.suspects  # the located rule does not explain it all: they may
+    # (a share within WHOLE of 1 is the whole error: a detach, a hook, a stop_gradient
+    # with no rule to compare is not named then)
     return Localization(c, tuple(found.checked), tuple(notes), time.perf_counter() - start,
                         share=share if isinstance(share, Share) else None)  # fmt: skip
 
@@ -479,7 +488,7 @@ def _walk_nonfinite(rec: Recording, budget: float, max_size: int, start: float) 
 
     walk = walk_nonfinite((*rec.custom, *rec.primitives), rec.steps, rec.outputs, budget,
                           max_size)  # fmt: skip
-    notes = [*rec.notes, *walk.notes]
+    notes = [*rec.notes, *walk.notes, *rec.suspects]
     if not rec.custom and not rec.primitives:
         notes.append("no operation of the program could be evaluated alone")
     found = walk.checked[-1] if walk.checked and walk.checked[-1].nonfinite else None

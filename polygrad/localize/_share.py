@@ -31,7 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..report import Report
     from . import CheckedCall, Recording
 
-__all__ = ["Probe", "Share", "probe"]
+__all__ = ["WHOLE", "Probe", "Share", "probe"]
+
+WHOLE = 0.1
+"""A share within this of 1 is the whole error."""
 
 AGREE = 0.02
 """The shares at the steps ``h`` and ``h / 2`` agree within this (absolute), else none is

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._share import WHOLE
+
 if TYPE_CHECKING:  # pragma: no cover
     from . import Localization
     from ._core import NodeCheck
@@ -73,22 +75,18 @@ def share_line(s: Share) -> str:
             "(the sum of its outputs along the error's direction; tolerance "
             f"{s.tolerance:.1e})")  # fmt: skip
     whole = s.fraction
-    if s.calls > 1 and abs(s.same_op_fraction - s.fraction) > SHARE_WHOLE / 2:
+    if s.calls > 1 and abs(s.same_op_fraction - s.fraction) > WHOLE / 2:
         whole = s.same_op_fraction
         line += (f"; with the {s.calls - 1} other call(s) of the same op, "
                  f"{100 * whole:.0f}%")  # fmt: skip
-        if abs(whole - 1) <= SHARE_WHOLE:
+        if abs(whole - 1) <= WHOLE:
             line += ": together they explain it"
-    if whole < 1 - SHARE_WHOLE:
+    if whole < 1 - WHOLE:
         line += ("; the rest comes from elsewhere, such as a second wrong rule: check "
                  "again once this one is fixed")  # fmt: skip
-    elif whole > 1 + SHARE_WHOLE:
+    elif whole > 1 + WHOLE:
         line += "; other parts of the program offset some of it"
     return line
-
-
-SHARE_WHOLE = 0.1
-"""A share within this of 1 is the whole error."""
 
 
 def _by_default_line(loc: Localization) -> str:

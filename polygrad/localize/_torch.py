@@ -53,7 +53,7 @@ def record(call: CheckedCall, report: Report, as_run: bool = False) -> Recording
     nodes = [[n for n in (_node(torch, c, as_run) for c in group) if n]
              for group in (custom, prims)]  # fmt: skip
     return Recording(with_cotangents(nodes[0], cts), with_cotangents(nodes[1], cts),
-                     notes=_bypass_notes(bypasses), steps=tuple(s for _, s in steps),
+                     suspects=_bypass_notes(bypasses), steps=tuple(s for _, s in steps),
                      outputs=outputs)  # fmt: skip
 
 
