@@ -716,3 +716,40 @@ def test_jax_a_scope_under_vmap_is_named_without_the_transformation():
     report = pg.check(lambda x: jax.vmap(block)(x).sum(), x, localize=True)
     site = report.localization.located.site
     assert site.op.endswith(".mm") and site.path == "blk"
+
+
+def test_jax_a_custom_rule_inside_a_rematerialized_block_is_located():
+    """``nn.remat`` (``jax.checkpoint``) wraps its block in a ``remat`` equation: the walk
+    enters it and names the custom rule inside, not the ``remat`` as a primitive."""
+    import flax.linen as nn
+    import jax
+
+    jnp = jax.numpy
+
+    @jax.custom_vjp
+    def act(h):
+        return jnp.tanh(h)
+
+    def bwd(y, g):
+        return (g * (1 - y * y) * 1.001,)
+
+    act.defvjp(lambda h: (jnp.tanh(h), jnp.tanh(h)), bwd)
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return x + act(nn.Dense(x.shape[-1])(x))
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(1)(nn.remat(Block)()(nn.Dense(6)(x)))
+
+    m = Net()
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((3, 4)), jnp.float32)
+    params = m.init(jax.random.key(0), x)
+    loc = pg.check(lambda x: jnp.sum(m.apply(params, x) ** 2), x, localize=True).localization
+    c = loc.located
+    assert c is not None and c.site.kind == "custom rule" and c.site.op.endswith("act")
+    assert c.site.path == "Net/CheckpointBlock_0"
+    assert loc.share is not None and abs(loc.share.fraction - 1) < 0.05

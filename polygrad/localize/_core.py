@@ -424,8 +424,8 @@ def check_nodes(
     start, done, notes, skipped, cut, stopped = time.perf_counter(), [], [], 0, False, -1
     for i, node in enumerate(nodes):
         if i >= at_least and time.perf_counter() - start > budget:
-            notes.append(f"cut short: the budget of {budget:.2g} s ran out after {i} of "
-                         f"{len(nodes)} {node.site.kind} nodes")  # fmt: skip
+            notes.append(f"cut short: the walk's budget ran out after {i} of {len(nodes)} "
+                         f"{node.site.kind} nodes")  # fmt: skip
             cut = True
             break
         if node.size > max_size:

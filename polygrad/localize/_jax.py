@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import CheckedCall, Recording
 
 _CUSTOM = {"custom_vjp_call", "custom_vjp_call_jaxpr", "custom_jvp_call"}
-_ENTERED = {"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat"}
+_ENTERED = {"pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "remat2"}
 
 
 @dataclass(frozen=True)

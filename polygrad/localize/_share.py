@@ -114,10 +114,11 @@ class Probe:
             t = [(a - b) / (2 * h) for a, b in zip(seen[0].inputs, seen[1].inputs, strict=True)]
             parts.append(projected_error(node, g, t))
         if abs(parts[0] - parts[1]) > AGREE * self.function:
-            return ("the inputs of the node do not move smoothly along the direction of the "
-                    f"error (shares {parts[0] / self.function:.3g} and "
-                    f"{parts[1] / self.function:.3g} at two steps): an intermediate is at a "
-                    "kink there")  # fmt: skip
+            return ("its measurements at two steps disagree (shares "
+                    f"{parts[0] / self.function:.3g} and {parts[1] / self.function:.3g}): the "
+                    "node's inputs do not move smoothly along the direction of the error (an "
+                    "intermediate at a kink), or the program's working dtype rounds their "
+                    "moves")  # fmt: skip
         return parts[1]
 
     def share(self, node: Node) -> Share | str:
