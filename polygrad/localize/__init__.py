@@ -420,20 +420,14 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float,
     function's error (``share``; :data:`OFF_PATH`), or the budget ends. A ``stop_gradient``
     is not checked (its zero rule differs from its identity forward by declaration, as in
     the shift of a library's logsumexp): a note names it."""
-    found = _Found([], list(rec.notes), [], list(rec.suspects))
-    stops = [n for n in rec.primitives if _declared_zero(n)]
-    if stops:
-        first = stops[0].site.where()
-        found.suspects.append(f"{len(stops)} stop_gradient node(s) not checked: their rule is "
-                           "zero by declaration; where one drops a derivative the function "
-                           f"needs, it is the bug (the first: {first})")  # fmt: skip
+    found = _Found([], list(rec.notes), [], [*rec.suspects, *_stops_note(rec)])
     for group in (rec.custom, tuple(n for n in rec.primitives if not _declared_zero(n))):
         rest = list(group)
         while rest:
             left = max(budget - (time.perf_counter() - start), 0.0)
             done = len(group) - len(rest)
-            first = max(CUSTOM_AT_LEAST - done, 0) if group is rec.custom else 0
-            walk = check_nodes(rest, left, max_size, at_least=first)
+            forced = max(CUSTOM_AT_LEAST - done, 0) if group is rec.custom else 0
+            walk = check_nodes(rest, left, max_size, at_least=forced)
             found.checked.extend(walk.checked)
             found.notes.extend(walk.notes)
             found.cut = found.cut or walk.cut_short
@@ -446,12 +440,22 @@ def _walk(rec: Recording, budget: float, max_size: int, start: float,
                 continue
             return _located(found, walk.checked[-1], s, start)
     if found.passed:
-        first, s = found.passed.pop(0)
-        return _located(found, first, s, start)
+        earliest, s = found.passed.pop(0)
+        return _located(found, earliest, s, start)
     if not rec.custom and not rec.primitives:
         found.notes.append("no operation of the program could be checked alone")
     return Localization(None, tuple(found.checked), (*found.notes, *found.suspects),
                         time.perf_counter() - start, cut_short=found.cut)  # fmt: skip
+
+
+def _stops_note(rec: Recording) -> list[str]:
+    """The note on the ``stop_gradient`` nodes, which are not checked (none: no note)."""
+    stops = [n for n in rec.primitives if _declared_zero(n)]
+    if not stops:
+        return []
+    return [f"{len(stops)} stop_gradient node(s) not checked: their rule is zero by "
+            "declaration; where one drops a derivative the function needs, it is the bug "
+            f"(the first: {stops[0].site.where()})"]  # fmt: skip
 
 
 def _located(found: _Found, c: NodeCheck, share: Share | str, start: float) -> Localization:
