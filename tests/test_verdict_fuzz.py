@@ -1042,6 +1042,16 @@ LAYER_NORM_OF_SIGMOIDS_ALIASED = Program(
     (3,), "float64", (0.026278012976678578, 0.012179721876858101, 0.00045805114412214234),
 )  # fmt: skip
 
+# y |y| with y = layer_norm(exp(x)) at a tie (x = (0.5, 0.5)): y = 0, so f is C1 with
+# derivative exactly 0, but g(t) = c^2 t |t| along any direction: its one-sided
+# differences agree (no gap) and the mp quick difference settled on c^2 h = 2.6e-32 at
+# the retried step with an error bar of 2.8e-40 (MISMATCH on the right rule, 0); the
+# central difference that moves in proportion to the step now bounds its own error
+LAYER_NORM_TIMES_ITS_ABS_AT_A_TIE = Program(
+    op("mul", _LN := op("layer_norm", op("exp", X)), op("abs", _LN)),
+    (2,), "float32", (0.5, 0.5),
+)  # fmt: skip
+
 # erf(log(1 + softplus(-x))) at x = 32: 1 + softplus(-x) rounds at ulp(1), so f in float64
 # is constant over treads 0.0175 wide and 1.7% of |f| high, far wider than ECnoise's
 # samples, which saw no noise; NumPy's reference was 0 (float32) or 12% off (float64),
@@ -1767,6 +1777,23 @@ def test_nonfinite_is_said_where_the_float16_gradient_overflows(framework: str) 
     assert (report.verdict == pg.Verdict.PASS) == finite, str(report)
     if not finite:
         assert nonfinite_is_true(report, LAYER_NORM_F16_OVERFLOW)
+
+
+@pytest.mark.parametrize(
+    "framework",
+    [pytest.param(fw, marks=pytest.mark.polygrad_backends(fw))
+     for fw in ("numpy", "torch", "jax", "tensorflow")],
+)  # fmt: skip
+def test_a_product_with_its_abs_at_a_zero_is_differentiable(framework: str) -> None:
+    """``y |y|`` at ``y = 0`` is C1 with derivative 0, though ``abs`` sits at its kink (so
+    the fuzzer's own predicate expects NONSMOOTH): PASS, its reference 0 within its error
+    bar (a CI run found it MISMATCH in JAX)."""
+    program = LAYER_NORM_TIMES_ITS_ABS_AT_A_TIE
+    assert np.all(jacobian64(program) == 0)
+    report = check_correct(program, framework)
+    assert report.verdict == pg.Verdict.PASS and report.ok, str(report)
+    e = report.entries
+    assert np.all(np.abs(e.reference) <= e.reference_error)
 
 
 @pytest.mark.parametrize(("framework", "program"), FOUND)
