@@ -37,18 +37,7 @@ def torch_chain(scales):
     import torch
 
     def make(k, scale, wscale=1.0):
-        class Lin(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x, w):
-                ctx.save_for_backward(x, w)
-                return x @ w
-
-            @staticmethod
-            def backward(ctx, g):
-                x, w = ctx.saved_tensors
-                return g @ w.T * scale, x.T @ g * wscale
-
-        return type(f"Lin{k}", (Lin,), {})
+        return type(f"Lin{k}", (_one_torch_rule(scale, wscale),), {})
 
     ws = [torch.tensor(w, requires_grad=True) for w in _weights()]  # a model's parameters
     fns = [make(k, *s) if isinstance(s, tuple) else make(k, s) for k, s in enumerate(scales)]
@@ -212,7 +201,9 @@ def test_a_rule_called_at_three_places_explains_the_error_together():
     assert "the rest comes from elsewhere" not in text
 
 
-def _one_torch_rule(scale):
+def _one_torch_rule(scale, wscale=1.0):
+    """A linear ``autograd.Function`` whose rule scales the input's gradient by ``scale``
+    and the weight's by ``wscale``."""
     import torch
 
     class Lin(torch.autograd.Function):
@@ -224,7 +215,7 @@ def _one_torch_rule(scale):
         @staticmethod
         def backward(ctx, g):
             x, w = ctx.saved_tensors
-            return g @ w.T * scale, x.T @ g
+            return g @ w.T * scale, x.T @ g * wscale
 
     return Lin
 
