@@ -469,17 +469,17 @@ def _located(found: _Found, c: NodeCheck, share: Share | str, start: float) -> L
                      "weight, where the check is of the inputs)")  # fmt: skip
     if isinstance(share, str):
         notes.append(f"the located node's share of the function's error is not measured: {share}")
+    # a share within WHOLE of 1 is the whole error: a detach, a hook, a stop_gradient with
+    # no rule to compare is named only where the located rule does not explain it all
     if not (isinstance(share, Share) and abs(share.same_op_fraction - 1) <= WHOLE):
-        notes += found.suspects  # the located rule does not explain it all: they may
-    # (a share within WHOLE of 1 is the whole error: a detach, a hook, a stop_gradient
-    # with no rule to compare is not named then)
+        notes += found.suspects
     return Localization(c, tuple(found.checked), tuple(notes), time.perf_counter() - start,
                         share=share if isinstance(share, Share) else None)  # fmt: skip
 
 
 def _percent(fraction: float) -> str:
-    """``fraction`` in whole percent (0%, not -0%)."""
-    return f"{abs(round(100 * fraction)) if abs(fraction) < 0.005 else round(100 * fraction)}%"
+    """``fraction`` in whole percent (an int: 0%, never -0%)."""
+    return f"{round(100 * fraction)}%"
 
 
 def _times(c: NodeCheck) -> str:
